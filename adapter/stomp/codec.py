@@ -1,0 +1,314 @@
+"""Incremental STOMP 1.0-1.2 frame codec: bytes in, frames out; frames in, bytes out.
+
+Owns framing, header escaping per protocol version and the parser limits.  Pure: no sockets,
+no event loop; must not import asyncio, aio-pika, pamqp or pydantic.
+
+Parsing is pull-based: ``feed()`` appends bytes, ``next_frame()`` returns one complete frame or
+``None``.  The caller handles each frame before pulling the next one, which matters because the
+header escaping rules change once CONNECT has negotiated a version: a 1.2 client may pipeline
+``CONNECT`` and ``SUBSCRIBE`` in one TCP segment, and the SUBSCRIBE must be unescaped with 1.2 rules.
+
+Hot-path notes: the scanner only uses ``bytearray.find`` (C speed), consumed bytes are dropped
+lazily (once per ``feed``, not once per frame) and the common case of a header block without a
+backslash skips the unescape step entirely.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .frame import Frame
+
+NUL = 0
+LF = 10
+CR = 13
+
+
+@dataclass(frozen=True, slots=True)
+class FrameLimits:
+    """Per-frame limits.  Defaults follow the newer plugin (reference §3.3)."""
+
+    max_frame_size: int = 4 * 1024 * 1024
+    max_headers: int = 100
+    max_header_length: int = 100 * 1024
+
+
+class FrameError(Exception):
+    """The byte stream is not valid STOMP or breaks a limit; the connection must close.
+
+    ``message`` becomes the ERROR frame's ``message`` header and ``detail`` its body.  The
+    plugin closes silently here (reference §3.2); we send the ERROR first, as STOMP asks.
+    """
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(f"{message}: {detail}")
+        self.message = message
+        self.detail = detail
+
+
+# STOMP 1.1 "Value Encoding" and STOMP 1.2 "Value Encoding" (1.2 adds \r).  STOMP 1.0 has no
+# escaping at all, and CONNECT/CONNECTED frames are never escaped (1.2 spec) so that a 1.0-only
+# server can read them.
+_UNESCAPE_11 = {b"n": b"\n", b"c": b":", b"\\": b"\\"}
+_UNESCAPE_12 = {**_UNESCAPE_11, b"r": b"\r"}
+_ESCAPE_SEQUENCE = re.compile(rb"\\(.?)", re.DOTALL)
+
+_OUT_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"})
+_needs_escape = re.compile(r"[\\\n\r:]").search
+
+
+def _unescape(raw: bytes, table: dict[bytes, bytes] | None) -> bytes:
+    if table is None or b"\\" not in raw:
+        return raw
+
+    def replace(match: re.Match[bytes]) -> bytes:
+        try:
+            return table[match.group(1)]
+        except KeyError:
+            raise FrameError(
+                "Bad header",
+                f"Undefined escape sequence {match.group(0)!r} in header {raw!r}",
+            ) from None
+
+    return _ESCAPE_SEQUENCE.sub(replace, raw)
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+class FrameParser:
+    """Incremental parser for the client-to-server byte stream of one connection."""
+
+    __slots__ = ("_buf", "_pos", "_limits", "_unescape_table", "trim_values", "_scan_from", "_head")
+
+    def __init__(self, limits: FrameLimits | None = None) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self._limits = limits or FrameLimits()
+        self._unescape_table: dict[bytes, bytes] | None = None
+        # STOMP 1.0 connections get leading whitespace trimmed from header values, as the
+        # plugin does (reference §3.1, util.erl trim_headers).
+        self.trim_values = False
+        # where the search for the end of the current header block / body resumes, so a frame
+        # trickling in byte by byte is not rescanned from its start on every feed
+        self._scan_from = 0
+        # (command, headers, content-length, body offset) of a frame whose body is incomplete
+        self._head: tuple[str, dict[str, str], int | None, int] | None = None
+
+    @property
+    def limits(self) -> FrameLimits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: FrameLimits) -> None:
+        self._limits = limits
+
+    def set_version(self, version: str) -> None:
+        """Apply the negotiated version's escaping rules to all following frames."""
+        self._unescape_table = {"1.0": None, "1.1": _UNESCAPE_11}.get(version, _UNESCAPE_12)
+        self.trim_values = version == "1.0"
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._scan_from = max(0, self._scan_from - self._pos)
+            self._pos = 0
+        self._buf += data
+
+    def next_frame(self) -> Frame | None:
+        """Return the next complete frame, or None if more bytes are needed.
+
+        Raises FrameError on malformed input or a broken limit.
+        """
+        buf = self._buf
+        pos = self._pos
+        end = len(buf)
+        # Skip heart-beat EOLs and stray NULs between frames (STOMP 1.2 "Heart-beating",
+        # reference §3.1).  A CR must be followed by LF.
+        while pos < end:
+            byte = buf[pos]
+            if byte == LF or byte == NUL:
+                pos += 1
+            elif byte == CR:
+                if pos + 1 >= end:
+                    break
+                if buf[pos + 1] != LF:
+                    self._pos = pos
+                    raise FrameError("Bad frame", "CR not followed by LF between frames")
+                pos += 2
+            else:
+                break
+        if pos != self._pos:
+            self._pos = pos
+            self._scan_from = pos
+        if pos >= end or buf[pos] == CR:
+            return None
+
+        limits = self._limits
+        head = self._head
+        if head is None:
+            head = self._scan_head(pos, end)
+            if head is None:
+                return None
+            self._head = head
+        command, headers, content_length, body_offset = head
+        body_start = pos + body_offset
+
+        if content_length is not None:
+            frame_end = body_start + content_length
+            if frame_end >= end:
+                return None
+            if buf[frame_end] != NUL:
+                self._head = None
+                raise FrameError(
+                    "Bad frame",
+                    f"Body is longer than its content-length {content_length}: "
+                    "expected NUL after the body",
+                )
+        else:
+            frame_end = buf.find(b"\0", max(body_start, self._scan_from))
+            if frame_end < 0:
+                if end - pos > limits.max_frame_size:
+                    raise FrameError(
+                        "Frame too big",
+                        f"Frame exceeds the maximum frame size of {limits.max_frame_size} bytes",
+                    )
+                self._scan_from = end
+                return None
+            if frame_end - pos + 1 > limits.max_frame_size:
+                raise FrameError(
+                    "Frame too big",
+                    f"Frame exceeds the maximum frame size of {limits.max_frame_size} bytes",
+                )
+        body = bytes(buf[body_start:frame_end])
+        self._pos = frame_end + 1
+        self._scan_from = self._pos
+        self._head = None
+        return Frame(command, headers, body)
+
+    def _scan_head(self, pos: int, end: int) -> tuple[str, dict[str, str], int | None, int] | None:
+        """Find and parse the command and header lines of the frame starting at ``pos``."""
+        buf = self._buf
+        limits = self._limits
+        scan = max(pos, self._scan_from - 2)
+        lf_lf = buf.find(b"\n\n", scan)
+        lf_crlf = buf.find(b"\n\r\n", scan)
+        if lf_lf < 0 and lf_crlf < 0:
+            if end - pos > limits.max_frame_size:
+                raise FrameError(
+                    "Frame too big",
+                    f"Frame headers exceed the maximum frame size of {limits.max_frame_size} bytes",
+                )
+            self._scan_from = end
+            return None
+        if lf_lf >= 0 and (lf_crlf < 0 or lf_lf < lf_crlf):
+            headers_end, body_start = lf_lf, lf_lf + 2
+        else:
+            headers_end, body_start = lf_crlf, lf_crlf + 3
+        if headers_end - pos > limits.max_frame_size:
+            raise FrameError(
+                "Frame too big",
+                f"Frame headers exceed the maximum frame size of {limits.max_frame_size} bytes",
+            )
+        command, headers, content_length = self._parse_head(bytes(buf[pos:headers_end]))
+        if content_length is not None and body_start - pos + content_length + 1 > limits.max_frame_size:
+            raise FrameError(
+                "Frame too big",
+                f"content-length {content_length} exceeds the maximum frame size of "
+                f"{limits.max_frame_size} bytes",
+            )
+        self._scan_from = body_start
+        return command, headers, content_length, body_start - pos
+
+    def _parse_head(self, head: bytes) -> tuple[str, dict[str, str], int | None]:
+        limits = self._limits
+        lines = head.split(b"\n")
+        command_raw = lines[0]
+        if command_raw.endswith(b"\r"):
+            command_raw = command_raw[:-1]
+        if len(command_raw) > limits.max_header_length:
+            raise FrameError("Bad frame", "Command line too long")
+        command = _decode(command_raw)
+        # CONNECT and STOMP frames are never escaped (STOMP 1.2 "Value Encoding").
+        table = None if command in ("CONNECT", "STOMP") else self._unescape_table
+        trim = self.trim_values
+        headers: dict[str, str] = {}
+        max_len = limits.max_header_length
+        for line in lines[1:]:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if len(line) > max_len:
+                raise FrameError(
+                    "Header too long",
+                    f"A header line is longer than the maximum of {max_len} bytes",
+                )
+            if b"\r" in line:
+                raise FrameError("Bad header", f"CR not followed by LF in header line {line[:64]!r}")
+            colon = line.find(b":")
+            if colon < 0:
+                raise FrameError("Bad header", f"Header line without ':' {line[:64]!r}")
+            name = _decode(_unescape(line[:colon], table))
+            if name in headers:
+                continue  # STOMP 1.2: the first occurrence wins; repeats do not count to limits
+            value = _decode(_unescape(line[colon + 1 :], table))
+            if trim:
+                value = value.lstrip()
+            headers[name] = value
+            if len(headers) > limits.max_headers:
+                raise FrameError(
+                    "Too many headers",
+                    f"A frame may carry at most {limits.max_headers} headers",
+                )
+        content_length: int | None = None
+        raw_length = headers.get("content-length")
+        if raw_length is not None:
+            stripped = raw_length.strip()
+            if not stripped.isdigit() or not stripped.isascii():
+                raise FrameError(
+                    "Bad content-length",
+                    f"content-length must be a non-negative integer, got {raw_length!r}",
+                )
+            content_length = int(stripped)
+        return command, headers, content_length
+
+
+def escape(value: str) -> str:
+    """Escape a header name or value for the wire (STOMP 1.2 "Value Encoding").
+
+    Applied for every version, 1.0 included, exactly as the plugin does (reference §4): a raw
+    LF in a 1.0 header would otherwise break the frame.
+    """
+    if _needs_escape(value) is None:
+        return value
+    return value.translate(_OUT_ESCAPES)
+
+
+def encode_frame(
+    command: str,
+    headers: Iterable[tuple[str, str]] = (),
+    body: bytes = b"",
+    *,
+    trailing_lf: bool = True,
+    escape_headers: bool = True,
+) -> bytes:
+    """Serialise one server frame.
+
+    ``content-length`` is added, as the last header, iff the body is non-empty (reference §4);
+    a ``content-length`` in ``headers`` is dropped so it can never disagree with the body.
+    """
+    if escape_headers:
+        lines = [f"{escape(k)}:{escape(v)}\n" for k, v in headers if k != "content-length"]
+    else:
+        lines = [f"{k}:{v}\n" for k, v in headers if k != "content-length"]
+    if body:
+        lines.append(f"content-length:{len(body)}\n")
+    head = f"{command}\n{''.join(lines)}\n".encode("utf-8", "surrogateescape")
+    return b"".join((head, body, b"\0\n" if trailing_lf else b"\0"))
