@@ -135,7 +135,7 @@ class FrameParser:
         # reference §3.1).  A CR must be followed by LF.
         while pos < end:
             byte = buf[pos]
-            if byte == LF or byte == NUL:
+            if byte in (LF, NUL):
                 pos += 1
             elif byte == CR:
                 if pos + 1 >= end:
@@ -170,8 +170,7 @@ class FrameParser:
                 self._head = None
                 raise FrameError(
                     "Bad frame",
-                    f"Body is longer than its content-length {content_length}: "
-                    "expected NUL after the body",
+                    f"Body is longer than its content-length {content_length}: expected NUL after the body",
                 )
         else:
             frame_end = buf.find(b"\0", max(body_start, self._scan_from))
@@ -236,6 +235,8 @@ class FrameParser:
             command_raw = command_raw[:-1]
         if len(command_raw) > limits.max_header_length:
             raise FrameError("Bad frame", "Command line too long")
+        if b"\r" in command_raw:
+            raise FrameError("Bad frame", f"CR not followed by LF in command line {command_raw[:64]!r}")
         command = _decode(command_raw)
         # CONNECT and STOMP frames are never escaped (STOMP 1.2 "Value Encoding").
         table = None if command in ("CONNECT", "STOMP") else self._unescape_table
@@ -257,7 +258,10 @@ class FrameParser:
                 raise FrameError("Bad header", f"Header line without ':' {line[:64]!r}")
             name = _decode(_unescape(line[:colon], table))
             if name in headers:
-                continue  # STOMP 1.2: the first occurrence wins; repeats do not count to limits
+                # STOMP 1.2: the first occurrence wins; repeats do not count to limits, but an
+                # undefined escape in a repeat is still a fatal error (as in the plugin)
+                _unescape(line[colon + 1 :], table)
+                continue
             value = _decode(_unescape(line[colon + 1 :], table))
             if trim:
                 value = value.lstrip()
@@ -276,7 +280,12 @@ class FrameParser:
                     "Bad content-length",
                     f"content-length must be a non-negative integer, got {raw_length!r}",
                 )
-            content_length = int(stripped)
+            try:
+                content_length = int(stripped)
+            except ValueError:  # more digits than sys.get_int_max_str_digits() allows
+                raise FrameError(
+                    "Bad content-length", f"content-length has too many digits ({len(stripped)})"
+                ) from None
         return command, headers, content_length
 
 

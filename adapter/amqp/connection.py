@@ -1,0 +1,444 @@
+"""One AMQP 0-9-1 connection with one channel, for one STOMP client: the adapter's broker link.
+
+Owns the socket to RabbitMQ, the handshake, the frame loop, synchronous method calls (one at a
+time, as the session issues them in order), publisher-confirm and delivery dispatch, heart-beats
+and flow control.  The only module with an AMQP socket; everything per message is written into
+a buffer that is flushed once per event-loop iteration, so a burst of publishes or acks costs
+one ``send()``.
+
+Why not aio-pika's connection here: it costs ~115 µs of CPU and one socket write per message
+(docs/performance.md); and a robust (reconnecting) connection is the wrong tool for a per-client
+bridge, because delivery tags the STOMP client still holds would silently point at nothing after
+a reconnect.  aio-pika is still a dependency: the tests use it as the independent AMQP client.
+
+One channel per STOMP connection, as the plugin has (reference §1): delivery tags are one
+counter per connection, ``basic.qos`` persists across subscriptions, a ``client`` ack is
+``multiple=true`` over the whole channel, and any channel error ends the STOMP session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from pamqp import commands
+
+from ..mapping.properties import MessageProperties
+from . import wire
+
+log = logging.getLogger(__name__)
+
+CHANNEL = 1
+
+# AMQP reply codes -> the snake_case names the plugin puts in ERROR's message header (§19).
+REPLY_CODE_NAMES = {
+    320: "connection_forced",
+    402: "invalid_path",
+    403: "access_refused",
+    404: "not_found",
+    405: "resource_locked",
+    406: "precondition_failed",
+    501: "frame_error",
+    502: "syntax_error",
+    503: "command_invalid",
+    504: "channel_error",
+    505: "unexpected_frame",
+    506: "resource_error",
+    530: "not_allowed",
+    540: "not_implemented",
+    541: "internal_error",
+}
+
+CLIENT_CAPABILITIES = {
+    "publisher_confirms": True,
+    "consumer_cancel_notify": True,
+    "basic.nack": True,
+    "connection.blocked": True,
+    "authentication_failure_close": True,
+}
+
+
+class AmqpError(Exception):
+    """The broker closed the channel or connection with a reply code, or the link died."""
+
+    def __init__(self, code: int, text: str, *, phase: str = "") -> None:
+        super().__init__(f"{code} {text}")
+        self.code = code
+        self.text = text
+        self.phase = phase  # "auth", "vhost" during the handshake, else ""
+
+    @property
+    def name(self) -> str:
+        return REPLY_CODE_NAMES.get(self.code, "AMQP connection died")
+
+
+class BrokerEvents(Protocol):
+    def on_deliver(
+        self,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: MessageProperties,
+        body: bytes,
+    ) -> None: ...
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None: ...
+
+    def on_server_cancel(self, consumer_tag: str) -> None: ...
+
+    def on_amqp_closed(self, error: AmqpError) -> None: ...
+
+    def on_broker_backpressure(self, paused: bool) -> None: ...
+
+
+class AmqpConnection(asyncio.Protocol):
+    def __init__(self, events: BrokerEvents, *, heartbeat: int, connection_name: str) -> None:
+        self._events = events
+        self._requested_heartbeat = heartbeat
+        self._connection_name = connection_name
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[commands.Frame | None]] | None = None
+        self._handshake: asyncio.Future[None] = self._loop.create_future()
+        self._phase = "auth"
+        self.server_properties: dict[str, object] = {}
+        self.frame_max = 131072
+        self.heartbeat = 0
+        self._closing = False
+        self._closed: asyncio.Future[None] = self._loop.create_future()
+        self._credentials = ("", "", "/")
+        # a delivery in progress: method args, properties, expected size, body parts
+        self._delivery: tuple[str, int, bool, str, str] | None = None
+        self._delivery_props: MessageProperties | None = None
+        self._delivery_size = 0
+        self._delivery_parts: list[bytes] = []
+        self._delivery_received = 0
+        self._read_since_check = False
+        self._wrote_since_check = False
+        self._heartbeat_handle: asyncio.TimerHandle | None = None
+        self._missed_heartbeats = 0
+        self._blocked = False
+        self._paused_writing = False
+
+    # --------------------------------------------------------------------- opening
+    @classmethod
+    async def open(
+        cls,
+        events: BrokerEvents,
+        *,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        vhost: str,
+        heartbeat: int,
+        timeout: float,
+        connection_name: str,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> AmqpConnection:
+        """Connect, authenticate, open the vhost and channel 1.  Raises AmqpError or OSError."""
+        loop = asyncio.get_running_loop()
+        protocol = cls(events, heartbeat=heartbeat, connection_name=connection_name)
+        protocol._credentials = (user, password, vhost)
+        async with asyncio.timeout(timeout):
+            await loop.create_connection(lambda: protocol, host, port, ssl=ssl_context)
+            try:
+                await protocol._handshake
+            except BaseException:
+                protocol._abort()
+                raise
+        return protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
+        transport.write(wire.PROTOCOL_HEADER)
+
+    def _on_handshake_method(self, method: tuple[int, int], payload: bytes) -> None:
+        user, password, vhost = self._credentials
+        if method == wire.CONNECTION_START:
+            start = _decode_method(payload)
+            assert isinstance(start, commands.Connection.Start)
+            self.server_properties = dict(start.server_properties or {})
+            client_properties = {
+                "product": "stomp-amqp-adapter",
+                "information": "STOMP client",
+                "connection_name": self._connection_name,
+                "capabilities": CLIENT_CAPABILITIES,
+            }
+            self._write(wire.connection_start_ok(user, password, client_properties))
+        elif method == wire.CONNECTION_TUNE:
+            tune = _decode_method(payload)
+            assert isinstance(tune, commands.Connection.Tune)
+            self.frame_max = min(tune.frame_max or 131072, 131072)
+            server_hb = tune.heartbeat or 0
+            wanted = self._requested_heartbeat
+            self.heartbeat = min(server_hb, wanted) if server_hb and wanted else 0
+            self._write(wire.connection_tune_ok(1, self.frame_max, self.heartbeat))
+            self._phase = "vhost"
+            self._write(wire.connection_open(vhost))
+        elif method == wire.CONNECTION_OPEN_OK:
+            self._phase = "channel"
+            self._write(wire.channel_open(CHANNEL))
+        elif method == wire.CHANNEL_OPEN_OK:
+            self._phase = ""
+            if self.heartbeat:
+                self._schedule_heartbeat()
+            if not self._handshake.done():
+                self._handshake.set_result(None)
+
+    # --------------------------------------------------------------------- frame loop
+    def data_received(self, data: bytes) -> None:
+        self._read_since_check = True
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        end = len(buffer)
+        try:
+            while end - offset >= 8:
+                frame_type = buffer[offset]
+                channel = (buffer[offset + 1] << 8) | buffer[offset + 2]
+                size = int.from_bytes(buffer[offset + 3 : offset + 7], "big")
+                frame_end = offset + 7 + size
+                if frame_end >= end:
+                    break
+                payload = bytes(buffer[offset + 7 : frame_end])
+                offset = frame_end + 1
+                if frame_type == wire.FRAME_BODY:
+                    self._on_body(payload)
+                elif frame_type == wire.FRAME_METHOD:
+                    self._on_method(channel, payload)
+                elif frame_type == wire.FRAME_HEADER:
+                    self._on_content_header(payload)
+                # heart-beat frames only prove liveness (_read_since_check above)
+                if self._transport is None:
+                    return
+        finally:
+            if offset:
+                del buffer[:offset]
+
+    def _on_method(self, channel: int, payload: bytes) -> None:
+        method = ((payload[0] << 8) | payload[1], (payload[2] << 8) | payload[3])
+        if method == wire.BASIC_DELIVER:
+            self._delivery = wire.decode_deliver(payload)
+            return
+        if method == wire.BASIC_ACK or method == wire.BASIC_NACK:
+            tag, multiple, ack = wire.decode_ack(payload)
+            self._events.on_confirm(tag, multiple, ack)
+            return
+        if method == wire.CHANNEL_CLOSE or method == wire.CONNECTION_CLOSE:
+            close = _decode_method(payload)
+            code = getattr(close, "reply_code", 0) or 0
+            text = getattr(close, "reply_text", "") or ""
+            if method == wire.CHANNEL_CLOSE:
+                self._write(wire.channel_close_ok(channel))
+            else:
+                self._write(wire.connection_close_ok())
+            self._fail(AmqpError(code, text, phase=self._phase))
+            return
+        if method == wire.CONNECTION_CLOSE_OK:
+            self._abort()
+            return
+        if method == wire.BASIC_CANCEL:
+            cancel = _decode_method(payload)
+            tag = getattr(cancel, "consumer_tag", "")
+            if not getattr(cancel, "nowait", False):
+                self._write(wire.basic_cancel_ok(CHANNEL, tag))
+            self._events.on_server_cancel(tag)
+            return
+        if method == wire.CONNECTION_BLOCKED or method == wire.CONNECTION_UNBLOCKED:
+            self._blocked = method == wire.CONNECTION_BLOCKED
+            self._events.on_broker_backpressure(self._blocked or self._paused_writing)
+            return
+        if self._phase:
+            self._on_handshake_method(method, payload)
+            return
+        rpc = self._rpc
+        if rpc is not None and method in rpc[0]:
+            self._rpc = None
+            if not rpc[1].done():
+                rpc[1].set_result(_decode_method(payload))
+            return
+        if method == wire.BASIC_RETURN:
+            return  # we never publish mandatory; ignore defensively
+        log.debug("unexpected AMQP method %s on channel %s", method, channel)
+
+    def _on_content_header(self, payload: bytes) -> None:
+        size, properties = wire.decode_content_header(payload)
+        self._delivery_props = properties
+        self._delivery_size = size
+        self._delivery_parts = []
+        self._delivery_received = 0
+        if size == 0:
+            self._complete_delivery(b"")
+
+    def _on_body(self, payload: bytes) -> None:
+        self._delivery_received += len(payload)
+        if self._delivery_received >= self._delivery_size and not self._delivery_parts:
+            self._complete_delivery(payload)
+            return
+        self._delivery_parts.append(payload)
+        if self._delivery_received >= self._delivery_size:
+            self._complete_delivery(b"".join(self._delivery_parts))
+
+    def _complete_delivery(self, body: bytes) -> None:
+        delivery = self._delivery
+        properties = self._delivery_props
+        self._delivery = None
+        self._delivery_props = None
+        self._delivery_parts = []
+        if delivery is None or properties is None:
+            return
+        self._events.on_deliver(*delivery, properties, body)
+
+    # --------------------------------------------------------------------- writing
+    def _write(self, data: bytes) -> None:
+        self._out.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        out = self._out
+        if not out or self._transport is None:
+            return
+        self._out = []
+        self._wrote_since_check = True
+        self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+        self._events.on_broker_backpressure(True)
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        self._events.on_broker_backpressure(self._blocked)
+
+    def pause_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    # --------------------------------------------------------------------- operations
+    def publish(self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes) -> None:
+        self._out.extend(wire.basic_publish(CHANNEL, exchange, routing_key, properties, body, self.frame_max))
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
+
+    def ack(self, delivery_tag: int, multiple: bool) -> None:
+        self._write(wire.basic_ack(CHANNEL, delivery_tag, multiple))
+
+    def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
+        self._write(wire.basic_nack(CHANNEL, delivery_tag, multiple, requeue))
+
+    def send_nowait(self, frame: bytes) -> None:
+        self._write(frame)
+
+    async def call(self, frame: bytes, *replies: tuple[int, int]) -> commands.Frame | None:
+        """Send a synchronous method and wait for one of ``replies``.  Raises AmqpError."""
+        if self._transport is None:
+            raise AmqpError(504, "AMQP connection is closed")
+        assert self._rpc is None, "synchronous AMQP calls must not overlap"
+        future: asyncio.Future[commands.Frame | None] = self._loop.create_future()
+        self._rpc = (frozenset(replies), future)
+        self._write(frame)
+        return await future
+
+    # --------------------------------------------------------------------- heart-beats
+    def _schedule_heartbeat(self) -> None:
+        self._heartbeat_handle = self._loop.call_later(self.heartbeat / 2, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        if self._transport is None:
+            return
+        if not self._wrote_since_check and not self._out:
+            self._transport.write(wire.HEARTBEAT_FRAME)
+        self._wrote_since_check = False
+        if self._read_since_check:
+            self._missed_heartbeats = 0
+        else:
+            self._missed_heartbeats += 1
+            # two heart-beat periods (four half-period ticks) of silence: the broker is gone
+            if self._missed_heartbeats >= 4:
+                self._fail(AmqpError(0, f"missed heart-beats from the broker for {2 * self.heartbeat} s"))
+                self._abort()
+                return
+        self._read_since_check = False
+        self._schedule_heartbeat()
+
+    # --------------------------------------------------------------------- closing
+    def _fail(self, error: AmqpError) -> None:
+        """The link is unusable: reject the pending call and tell the session once."""
+        if not self._handshake.done():
+            self._handshake.set_exception(error)
+            return
+        rpc, self._rpc = self._rpc, None
+        if rpc is not None and not rpc[1].done():
+            rpc[1].set_exception(error)
+        if not self._closing:
+            self._closing = True
+            self._events.on_amqp_closed(error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self._heartbeat_handle is not None:
+            self._heartbeat_handle.cancel()
+        reason = str(exc) if exc else "connection closed by the broker"
+        self._fail(AmqpError(0, reason, phase=self._phase))
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Close cleanly: the broker cancels consumers and requeues unacknowledged messages."""
+        if self._transport is None:
+            return
+        self._closing = True
+        self._flush()
+        self._transport.write(wire.connection_close())
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._closed)
+        except TimeoutError:
+            self._abort()
+
+    def close_nowait(self) -> None:
+        """Ask the broker to close, without waiting (used when the STOMP side is already gone)."""
+        if self._transport is None:
+            return
+        self._closing = True
+        self._flush()
+        self._transport.write(wire.connection_close())
+        self._loop.call_later(5.0, self._abort)
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and not self._closing
+
+
+def _decode_method(payload: bytes) -> commands.Frame:
+    index = int.from_bytes(payload[:4], "big")
+    method = commands.INDEX_MAPPING[index]()
+    method.unmarshal(payload[4:])
+    return method
+
+
+def monotonic() -> float:
+    return time.monotonic()
+
+
+MethodCallback = Callable[[tuple[int, int], bytes], None]

@@ -1,0 +1,154 @@
+"""Command line entry point: ``stomp-amqp-adapter`` and ``python -m adapter``.
+
+Owns argument parsing, logging set-up, the event loop (uvloop where available) and signal
+handling: the first SIGTERM/SIGINT starts a graceful shutdown, a second one exits at once.
+``main(argv) -> int`` so that tests and scripts can call it directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
+from .server.listener import Server, broker_address
+from .session import SessionSettings
+from .stomp.codec import FrameLimits
+
+log = logging.getLogger("adapter")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stomp-amqp-adapter",
+        description="A STOMP 1.0-1.2 server in front of RabbitMQ (AMQP 0-9-1), "
+        "behaving like RabbitMQ's STOMP plugin.",
+        epilog="Precedence: command line > STOMP_ADAPTER_* environment variables > ini file > defaults. "
+        "See docs/configuration.md for every key.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="ini file (rabbitmq.conf-style 'key = value' lines, see config/adapter.ini)",
+    )
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        action="append",
+        help="address to accept STOMP clients on; repeat for several (default 0.0.0.0:61613; port 0 = any free port)",
+    )
+    parser.add_argument(
+        "--amqp-url",
+        metavar="URL",
+        help="the RabbitMQ to front (default amqp://guest:guest@localhost:5672/); clients log in "
+        "with their own CONNECT credentials and vhost",
+    )
+    parser.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    return parser
+
+
+def session_settings(settings: Settings) -> SessionSettings:
+    return SessionSettings(
+        default_user=settings.default_user,
+        default_pass=settings.default_pass,
+        default_vhost=settings.default_vhost,
+        implicit_connect=settings.implicit_connect,
+        hide_server_info=settings.hide_server_info,
+        default_nack_requeue=settings.default_nack_requeue,
+        default_topic_exchange=settings.default_topic_exchange,
+        loopback_users=frozenset(settings.loopback_users),
+        trailing_lf=settings.trailing_lf,
+        frame_limits=FrameLimits(settings.max_frame_size, settings.max_headers, settings.max_header_length),
+        unauthenticated_limits=FrameLimits(
+            min(settings.max_frame_size_unauthenticated, settings.max_frame_size),
+            settings.max_headers,
+            settings.max_header_length,
+        ),
+    )
+
+
+def build_server(settings: Settings) -> Server:
+    if settings.proxy_protocol:
+        raise ConfigError(
+            "stomp.proxy_protocol = true: the PROXY protocol is not supported by the adapter yet"
+        )
+    try:
+        broker = broker_address(settings.amqp_url, settings.amqp_heartbeat, settings.amqp_connect_timeout)
+    except ValueError as error:
+        raise ConfigError(f"amqp_url = {redact_url(settings.amqp_url)!r}: {error}") from None
+    return Server(
+        session_settings=session_settings(settings),
+        broker=broker,
+        listeners=[parse_listener(listener) for listener in settings.listeners],
+        login_timeout=settings.login_timeout,
+        heartbeat_tolerance=settings.heartbeat_tolerance,
+        shutdown_timeout=settings.shutdown_timeout,
+        backlog=settings.tcp_backlog,
+        nodelay=settings.tcp_nodelay,
+        keepalive=settings.tcp_keepalive,
+        sndbuf=settings.tcp_sndbuf,
+        recbuf=settings.tcp_recbuf,
+    )
+
+
+async def serve(server: Server) -> None:
+    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("signal received: shutting down (send it again to exit at once)")
+            stop.set()
+        else:
+            log.warning("second signal: exiting now")
+            sys.exit(1)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, on_signal)
+    await server.start()
+    await stop.wait()
+    await server.shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(
+            args.config,
+            {"listeners": args.listen, "amqp_url": args.amqp_url, "log_level": args.log_level},
+        )
+        server = build_server(settings)
+    except ConfigError as error:
+        print(f"stomp-amqp-adapter: configuration error:\n{error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    log.info("fronting broker %s", redact_url(settings.amqp_url))
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        runner = asyncio.run
+    try:
+        runner(serve(server))
+    except OSError as error:
+        log.error("cannot start: %s", error)
+        return 1
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())

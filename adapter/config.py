@@ -1,0 +1,723 @@
+"""Loading and validating the adapter's settings.
+
+This module owns the adapter's configuration: the `Settings` model (frozen, the plain values the rest of
+the adapter takes), reading the rabbitmq.conf-style ini file, reading ``STOMP_ADAPTER_*`` environment
+variables, merging command-line overrides, and turning every mistake into a `ConfigError` that names the
+key as the operator wrote it, the bad value and what is allowed.
+
+It is the only module of the adapter that imports pydantic; nothing here touches sockets or the event loop.
+
+Precedence, highest first: command line (``overrides``) > environment > ini file > defaults.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import difflib
+import ipaddress
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+__all__ = [
+    "ENV_PREFIX",
+    "ConfigError",
+    "IniFile",
+    "IniSettingsSource",
+    "Settings",
+    "load_settings",
+    "parse_listener",
+    "read_ini",
+    "redact_url",
+]
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "STOMP_ADAPTER_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class ConfigError(Exception):
+    """A configuration problem; ``str()`` is a message fit to print to the operator as is."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Value converters.  Shared by the ini source (eagerly, so errors carry the line) and by the model's
+# before-validators (environment and command line).  Each accepts either a string as written by an
+# operator or an already-typed Python value, and raises ValueError("must be ...") otherwise.
+# --------------------------------------------------------------------------------------------------------
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})(?:\.[A-Za-z0-9_-]{1,63})*\.?")
+
+
+def _to_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered == "true":
+            return True
+        if lowered == "false":
+            return False
+    raise ValueError("must be true or false")
+
+
+def _int_converter(
+    minimum: int, maximum: int | None = None, *, what: str | None = None
+) -> Callable[[object], int]:
+    if what is None:
+        if maximum is not None:
+            what = f"an integer from {minimum} to {maximum}"
+        elif minimum == 1:
+            what = "a positive integer"
+        elif minimum == 0:
+            what = "a non-negative integer"
+        else:
+            what = f"an integer >= {minimum}"
+    message = f"must be {what}"
+
+    def convert(value: object) -> int:
+        if isinstance(value, bool):
+            raise ValueError(message)
+        if isinstance(value, str):
+            text = value.strip()
+            if not _INT_RE.fullmatch(text):
+                raise ValueError(message)
+            value = int(text)
+        if not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+            raise ValueError(message)
+        return value
+
+    return convert
+
+
+def _optional(convert: Callable[[object], Any], hint: str) -> Callable[[object], Any]:
+    """Allow None, and 'none' or an empty string written by an operator, to mean "not set"."""
+
+    def convert_optional(value: object) -> Any:
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+            return None
+        try:
+            return convert(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} {hint}") from None
+
+    return convert_optional
+
+
+def _float_converter(minimum: float, *, inclusive: bool, unit: str = "seconds") -> Callable[[object], float]:
+    relation = ">=" if inclusive else ">"
+    message = f"must be a number {relation} {minimum:g}" + (f" ({unit})" if unit else "")
+
+    def convert(value: object) -> float:
+        if isinstance(value, bool):
+            raise ValueError(message)
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ValueError(message) from None
+        if not isinstance(value, int | float):
+            raise ValueError(message)
+        number = float(value)
+        if not math.isfinite(number) or number < minimum or (not inclusive and number == minimum):
+            raise ValueError(message)
+        return number
+
+    return convert
+
+
+def _non_empty_str(value: object) -> str:
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ValueError("must be a non-empty string")
+
+
+def _credential(value: object) -> str | None:
+    # An empty value disables the default login (RabbitMQ: default_user set to []).
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip() or None
+    raise ValueError("must be a string (empty to disable)")
+
+
+def _log_level(value: object) -> str:
+    if isinstance(value, str) and value.strip().upper() in LOG_LEVELS:
+        return value.strip().upper()
+    raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+
+
+def redact_url(url: str) -> str:
+    """Return *url* with any password replaced by ``***`` (for logs and error messages)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def _amqp_url(value: object) -> str:
+    allowed = "must be an amqp:// or amqps:// URL with a host, e.g. amqp://guest:guest@localhost:5672/"
+    if not isinstance(value, str):
+        raise ValueError(allowed)
+    url = value.strip()
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError on a non-numeric or out-of-range port
+    except ValueError:
+        raise ValueError(allowed) from None
+    if parts.scheme.lower() not in ("amqp", "amqps") or not parts.hostname:
+        raise ValueError(allowed)
+    if port == 0:
+        raise ValueError(allowed)
+    return url
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """Parse a listener as RabbitMQ writes it: ``PORT``, ``HOST:PORT``, ``[V6ADDR]:PORT`` or ``V6ADDR:PORT``.
+
+    A bare port means all IPv4 interfaces (``0.0.0.0``).  Port 0 asks the OS for a free port.  Returns
+    ``(host, port)`` with IPv6 addresses unbracketed and compressed.  Raises ValueError otherwise.
+    """
+    allowed = "must be PORT, HOST:PORT or [IPV6]:PORT with a port from 0 to 65535"
+    if not isinstance(value, str):
+        raise ValueError(allowed)
+    text = value.strip()
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0 or text[close + 1 : close + 2] != ":":
+            raise ValueError(allowed)
+        host, port_text = text[1:close], text[close + 2 :]
+        try:
+            host = ipaddress.IPv6Address(host).compressed
+        except ValueError:
+            raise ValueError(f"{allowed} ({host!r} is not an IPv6 address)") from None
+    elif ":" not in text:
+        host, port_text = "0.0.0.0", text
+    else:
+        host, _, port_text = text.rpartition(":")
+        if ":" in host:
+            # Unbracketed IPv6 as in the plugin guide ("::1:61613"): the last colon separates the port.
+            try:
+                host = ipaddress.IPv6Address(host).compressed
+            except ValueError:
+                raise ValueError(f"{allowed} ({host!r} is not an IPv6 address)") from None
+        elif re.fullmatch(r"[0-9.]+", host):
+            try:
+                host = str(ipaddress.IPv4Address(host))
+            except ValueError:
+                raise ValueError(f"{allowed} ({host!r} is not an IPv4 address)") from None
+        elif not _HOSTNAME_RE.fullmatch(host):
+            raise ValueError(f"{allowed} ({host!r} is not a host name or address)")
+    if not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(allowed)
+    return host, int(port_text)
+
+
+def _format_listener(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _normalise_listener(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise ValueError("must be PORT, HOST:PORT or [IPV6]:PORT")
+    return _format_listener(*parse_listener(value))
+
+
+def _split_list(value: str) -> list[object]:
+    text = value.strip()
+    if text.startswith("["):  # a JSON list, as pydantic-settings users may expect from the environment
+        try:
+            decoded = json.loads(text)
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, list):
+            return decoded
+    return [item.strip() for item in text.split(",")]
+
+
+def _listeners(value: object) -> tuple[str, ...]:
+    allowed = "must be a comma-separated list of PORT, HOST:PORT or [IPV6]:PORT (or none)"
+    if isinstance(value, str):
+        if value.strip().lower() == "none":
+            return ()
+        if not value.strip():
+            raise ValueError(allowed)
+        value = _split_list(value)
+    if not isinstance(value, list | tuple):
+        raise ValueError(allowed)
+    result = []
+    for item in value:
+        try:
+            result.append(_normalise_listener(item))
+        except ValueError as exc:
+            raise ValueError(f"{item!r}: {exc}") from None
+    return tuple(result)
+
+
+def _user_list(value: object) -> tuple[str, ...]:
+    allowed = "must be a comma-separated list of user names (or none)"
+    if isinstance(value, str):
+        if value.strip().lower() == "none":
+            return ()
+        value = _split_list(value)
+    if not isinstance(value, list | tuple) or not all(isinstance(item, str) for item in value):
+        raise ValueError(allowed)
+    return tuple(item.strip() for item in value if item.strip())
+
+
+_CONVERTERS: dict[str, Callable[[object], Any]] = {
+    "listeners": _listeners,
+    "amqp_url": _amqp_url,
+    "default_user": _credential,
+    "default_pass": _credential,
+    "default_vhost": _non_empty_str,
+    "implicit_connect": _to_bool,
+    "hide_server_info": _to_bool,
+    "default_nack_requeue": _to_bool,
+    "proxy_protocol": _to_bool,
+    "default_topic_exchange": _non_empty_str,
+    "max_frame_size": _int_converter(1),
+    "max_frame_size_unauthenticated": _int_converter(1),
+    "max_headers": _int_converter(1),
+    "max_header_length": _int_converter(1),
+    "login_timeout": _float_converter(0, inclusive=False),
+    "heartbeat_tolerance": _float_converter(1, inclusive=True, unit=""),
+    "shutdown_timeout": _float_converter(0, inclusive=True),
+    "amqp_connect_timeout": _float_converter(0, inclusive=False),
+    "amqp_heartbeat": _int_converter(0, 65535, what="an integer from 0 to 65535 (seconds, 0 disables)"),
+    "loopback_users": _user_list,
+    "tcp_backlog": _int_converter(1),
+    "tcp_nodelay": _to_bool,
+    "tcp_keepalive": _to_bool,
+    "tcp_sndbuf": _optional(_int_converter(1), "(or none for the OS default)"),
+    "tcp_recbuf": _optional(_int_converter(1), "(or none for the OS default)"),
+    "log_level": _log_level,
+    "trailing_lf": _to_bool,
+}
+
+
+# --------------------------------------------------------------------------------------------------------
+# The settings model
+# --------------------------------------------------------------------------------------------------------
+
+
+class Settings(BaseSettings):
+    """Every setting of the adapter, validated and frozen.  Build it with `load_settings`."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix=ENV_PREFIX,
+        case_sensitive=False,
+        validate_default=True,
+    )
+
+    # Listening sockets, normalised "host:port" ("[v6]:port" for IPv6).  Empty: listen nowhere.
+    listeners: Annotated[tuple[str, ...], NoDecode] = ("0.0.0.0:61613",)
+    # Where the broker is.  STOMP sessions log in with the CONNECT frame's credentials (or the defaults).
+    amqp_url: str = "amqp://guest:guest@localhost:5672/"
+    # Used when CONNECT has no login/passcode (and for implicit connect); None disables.
+    default_user: str | None = "guest"
+    default_pass: str | None = Field(default="guest", repr=False)
+    default_vhost: str = "/"
+    implicit_connect: bool = False
+    hide_server_info: bool = False
+    default_nack_requeue: bool = True
+    proxy_protocol: bool = False
+    default_topic_exchange: str = "amq.topic"
+    max_frame_size: int = 4 * 1024 * 1024
+    max_frame_size_unauthenticated: int = 65536
+    max_headers: int = 100
+    max_header_length: int = 102400
+    # Seconds (the ini key stomp.login_timeout is in milliseconds, as in the plugin).
+    login_timeout: float = 10.0
+    # Factor applied to the client's heart-beat interval before the connection is declared dead.
+    heartbeat_tolerance: float = 1.5
+    shutdown_timeout: float = 10.0
+    amqp_connect_timeout: float = 10.0
+    amqp_heartbeat: int = 60
+    # Users that may only log in when the STOMP client connects from a loopback address.
+    loopback_users: Annotated[tuple[str, ...], NoDecode] = ("guest",)
+    tcp_backlog: int = 128
+    tcp_nodelay: bool = True
+    tcp_keepalive: bool = False
+    tcp_sndbuf: int | None = None
+    tcp_recbuf: int | None = None
+    log_level: str = "INFO"
+    # Append LF after the NUL of every outgoing frame, as the plugin does.
+    trailing_lf: bool = True
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _convert(cls, value: object, info: Any) -> object:
+        return _CONVERTERS[info.field_name](value)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # First wins: command line, then environment, then the ini file given to load_settings.
+        # No .env or secrets-directory sources: the adapter reads nothing the operator did not name.
+        return init_settings, env_settings, IniSettingsSource(settings_cls, _ACTIVE_INI.get())
+
+
+# Every field must have a converter (the wildcard validator looks them up by name).
+assert set(_CONVERTERS) == set(Settings.model_fields), set(_CONVERTERS) ^ set(Settings.model_fields)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The ini file (rabbitmq.conf style)
+# --------------------------------------------------------------------------------------------------------
+
+# rabbitmq.conf keys of the STOMP plugin, accepted unchanged.
+_STOMP_KEYS: dict[str, str] = {
+    "stomp.default_user": "default_user",
+    "stomp.default_pass": "default_pass",
+    "stomp.default_vhost": "default_vhost",
+    "stomp.implicit_connect": "implicit_connect",
+    "stomp.max_frame_size": "max_frame_size",
+    "stomp.max_frame_size_unauthenticated": "max_frame_size_unauthenticated",
+    "stomp.default_topic_exchange": "default_topic_exchange",
+    "stomp.hide_server_info": "hide_server_info",
+    "stomp.default_nack_requeue": "default_nack_requeue",
+    "stomp.proxy_protocol": "proxy_protocol",
+    "stomp.login_timeout": "login_timeout",  # milliseconds, see _read_value
+    "stomp.tcp_listen_options.backlog": "tcp_backlog",
+    "stomp.tcp_listen_options.nodelay": "tcp_nodelay",
+    "stomp.tcp_listen_options.keepalive": "tcp_keepalive",
+    "stomp.tcp_listen_options.sndbuf": "tcp_sndbuf",
+    "stomp.tcp_listen_options.recbuf": "tcp_recbuf",
+}
+
+# The adapter's own keys.
+_ADAPTER_KEYS: dict[str, str] = {
+    f"adapter.{name}": name
+    for name in (
+        "listeners",
+        "amqp_url",
+        "max_frame_size_unauthenticated",
+        "max_headers",
+        "max_header_length",
+        "login_timeout",
+        "heartbeat_tolerance",
+        "shutdown_timeout",
+        "amqp_connect_timeout",
+        "amqp_heartbeat",
+        "loopback_users",
+        "log_level",
+        "trailing_lf",
+    )
+}
+
+_KEYS = {**_STOMP_KEYS, **_ADAPTER_KEYS}
+
+_TCP_LISTENER_PREFIX = "stomp.listeners.tcp."
+_SSL_LISTENER_PREFIX = "stomp.listeners.ssl."
+_ACCEPTORS_PREFIX = "stomp.num_acceptors."
+
+# Valid plugin keys that make no sense for the adapter: accepted, ignored, logged.
+_IGNORED_KEYS = {
+    "stomp.tcp_listen_options.exit_on_close",
+    "stomp.tcp_listen_options.send_timeout",
+    "stomp.tcp_listen_options.send_timeout_close",
+    "stomp.tcp_listen_options.linger.on",
+    "stomp.tcp_listen_options.linger.timeout",
+}
+
+# Valid plugin keys for features the adapter does not have: refused so nobody believes they are on.
+_UNSUPPORTED_KEYS = {"stomp.ssl_cert_login", "stomp.max_connections"}
+
+# Candidates offered by "did you mean".
+_SUGGESTIONS = sorted(
+    [
+        *_KEYS,
+        "stomp.listeners.tcp",
+        "stomp.listeners.tcp.<name>",
+        "stomp.num_acceptors.tcp",
+        *_IGNORED_KEYS,
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    """Where a value was written, for error messages: "FILE line N" and the key as written."""
+
+    where: str
+    key: str
+    raw: str
+
+
+@dataclass(slots=True)
+class IniFile:
+    """A parsed ini file: typed values by field name, and where each came from."""
+
+    path: str
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, _Origin] = field(default_factory=dict)
+
+
+def _suggest(key: str) -> str:
+    if key == "loopback_users" or key.startswith("loopback_users."):
+        return " (the adapter's equivalent is adapter.loopback_users, a comma-separated list or none)"
+    # A misspelt listener key keeps its own name: offer "stomp.listeners.tcp.<that name>".
+    candidates = [*_SUGGESTIONS, _TCP_LISTENER_PREFIX + key.rpartition(".")[2]]
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    if not key.startswith(("stomp.", "adapter.")):
+        return " (only stomp.* and adapter.* keys are read)"
+    return ""
+
+
+def _shown(field_name: str, raw: object) -> str:
+    if field_name == "amqp_url" and isinstance(raw, str):
+        return repr(redact_url(raw))
+    if field_name == "default_pass":
+        return "'***'"
+    return repr(raw)
+
+
+def read_ini(path: str | os.PathLike[str]) -> IniFile:
+    """Read and validate a rabbitmq.conf-style file; raise ConfigError on the first problem."""
+    shown_path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {shown_path!r} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read configuration file {shown_path!r}: {reason}") from None
+
+    ini = IniFile(path=shown_path)
+    tcp_listeners: dict[str, tuple[str, _Origin]] = {}
+    tcp_none: _Origin | None = None
+    adapter_listeners: _Origin | None = None
+
+    for number, line in enumerate(lines, start=1):
+        where = f"{shown_path} line {number}"
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        text = re.split(r"\s#", text, maxsplit=1)[0].strip()  # a trailing " # comment"
+        if text.startswith("["):
+            raise ConfigError(
+                f"{where}: section headers such as {text!r} are not supported; write 'key = value'"
+            )
+        key, equals, raw = text.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not equals or not key or re.search(r"\s", key):
+            raise ConfigError(f"{where}: expected 'key = value', got {text!r}")
+        origin = _Origin(where, key, raw)
+
+        def fail(message: str, origin: _Origin = origin) -> ConfigError:
+            shown = _shown(_KEYS.get(origin.key, ""), origin.raw)
+            return ConfigError(f"{origin.where}: {origin.key} = {shown}: {message}")
+
+        if key == "stomp.listeners.tcp":
+            if raw.lower() != "none":
+                raise fail("only 'none' is allowed here; add listeners as stomp.listeners.tcp.<name> = PORT")
+            tcp_none = origin
+            continue
+        if key == "stomp.listeners.ssl" and raw.lower() == "none":
+            continue  # no TLS listeners: exactly what the adapter does
+        if key.startswith(_TCP_LISTENER_PREFIX) and len(key) > len(_TCP_LISTENER_PREFIX):
+            try:
+                listener = _normalise_listener(raw)
+            except ValueError as exc:
+                raise fail(str(exc)) from None
+            tcp_listeners[key] = (listener, origin)  # a repeated name replaces, as in rabbitmq.conf
+            continue
+        if key.startswith(_SSL_LISTENER_PREFIX) or key in _UNSUPPORTED_KEYS or key == "stomp.listeners.ssl":
+            if key == "stomp.ssl_cert_login":
+                try:
+                    if not _to_bool(raw):
+                        continue  # false is the plugin's default and what the adapter does anyway
+                except ValueError as exc:
+                    raise fail(str(exc)) from None
+            raise ConfigError(f"{where}: key {key!r} is not supported by the adapter (yet)")
+        if key.startswith(_ACCEPTORS_PREFIX) or key in _IGNORED_KEYS:
+            log.warning("%s: key %r has no meaning for the adapter and is ignored", where, key)
+            continue
+        if key not in _KEYS:
+            raise ConfigError(f"{where}: unknown key {key!r}{_suggest(key)}")
+
+        name = _KEYS[key]
+        try:
+            if key == "stomp.login_timeout":
+                value: Any = _int_converter(1, what="a positive integer (milliseconds)")(raw) / 1000
+            else:
+                value = _CONVERTERS[name](raw)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        previous = ini.origins.get(name)
+        if previous is not None and previous.key != key:
+            raise ConfigError(
+                f"{where}: {key} sets the same setting as {previous.key} ({previous.where}); keep one of them"
+            )
+        if name == "listeners":
+            adapter_listeners = origin
+        ini.values[name] = value
+        ini.origins[name] = origin
+
+    if tcp_listeners and adapter_listeners is not None:
+        first = next(iter(tcp_listeners.values()))[1]
+        raise ConfigError(
+            f"{adapter_listeners.where}: adapter.listeners and {first.key} ({first.where}) both set the "
+            "listeners; keep one of them"
+        )
+    if tcp_none is not None:
+        # As in the plugin's schema, "stomp.listeners.tcp = none" wins over named listeners.
+        for _listener, origin in tcp_listeners.values():
+            log.warning(
+                "%s: %s is ignored because of %s = none (%s)",
+                origin.where,
+                origin.key,
+                tcp_none.key,
+                tcp_none.where,
+            )
+        if adapter_listeners is not None:
+            raise ConfigError(
+                f"{tcp_none.where}: stomp.listeners.tcp = none and adapter.listeners "
+                f"({adapter_listeners.where}) both set the listeners; keep one of them"
+            )
+        ini.values["listeners"] = ()
+        ini.origins["listeners"] = tcp_none
+    elif tcp_listeners:
+        ini.values["listeners"] = tuple(listener for listener, _origin in tcp_listeners.values())
+        ini.origins["listeners"] = next(iter(tcp_listeners.values()))[1]
+    return ini
+
+
+class IniSettingsSource(PydanticBaseSettingsSource):
+    """pydantic-settings source for an already parsed `IniFile` (or nothing)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], ini: IniFile | None) -> None:
+        super().__init__(settings_cls)
+        self._ini = ini
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if self._ini is None or field_name not in self._ini.values:
+            return None, field_name, False
+        return self._ini.values[field_name], field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._ini.values) if self._ini is not None else {}
+
+
+# The ini file of the load_settings call in progress (settings_customise_sources is a classmethod, so
+# this is how the file reaches it without a subclass per call).
+_ACTIVE_INI: contextvars.ContextVar[IniFile | None] = contextvars.ContextVar("_ACTIVE_INI", default=None)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------------------
+
+# Command-line flags that exist (cli.py), for error messages about overrides.
+_CLI_FLAGS = {"listeners": "--listen", "amqp_url": "--amqp-url", "log_level": "--log-level"}
+
+
+def _env_var(field_name: str, environ: Mapping[str, str]) -> str | None:
+    wanted = (ENV_PREFIX + field_name).upper()
+    for name in environ:
+        if name.upper() == wanted:
+            return name
+    return None
+
+
+def _warn_unknown_env(environ: Mapping[str, str]) -> None:
+    # A warning, not an error: other tools may share the prefix, and the environment is not ours alone.
+    env_names = {(ENV_PREFIX + name).upper(): name for name in Settings.model_fields}
+    for name in environ:
+        upper = name.upper()
+        if upper.startswith(ENV_PREFIX) and upper not in env_names:
+            close = difflib.get_close_matches(upper, list(env_names), n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            log.warning("environment variable %s is not an adapter setting and is ignored%s", name, hint)
+
+
+def _describe(
+    field_name: str, overrides: Mapping[str, object], environ: Mapping[str, str], ini: IniFile | None
+) -> str:
+    """'<where>: <key> = <value>' for the source whose value won, as the operator wrote it."""
+    if field_name in overrides:
+        flag = _CLI_FLAGS.get(field_name)
+        where = f"command line: {flag}" if flag else f"override: {field_name}"
+        return f"{where} = {_shown(field_name, overrides[field_name])}"
+    env_name = _env_var(field_name, environ)
+    if env_name is not None:
+        return f"environment: {env_name} = {_shown(field_name, environ[env_name])}"
+    if ini is not None and field_name in ini.origins:
+        origin = ini.origins[field_name]
+        return f"{origin.where}: {origin.key} = {_shown(field_name, origin.raw)}"
+    return f"setting {field_name}"
+
+
+def _error_text(error: Mapping[str, Any]) -> str:
+    ctx = error.get("ctx") or {}
+    if isinstance(ctx.get("error"), ValueError):
+        return str(ctx["error"])
+    return str(error.get("msg", "invalid value"))
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Build the settings from defaults, the ini file, ``STOMP_ADAPTER_*`` variables and *overrides*.
+
+    *overrides* are command-line values keyed by field name; None values are ignored.  Every problem
+    raises `ConfigError` naming the key, the value and what is allowed.
+    """
+    given = {name: value for name, value in (overrides or {}).items() if value is not None}
+    for name in given:
+        if name not in Settings.model_fields:
+            close = difflib.get_close_matches(name, list(Settings.model_fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"override: unknown setting {name!r}{hint}")
+
+    ini = read_ini(config_file) if config_file is not None else None
+    environ = dict(os.environ)
+    _warn_unknown_env(environ)
+
+    token = _ACTIVE_INI.set(ini)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            loc = error.get("loc") or ()
+            field_name = str(loc[0]) if loc else ""
+            if field_name in Settings.model_fields:
+                problems.append(f"{_describe(field_name, given, environ, ini)}: {_error_text(error)}")
+            else:
+                problems.append(f"{field_name or 'settings'}: {_error_text(error)}")
+        raise ConfigError("\n".join(problems)) from None
+    finally:
+        _ACTIVE_INI.reset(token)

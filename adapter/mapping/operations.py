@@ -1,0 +1,171 @@
+"""The operations the session asks its shell to perform, named after the AMQP methods they become.
+
+The session (``adapter/session.py``) is a generator per client frame that yields these values in
+the order they must happen; the shell executes each one and sends the result back in.  Ops marked
+*synchronous* wait for the broker's reply before the next op runs; the others are written to the
+socket buffer at once (publishes, acks, frames to the client), which keeps the per-message path
+free of futures.  Pure data: imports neither asyncio, aio-pika, pamqp nor pydantic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .properties import MessageProperties
+
+
+# --- connection ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OpenConnection:
+    """Synchronous: open the client's own AMQP connection and channel.  Result: LoginResult."""
+
+    user: str
+    password: str
+    vhost: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoginResult:
+    ok: bool
+    # "auth" (bad user/password), "vhost" (missing vhost or no access), "other"
+    failure: str = ""
+    detail: str = ""
+    server_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAmqp:
+    """Synchronous: close the AMQP connection cleanly (consumers end, unacked messages requeue)."""
+
+
+# --- synchronous channel methods -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ConfirmSelect:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeclare:
+    """Result: the queue name (useful when ``queue`` is empty and the broker names it)."""
+
+    queue: str
+    durable: bool = False
+    exclusive: bool = False
+    auto_delete: bool = False
+    arguments: dict[str, object] = field(default_factory=dict)
+    passive: bool = False
+    nowait: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBind:
+    queue: str
+    exchange: str
+    routing_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDelete:
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class BasicQos:
+    prefetch_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class BasicConsume:
+    queue: str
+    consumer_tag: str
+    no_ack: bool
+    arguments: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BasicCancel:
+    consumer_tag: str
+
+
+# --- asynchronous methods: buffered, no reply awaited -------------------------------------------
+@dataclass(frozen=True, slots=True)
+class BasicPublish:
+    exchange: str
+    routing_key: str
+    properties: MessageProperties
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BasicAck:
+    delivery_tag: int
+    multiple: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BasicNack:
+    delivery_tag: int
+    multiple: bool
+    requeue: bool
+
+
+# --- towards the STOMP client ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SendFrame:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseClient:
+    """Flush what was sent, close the AMQP connection and the client socket."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Established:
+    """The client is logged in: switch the parser to ``version``'s rules and the authenticated
+    frame limits, stop the login timer, and start heart-beats (every ``send_ms``, expect bytes
+    every ``receive_ms``; 0 = off)."""
+
+    version: str
+    send_ms: int
+    receive_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitConfirms:
+    """Synchronous: wait until the broker has confirmed every publish sent so far."""
+
+
+SYNCHRONOUS_OPS = (
+    OpenConnection,
+    CloseAmqp,
+    ConfirmSelect,
+    QueueDeclare,
+    QueueBind,
+    QueueDelete,
+    BasicQos,
+    BasicConsume,
+    BasicCancel,
+    AwaitConfirms,
+)
+
+Operation = (
+    OpenConnection
+    | CloseAmqp
+    | ConfirmSelect
+    | QueueDeclare
+    | QueueBind
+    | QueueDelete
+    | BasicQos
+    | BasicConsume
+    | BasicCancel
+    | BasicPublish
+    | BasicAck
+    | BasicNack
+    | SendFrame
+    | CloseClient
+    | Established
+    | AwaitConfirms
+)

@@ -1,0 +1,1 @@
+"""asyncio shell: listeners, per-client connections, shutdown."""

@@ -1,0 +1,511 @@
+"""The asyncio shell around one STOMP client: socket in, session, AMQP link, socket out.
+
+Owns the client socket, the frame pump that drives the session's operation generators, the
+write buffer (flushed once per loop iteration), heart-beat and login timers, and the flow
+control between the two sockets.  No protocol decisions are made here: they are in
+``adapter/session.py``.
+
+The pump runs inside ``data_received`` as long as operations need no reply (SEND, ACK, MESSAGE
+...), so the per-message path has no task, future or queue.  When an operation must wait for the
+broker (declare, consume, login ...), the pump hands over to a task and stops reading the
+socket until the reply arrives, which keeps frames strictly in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import socket
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..amqp import wire
+from ..amqp.connection import AmqpConnection, AmqpError
+from ..mapping import operations as ops
+from ..mapping.properties import MessageProperties
+from ..session import Session, SessionSettings, State, new_session_id
+from ..stomp.codec import FrameError, FrameParser
+from ..stomp.frame import Frame
+
+if TYPE_CHECKING:
+    from .listener import Server
+
+log = logging.getLogger("adapter.connection")
+
+# Stop reading from the client while this many bytes of parsed-but-unhandled input wait
+_MAX_BUFFERED_INPUT = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    host: str
+    port: int
+    heartbeat: int
+    connect_timeout: float
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._settings: SessionSettings = server.session_settings
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.session: Session | None = None
+        self._parser = FrameParser(self._settings.unauthenticated_limits)
+        self._amqp: AmqpConnection | None = None
+        self._out: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+        # the frame being handled and its operation generator
+        self._frame: Frame | None = None
+        self._steps: Generator[ops.Operation, object, None] | None = None
+        self._busy = False  # a task is waiting for the broker
+        self._closed = False
+        self._finished = False
+        self._close_reason = ""
+        self._pause_reasons: set[str] = set()
+        self._read_since_check = False
+        self._wrote_since_check = False
+        self._timers: list[asyncio.TimerHandle] = []
+        self._confirm_waiter: asyncio.Future[None] | None = None
+        self.done: asyncio.Future[None] = self._loop.create_future()
+
+    # ------------------------------------------------------------------ socket events
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
+        peername = transport.get_extra_info("peername")
+        host, port = (peername[0], peername[1]) if peername else ("?", 0)
+        self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            self._server.tune_socket(sock)
+        self.session = Session(
+            self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=is_loopback(host)
+        )
+        self._server.connections.add(self)
+        self._timers.append(self._loop.call_later(self._server.login_timeout, self._login_timed_out))
+        log.info("connection opened peer=%s", self.peer)
+
+    def data_received(self, data: bytes) -> None:
+        self._read_since_check = True
+        if self._closed:
+            return
+        self._parser.feed(data)
+        self._pump()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if not self._closed:
+            self._closed = True
+            self._close_reason = (
+                f"client closed the connection ({exc})" if exc else "client closed the connection"
+            )
+        self._finish()
+
+    def pause_writing(self) -> None:
+        # the client reads slower than the broker delivers: stop reading deliveries from the
+        # broker, so TCP back-pressure reaches RabbitMQ instead of our memory
+        if self._amqp is not None:
+            self._amqp.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._amqp is not None:
+            self._amqp.resume_reading()
+
+    # ------------------------------------------------------------------ the pump
+    def _pump(self) -> None:
+        session = self.session
+        assert session is not None
+        parser = self._parser
+        while not self._busy and not self._closed:
+            steps = self._steps
+            if steps is None:
+                try:
+                    frame = parser.next_frame()
+                except FrameError as error:
+                    self._run_all(session.on_frame_error(error))
+                    return
+                if frame is None:
+                    break
+                self._frame = frame
+                steps = self._steps = session.handle_frame(frame)
+                result: object = None
+            else:
+                result = self._result
+            try:
+                op = steps.send(result)
+            except StopIteration:
+                self._steps = None
+                self._frame = None
+                self._result = None
+                continue
+            self._result = self._execute(op)
+        if not self._closed:
+            if parser.buffered > _MAX_BUFFERED_INPUT and self._busy:
+                self._pause("input")
+            else:
+                self._resume("input")
+
+    _result: object = None
+
+    def _execute(self, op: ops.Operation) -> object:
+        """Run an operation that needs no reply, or start a task for one that does."""
+        amqp = self._amqp
+        if isinstance(op, ops.BasicPublish):
+            assert amqp is not None
+            amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
+        elif isinstance(op, ops.SendFrame):
+            self._write(op.data)
+        elif isinstance(op, ops.BasicAck):
+            assert amqp is not None
+            amqp.ack(op.delivery_tag, op.multiple)
+        elif isinstance(op, ops.BasicNack):
+            assert amqp is not None
+            amqp.nack(op.delivery_tag, op.multiple, op.requeue)
+        elif isinstance(op, ops.QueueDeclare) and op.nowait:
+            assert amqp is not None
+            amqp.send_nowait(_queue_declare(op))
+        elif isinstance(op, ops.Established):
+            self._established(op)
+        elif isinstance(op, ops.CloseClient):
+            self._close(op.reason)
+        else:
+            self._busy = True
+            self._pause("broker")
+            self._loop.create_task(self._run_sync(op))
+        return None
+
+    async def _run_sync(self, op: ops.Operation) -> None:
+        try:
+            self._result = await self._call(op)
+        except AmqpError:
+            # on_amqp_closed has already sent the ERROR and closed the client
+            return
+        except (OSError, TimeoutError) as error:
+            assert self.session is not None
+            self._run_all(self.session.on_connection_lost(str(error) or type(error).__name__))
+            return
+        except Exception:  # a bug must not take the server down: report and close this client
+            log.exception("internal error peer=%s", self.peer)
+            assert self.session is not None
+            self._run_all(list(self.session._fail("Internal error", "Internal error", self._frame)))
+            return
+        self._busy = False
+        if self._closed:
+            return
+        self._resume("broker")
+        self._pump()
+
+    async def _call(self, op: ops.Operation) -> object:
+        if isinstance(op, ops.OpenConnection):
+            return await self._open_amqp(op)
+        amqp = self._amqp
+        assert amqp is not None
+        if isinstance(op, ops.QueueDeclare):
+            reply = await amqp.call(_queue_declare(op), wire.QUEUE_DECLARE_OK)
+            return getattr(reply, "queue", op.queue)
+        if isinstance(op, ops.BasicConsume):
+            await amqp.call(
+                wire.basic_consume(wire_channel(), op.queue, op.consumer_tag, op.no_ack, op.arguments),
+                wire.BASIC_CONSUME_OK,
+            )
+        elif isinstance(op, ops.QueueBind):
+            await amqp.call(
+                wire.queue_bind(wire_channel(), op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
+            )
+        elif isinstance(op, ops.BasicQos):
+            await amqp.call(wire.basic_qos(wire_channel(), op.prefetch_count), wire.BASIC_QOS_OK)
+        elif isinstance(op, ops.BasicCancel):
+            await amqp.call(wire.basic_cancel(wire_channel(), op.consumer_tag), wire.BASIC_CANCEL_OK)
+        elif isinstance(op, ops.QueueDelete):
+            await amqp.call(wire.queue_delete(wire_channel(), op.queue), wire.QUEUE_DELETE_OK)
+        elif isinstance(op, ops.ConfirmSelect):
+            await amqp.call(wire.confirm_select(wire_channel()), wire.CONFIRM_SELECT_OK)
+        elif isinstance(op, ops.AwaitConfirms):
+            assert self.session is not None
+            if self.session.confirms_outstanding:
+                self._confirm_waiter = self._loop.create_future()
+                async with asyncio.timeout(self._server.shutdown_timeout):
+                    await self._confirm_waiter
+        elif isinstance(op, ops.CloseAmqp):
+            self._amqp = None
+            await amqp.close()
+        else:  # pragma: no cover - exhaustive over SYNCHRONOUS_OPS
+            raise AssertionError(f"unhandled operation {op!r}")
+        return None
+
+    async def _open_amqp(self, op: ops.OpenConnection) -> ops.LoginResult:
+        broker = self._server.broker
+        try:
+            amqp = await AmqpConnection.open(
+                self,
+                host=broker.host,
+                port=broker.port,
+                user=op.user,
+                password=op.password,
+                vhost=op.vhost,
+                heartbeat=broker.heartbeat,
+                timeout=broker.connect_timeout,
+                connection_name=f"STOMP {self.peer}",
+            )
+        except AmqpError as error:
+            log.info("login refused peer=%s user=%s vhost=%s: %s", self.peer, op.user, op.vhost, error.text)
+            if error.code == 403 or (error.phase == "auth" and error.code == 0):
+                # RabbitMQ closes the socket on a failed login (authentication_failure_close)
+                return ops.LoginResult(False, "auth", error.text)
+            if error.code in (530, 402) or error.phase == "vhost":
+                return ops.LoginResult(False, "vhost", error.text)
+            return ops.LoginResult(False, "other", error.text)
+        except (OSError, TimeoutError) as error:
+            log.warning("broker unreachable for peer=%s: %s", self.peer, error or type(error).__name__)
+            return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
+        if self._closed:
+            amqp.close_nowait()
+            return ops.LoginResult(False, "other", "closed")
+        self._amqp = amqp
+        props = amqp.server_properties
+        product = _text(props.get("product", "RabbitMQ"))
+        version = _text(props.get("version", ""))
+        server = f"{product}/{version}" if version else product
+        return ops.LoginResult(True, server_version=server)
+
+    def _run_all(self, operations: list[ops.Operation]) -> None:
+        for op in operations:
+            if isinstance(op, ops.SendFrame):
+                self._write(op.data)
+            elif isinstance(op, ops.CloseClient):
+                self._close(op.reason)
+
+    # ------------------------------------------------------------------ login and heart-beats
+    def _established(self, op: ops.Established) -> None:
+        session = self.session
+        assert session is not None
+        self._parser.set_version(op.version)
+        self._parser.limits = self._settings.frame_limits
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        log.info(
+            "connection logged in peer=%s user=%s vhost=%s version=%s heart-beat=%s,%s",
+            self.peer,
+            session.user,
+            session.vhost,
+            op.version,
+            op.send_ms,
+            op.receive_ms,
+        )
+        if op.send_ms:
+            self._timers.append(
+                self._loop.call_later(op.send_ms / 2000, self._send_heartbeat, op.send_ms / 2000)
+            )
+        if op.receive_ms:
+            interval = op.receive_ms * self._server.heartbeat_tolerance / 1000
+            self._read_since_check = False
+            self._timers.append(self._loop.call_later(interval, self._check_heartbeat, interval))
+
+    def _send_heartbeat(self, interval: float) -> None:
+        if self._closed or self.transport is None:
+            return
+        if not self._wrote_since_check and not self._out:
+            self.transport.write(b"\n")
+        self._wrote_since_check = False
+        self._timers.append(self._loop.call_later(interval, self._send_heartbeat, interval))
+
+    def _check_heartbeat(self, interval: float) -> None:
+        if self._closed:
+            return
+        if not self._read_since_check and "broker" not in self._pause_reasons:
+            assert self.session is not None
+            self._run_all(
+                list(
+                    self.session._fail(
+                        "Heart-beat timeout",
+                        f"No data received from the client for {interval:.1f} s\n",
+                        None,
+                    )
+                )
+            )
+            return
+        self._read_since_check = False
+        self._timers.append(self._loop.call_later(interval, self._check_heartbeat, interval))
+
+    def _login_timed_out(self) -> None:
+        session = self.session
+        if self._closed or session is None or session.state is State.CONNECTED:
+            return
+        self._run_all(list(session._fail("Login timeout", "No successful CONNECT in time\n", None)))
+
+    # ------------------------------------------------------------------ broker events
+    def on_deliver(
+        self,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: MessageProperties,
+        body: bytes,
+    ) -> None:
+        if self._closed or self.session is None:
+            return
+        self._write(
+            self.session.on_delivery(
+                consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body
+            )
+        )
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        session = self.session
+        if session is None or self._closed:
+            return
+        data = session.on_confirm(delivery_tag, multiple, ack)
+        if data:
+            self._write(data)
+            if not ack:
+                self._close("the broker refused a message (basic.nack)")
+        waiter = self._confirm_waiter
+        if waiter is not None and not session.confirms_outstanding and not waiter.done():
+            waiter.set_result(None)
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        if self.session is not None and not self._closed:
+            self._write(self.session.on_server_cancel(consumer_tag))
+
+    def on_amqp_closed(self, error: AmqpError) -> None:
+        session = self.session
+        self._amqp = None if error.code else self._amqp
+        if session is None or self._closed:
+            return
+        if error.code:
+            # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close (§19)
+            frame = self._frame if self._busy else None
+            self._run_all(session.on_broker_error(error.name, error.text, frame))
+        else:
+            self._run_all(session.on_connection_lost(error.text))
+
+    def on_broker_backpressure(self, paused: bool) -> None:
+        if paused:
+            self._pause("broker-flow")
+        else:
+            self._resume("broker-flow")
+
+    # ------------------------------------------------------------------ output
+    def _write(self, data: bytes) -> None:
+        if not data:
+            return
+        self._out.append(data)
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        out = self._out
+        if not out or self.transport is None:
+            return
+        self._out = []
+        self._wrote_since_check = True
+        self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def _pause(self, reason: str) -> None:
+        if not self._pause_reasons and self.transport is not None:
+            self.transport.pause_reading()
+        self._pause_reasons.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason not in self._pause_reasons:
+            return
+        self._pause_reasons.discard(reason)
+        if not self._pause_reasons and self.transport is not None and not self._closed:
+            self.transport.resume_reading()
+
+    # ------------------------------------------------------------------ closing
+    def _close(self, reason: str) -> None:
+        """Flush what was written, close the client socket, release the AMQP connection."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_reason = reason
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()  # sends buffered bytes first
+        self._finish()
+
+    def shutdown(self) -> None:
+        """Server shutdown: tell the client why, then close."""
+        if self._closed or self.session is None:
+            return
+        self._write(self.session.shutdown_notice())
+        self._close("server shutdown")
+
+    def _finish(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        if self._steps is not None:
+            self._steps.close()
+            self._steps = None
+        amqp, self._amqp = self._amqp, None
+        if self._confirm_waiter is not None and not self._confirm_waiter.done():
+            self._confirm_waiter.cancel()
+        if self._finished:
+            return
+        self._finished = True
+        session = self.session
+        log.info(
+            "connection closed peer=%s user=%s vhost=%s reason=%s",
+            self.peer,
+            session.user if session else None,
+            session.vhost if session else None,
+            self._close_reason,
+        )
+        if amqp is not None and amqp.is_open:
+            task = self._loop.create_task(amqp.close())
+            task.add_done_callback(lambda _t: self._set_done())
+        else:
+            self._set_done()
+
+    def _set_done(self) -> None:
+        self._server.connections.discard(self)
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def wire_channel() -> int:
+    from ..amqp.connection import CHANNEL
+
+    return CHANNEL
+
+
+def _queue_declare(op: ops.QueueDeclare) -> bytes:
+    return wire.queue_declare(
+        wire_channel(),
+        op.queue,
+        passive=op.passive,
+        durable=op.durable,
+        exclusive=op.exclusive,
+        auto_delete=op.auto_delete,
+        nowait=op.nowait,
+        arguments=op.arguments,
+    )
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)

@@ -1,0 +1,105 @@
+"""The server: TCP listeners, the set of live client connections, and graceful shutdown.
+
+Owns the lifecycle, in uvicorn's order: stop accepting, tell every client the server is shutting
+down (an ERROR frame) and close it, let the AMQP connections close cleanly (so unacknowledged
+messages are requeued by the broker), wait up to ``shutdown_timeout``, then give up on the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from urllib.parse import unquote, urlsplit
+
+from ..session import SessionSettings
+from .connection import BrokerAddress, ClientConnection
+
+log = logging.getLogger("adapter.server")
+
+
+def broker_address(amqp_url: str, heartbeat: int, connect_timeout: float) -> BrokerAddress:
+    parts = urlsplit(amqp_url)
+    if parts.scheme == "amqps":
+        raise ValueError("amqps:// (TLS to the broker) is not supported yet")
+    return BrokerAddress(
+        host=unquote(parts.hostname or "localhost"),
+        port=parts.port or 5672,
+        heartbeat=heartbeat,
+        connect_timeout=connect_timeout,
+    )
+
+
+class Server:
+    def __init__(
+        self,
+        *,
+        session_settings: SessionSettings,
+        broker: BrokerAddress,
+        listeners: list[tuple[str, int]],
+        login_timeout: float = 10.0,
+        heartbeat_tolerance: float = 1.5,
+        shutdown_timeout: float = 10.0,
+        backlog: int = 128,
+        nodelay: bool = True,
+        keepalive: bool = False,
+        sndbuf: int | None = None,
+        recbuf: int | None = None,
+    ) -> None:
+        self.session_settings = session_settings
+        self.broker = broker
+        self.listeners = listeners
+        self.login_timeout = login_timeout
+        self.heartbeat_tolerance = heartbeat_tolerance
+        self.shutdown_timeout = shutdown_timeout
+        self._backlog = backlog
+        self._nodelay = nodelay
+        self._keepalive = keepalive
+        self._sndbuf = sndbuf
+        self._recbuf = recbuf
+        self.connections: set[ClientConnection] = set()
+        self._servers: list[asyncio.Server] = []
+        self.addresses: list[tuple[str, int]] = []
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for host, port in self.listeners:
+            server = await loop.create_server(
+                lambda: ClientConnection(self), host or None, port, backlog=self._backlog, reuse_address=True
+            )
+            self._servers.append(server)
+            for sock in server.sockets:
+                address = sock.getsockname()
+                self.addresses.append((address[0], address[1]))
+                log.info("listening on %s:%s", address[0], address[1])
+
+    def tune_socket(self, sock: socket.socket) -> None:
+        """Apply ``stomp.tcp_listen_options`` to an accepted client socket."""
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if self._nodelay else 0)
+            if self._keepalive:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if self._sndbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+            if self._recbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._recbuf)
+        except OSError as error:  # pragma: no cover - depends on the platform
+            log.debug("could not tune socket: %s", error)
+
+    async def shutdown(self) -> None:
+        for server in self._servers:
+            server.close()
+        connections = list(self.connections)
+        log.info("shutting down: closing %d connection(s)", len(connections))
+        for connection in connections:
+            connection.shutdown()
+        pending = [c.done for c in connections if not c.done.done()]
+        if pending:
+            done, not_done = await asyncio.wait(pending, timeout=self.shutdown_timeout)
+            if not_done:
+                log.warning(
+                    "%d connection(s) did not close within %.1f s", len(not_done), self.shutdown_timeout
+                )
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()

@@ -1,0 +1,761 @@
+"""The per-connection STOMP session: client frames and broker events in, ordered operations out.
+
+Pure (sans-IO): imports neither asyncio, aio-pika, pamqp nor pydantic.  The shell
+(``adapter/server/connection.py``) owns the sockets and the AMQP connection.
+
+Each client frame is handled by a generator that yields operations (``adapter.mapping.operations``)
+in the order they must happen; the shell executes them strictly in that order and sends each
+synchronous operation's result back into the generator.  That order is what gives STOMP its
+semantics over AMQP (see docs/architecture.md): a SEND's RECEIPT is released by the publisher
+confirm that covers its sequence number, a transaction is a buffer replayed at COMMIT, and a
+SUBSCRIBE's RECEIPT follows its consume and bind.
+
+Broker events (deliveries, confirms, server-side cancels, channel errors) come in through the
+``on_*`` methods, which return the bytes or operations to send.
+
+Errors: every ERROR this module produces for a client frame is followed by closing the connection,
+as STOMP 1.2 requires ("the server MUST ... close the connection").  The plugin leaves the
+connection open after most of them; docs/compatibility.md lists that difference.  The one
+exception is a server-initiated subscription cancel, which is not the client's error and leaves
+the connection open, as in the plugin.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from enum import Enum, auto
+
+from .mapping.destinations import (
+    Destination,
+    DestinationError,
+    DestinationKind,
+    ProcessingError,
+    check_not_temp_queue,
+    consumer_tag,
+    durable_unsubscribe_queue,
+    is_durable,
+    message_destination,
+    message_reply_to,
+    parse_destination,
+    publish_target,
+    queue_params,
+    require_id_for_durable,
+    stream_offset_argument,
+    subscribe_target,
+)
+from .mapping.operations import (
+    AwaitConfirms,
+    BasicAck,
+    BasicCancel,
+    BasicConsume,
+    BasicNack,
+    BasicPublish,
+    BasicQos,
+    CloseAmqp,
+    CloseClient,
+    ConfirmSelect,
+    Established,
+    LoginResult,
+    OpenConnection,
+    Operation,
+    QueueBind,
+    QueueDeclare,
+    QueueDelete,
+    SendFrame,
+)
+from .mapping.properties import MessageProperties, field_value_text, properties_from_send
+from .stomp import heartbeat
+from .stomp.codec import FrameError, FrameLimits, encode_frame, escape
+from .stomp.frame import SUPPORTED_VERSIONS, Command, Frame
+
+Steps = Generator[Operation, object, None]
+
+ACK_MODES = ("auto", "client", "client-individual")
+# Transaction limits of the newer plugin (reference §16, [main]); 3.10.8 has none.
+MAX_TRANSACTIONS = 16
+MAX_TRANSACTION_ACTIONS = 1024
+# Parsed destinations are cached per session: clients reuse a handful of destinations.
+_DESTINATION_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """What the session needs from the configuration; built by ``adapter.config``."""
+
+    default_user: str | None = "guest"
+    default_pass: str | None = "guest"
+    default_vhost: str = "/"
+    implicit_connect: bool = False
+    hide_server_info: bool = False
+    default_nack_requeue: bool = True
+    default_topic_exchange: str = "amq.topic"
+    loopback_users: frozenset[str] = frozenset({"guest"})
+    trailing_lf: bool = True
+    frame_limits: FrameLimits = field(default_factory=FrameLimits)
+    unauthenticated_limits: FrameLimits = field(default_factory=lambda: FrameLimits(max_frame_size=65536))
+
+
+class State(Enum):
+    AWAITING_CONNECT = auto()
+    CONNECTED = auto()
+    CLOSED = auto()
+
+
+@dataclass(slots=True)
+class Subscription:
+    consumer_tag: str
+    id: str | None  # the SUBSCRIBE id header; None for id-less (Q_) subscriptions
+    destination: str  # the destination header as sent
+    parsed: Destination | None  # None for the implicit temp-queue subscriptions
+    ack_mode: str
+
+
+def new_session_id(random16: bytes) -> str:
+    """``session-`` + base64url (no padding) of 16 random bytes, as the plugin does (§5.6)."""
+    return "session-" + base64.urlsafe_b64encode(random16).rstrip(b"=").decode("ascii")
+
+
+class Session:
+    def __init__(
+        self,
+        settings: SessionSettings,
+        *,
+        session_id: str,
+        peer_is_loopback: bool,
+    ) -> None:
+        self.settings = settings
+        self.session_id = session_id
+        self.peer_is_loopback = peer_is_loopback
+        self.state = State.AWAITING_CONNECT
+        self.version = "1.0"
+        self.user: str | None = None
+        self.vhost: str | None = None
+        self._subscriptions: dict[str, Subscription] = {}
+        self._declared_queues: set[str] = set()
+        self._temp_queues: dict[str, str] = {}
+        self._transactions: dict[str, list[tuple[Operation, str | None]]] = {}
+        self._destinations: dict[str, Destination] = {}
+        self._message_destinations: dict[tuple[str, str], str] = {}
+        # publisher confirms: once confirm mode is on, every publish takes the next sequence
+        # number; receipts wait here until the broker's basic.ack covers their number (§15)
+        self._confirming = False
+        self._publish_seq = 0
+        self._pending_receipts: dict[int, str] = {}
+        self._ack_header = "message-id"
+        self._prefix = b""
+
+    # ------------------------------------------------------------------ frames from the client
+    def handle_frame(self, frame: Frame) -> Steps:
+        """Generator of the operations for one client frame (see module docstring)."""
+        try:
+            if self.state is State.CONNECTED:
+                handler = self._HANDLERS.get(frame.command)
+                if handler is None:
+                    if frame.command in (Command.CONNECT, Command.STOMP):
+                        yield from self._fail("Already connected", "A second CONNECT is not allowed", frame)
+                    else:
+                        yield from self._fail(
+                            "Bad command", f'Could not interpret command "{frame.command}"\n', frame
+                        )
+                    return
+                yield from handler(self, frame)
+            elif self.state is State.AWAITING_CONNECT:
+                if frame.command in (Command.CONNECT, Command.STOMP):
+                    yield from self._connect(frame)
+                elif self.settings.implicit_connect:
+                    yield from self._implicit_connect(frame)
+                else:
+                    yield from self._fail("Illegal command", "You must log in using CONNECT first", frame)
+        except DestinationError as error:
+            yield from self._fail(error.message, error.body, frame)
+        except ProcessingError as error:
+            yield from self._fail("Processing error", error.detail, frame)
+
+    def on_frame_error(self, error: FrameError) -> list[Operation]:
+        """The byte stream broke the grammar or a limit: ERROR, then close (the plugin is silent)."""
+        return list(self._fail(error.message, error.detail, None))
+
+    # ------------------------------------------------------------------ CONNECT
+    def _connect(self, frame: Frame) -> Steps:
+        headers = frame.headers
+        version = self._negotiate_version(headers.get("accept-version"))
+        if version is None:
+            yield from self._fail(
+                "Version mismatch",
+                "Supported versions are " + ",".join(SUPPORTED_VERSIONS) + "\n",
+                frame,
+            )
+            return
+        if version == "1.0":
+            # 1.0 header values are left-trimmed, the CONNECT frame included (reference §3.1)
+            headers = {k: v.lstrip() for k, v in headers.items()}
+        yield from self._login(version, headers, frame, send_connected=True)
+
+    def _implicit_connect(self, frame: Frame) -> Steps:
+        # reference §5.9: log in with no headers as a 1.0 client, send no CONNECTED, then
+        # process the frame as usual
+        yield from self._login("1.0", {}, frame, send_connected=False)
+        if self.state is State.CONNECTED:
+            yield from self._HANDLERS.get(frame.command, Session._bad_command)(self, frame)
+
+    @staticmethod
+    def _negotiate_version(accept: str | None) -> str | None:
+        # split on "," without trimming; the highest supported version wins (reference §5.2)
+        offered = ["1.0"] if accept is None else accept.split(",")
+        common = [v for v in SUPPORTED_VERSIONS if v in offered]
+        return common[-1] if common else None
+
+    def _credentials(self, headers: dict[str, str]) -> tuple[str | None, str | None]:
+        # reference §5.3: a missing passcode falls back to the default passcode, a missing
+        # login to the default user
+        settings = self.settings
+        login = headers.get("login")
+        passcode = headers.get("passcode")
+        if login is not None:
+            return login, passcode if passcode is not None else settings.default_pass
+        return settings.default_user, passcode if passcode is not None else settings.default_pass
+
+    def _login(self, version: str, headers: dict[str, str], frame: Frame, send_connected: bool) -> Steps:
+        user, password = self._credentials(headers)
+        if user is None:
+            yield from self._fail("Bad CONNECT", "Missing login or passcode header(s)", frame)
+            return
+        if user in self.settings.loopback_users and not self.peer_is_loopback:
+            # RabbitMQ's loopback_users: the broker sees every connection coming from the
+            # adapter's host, so the adapter applies the rule to the STOMP client's address
+            yield from self._fail("Bad CONNECT", "non-loopback access denied", frame)
+            return
+        vhost = headers.get("host", self.settings.default_vhost)
+        try:
+            client_heart_beat = heartbeat.parse_heart_beat(headers.get("heart-beat"))
+        except heartbeat.HeartBeatError as error:
+            yield from self._fail("Processing error", str(error), frame)
+            return
+        result = yield OpenConnection(user, password or "", vhost)
+        assert isinstance(result, LoginResult)
+        if not result.ok:
+            if result.failure == "auth":
+                yield from self._fail("Bad CONNECT", f"Access refused for user '{user}'\n", frame)
+            elif result.failure == "vhost":
+                yield from self._fail("Bad CONNECT", f"Virtual host '{vhost}' access denied", frame)
+            else:
+                yield from self._fail("Processing error", result.detail or "Processing error", frame)
+            return
+        self.state = State.CONNECTED
+        self.version = version
+        self.user = user
+        self.vhost = vhost
+        self._ack_header = "id" if version == "1.2" else "message-id"
+        send_ms, receive_ms = heartbeat.negotiate(client_heart_beat)
+        yield Established(version, send_ms, receive_ms)
+        if send_connected:
+            connected = []
+            if not self.settings.hide_server_info:
+                connected.append(("server", result.server_version or "RabbitMQ"))
+            connected += [
+                ("session", self.session_id),
+                ("heart-beat", f"{send_ms},{receive_ms}"),
+                ("version", version),
+            ]
+            # CONNECTED is never escaped (STOMP 1.2 "Value Encoding")
+            yield SendFrame(self._encode(Command.CONNECTED, connected, escape_headers=False))
+
+    # ------------------------------------------------------------------ SEND
+    def _destination(self, raw: str) -> Destination:
+        dest = self._destinations.get(raw)
+        if dest is None:
+            dest = parse_destination(raw)
+            if len(self._destinations) >= _DESTINATION_CACHE_SIZE:
+                self._destinations.clear()
+            self._destinations[raw] = dest
+        return dest
+
+    def _send(self, frame: Frame) -> Steps:
+        headers = frame.headers
+        raw = headers.get("destination")
+        if raw is None:
+            raise DestinationError("Missing destination", "\"SEND\" must include a 'destination' header\n")
+        if "message-id" in headers:
+            raise DestinationError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
+        transaction = self._transaction_of(headers)
+        dest = self._destination(raw)
+        check_not_temp_queue(dest, "SEND")
+        if dest.kind is DestinationKind.QUEUE and dest.name not in self._declared_queues:
+            yield from self._declare_queue_once(dest, headers)
+        reply_to = headers.get("reply-to")
+        resolved_reply_to = None
+        if reply_to is not None:
+            resolved_reply_to = yield from self._resolve_reply_to(reply_to)
+        exchange, routing_key = publish_target(dest, self.settings.default_topic_exchange)
+        publish = BasicPublish(
+            exchange, routing_key, properties_from_send(headers, resolved_reply_to), frame.body
+        )
+        receipt = headers.get("receipt")
+        if transaction is not None:
+            self._buffer(transaction, publish, receipt)
+            return
+        yield from self._publish(publish, receipt)
+
+    def _publish(self, publish: BasicPublish, receipt: str | None) -> Steps:
+        if receipt is not None and not self._confirming:
+            yield ConfirmSelect()
+            self._confirming = True
+        yield publish
+        if self._confirming:
+            self._publish_seq += 1
+            if receipt is not None:
+                self._pending_receipts[self._publish_seq] = receipt
+
+    def _declare_queue_once(self, dest: Destination, headers: dict[str, str]) -> Steps:
+        # /queue declares are nowait and happen once per connection, whatever later frames
+        # say (reference §6.3, §22.2)
+        params = queue_params(DestinationKind.QUEUE, headers)
+        yield QueueDeclare(
+            dest.name,
+            durable=params.durable,
+            exclusive=params.exclusive,
+            auto_delete=params.auto_delete,
+            arguments=dict(params.arguments),
+            nowait=True,
+        )
+        self._declared_queues.add(dest.name)
+
+    def _resolve_reply_to(self, reply_to: str) -> Generator[Operation, object, str | None]:
+        """reference §12.1: a /temp-queue/<name> becomes a private server-named queue."""
+        if reply_to.startswith("/temp-queue/"):
+            name = reply_to[len("/temp-queue/") :]
+            queue = self._temp_queues.get(name)
+            if queue is None:
+                declared = yield QueueDeclare("", exclusive=True, auto_delete=True)
+                assert isinstance(declared, str)
+                queue = declared
+                tag = "T_" + reply_to
+                self._subscriptions[tag] = Subscription(tag, reply_to, reply_to, None, "auto")
+                yield BasicConsume(queue, tag, no_ack=True)
+                self._temp_queues[name] = queue
+            return queue
+        try:
+            parse_destination(reply_to)
+        except DestinationError:
+            raise ProcessingError(f"reply-to {reply_to!r} is not a valid destination") from None
+        return None
+
+    # ------------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
+    def _subscribe(self, frame: Frame) -> Steps:
+        headers = frame.headers
+        raw = headers.get("destination")
+        if raw is None:
+            raise DestinationError(
+                "Missing destination", "\"SUBSCRIBE\" must include a 'destination' header\n"
+            )
+        durable = is_durable(headers)
+        if durable:
+            require_id_for_durable(headers)
+        prefetch = headers.get("prefetch-count")
+        prefetch_count = None
+        if prefetch is not None:
+            try:
+                prefetch_count = int(prefetch.strip())
+            except ValueError:
+                raise ProcessingError(f"prefetch-count must be an integer, got {prefetch!r}") from None
+            if not 0 <= prefetch_count <= 65535:
+                raise ProcessingError(f"prefetch-count must be between 0 and 65535, got {prefetch!r}")
+        ack_mode = headers.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise ProcessingError(f"ack must be one of auto, client, client-individual, got {ack_mode!r}")
+        dest = self._destination(raw)
+        check_not_temp_queue(dest, "SUBSCRIBE")
+        tag = consumer_tag(headers, raw)
+        if tag in self._subscriptions:
+            # checked before anything is declared, so no queue leaks (the plugin declares first)
+            yield from self._fail(
+                "Duplicated subscription identifier",
+                f"A subscription identified by '{tag}' already exists.",
+                frame,
+                also_receipt=True,
+            )
+            return
+        sub_id = headers.get("id")
+        target = subscribe_target(dest, headers, sub_id, self.settings.default_topic_exchange)
+        queue = target.queue
+        assert queue is not None
+        if target.declare is not None:
+            if dest.kind is DestinationKind.QUEUE:
+                if dest.name not in self._declared_queues:
+                    yield from self._declare_queue_once(dest, headers)
+            else:
+                params = target.declare
+                yield QueueDeclare(
+                    queue,
+                    durable=params.durable,
+                    exclusive=params.exclusive,
+                    auto_delete=params.auto_delete,
+                    arguments=dict(params.arguments),
+                )
+        if prefetch_count is not None:
+            yield BasicQos(prefetch_count)
+        arguments: dict[str, object] = {}
+        offset = stream_offset_argument(headers.get("x-stream-offset"))
+        if offset is not None:
+            arguments["x-stream-offset"] = offset
+        # registered before the consume is sent: the broker may deliver right after consume-ok
+        self._subscriptions[tag] = Subscription(tag, sub_id, raw, dest, ack_mode)
+        yield BasicConsume(queue, tag, no_ack=ack_mode == "auto", arguments=arguments)
+        if target.bind_exchange is not None:
+            yield QueueBind(queue, target.bind_exchange, target.bind_key)
+        yield from self._receipt(frame)
+
+    def _unsubscribe(self, frame: Frame) -> Steps:
+        headers = frame.headers
+        sub_id = headers.get("id")
+        raw = headers.get("destination")
+        if sub_id is None and raw is None:
+            raise DestinationError(
+                "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header"
+            )
+        durable = is_durable(headers)
+        if durable:
+            require_id_for_durable(headers)
+        if sub_id is not None:
+            if sub_id.startswith("/temp-queue/"):
+                raise DestinationError("Invalid id", "UNSUBSCRIBE 'id' may not start with /temp-queue/\n")
+            tag, description = "T_" + sub_id, f"id='{sub_id}'"
+        else:
+            assert raw is not None
+            tag, description = "Q_" + raw, f"destination='{raw}'"
+        subscription = self._subscriptions.get(tag)
+        if subscription is None:
+            raise DestinationError(
+                "No subscription found",
+                "UNSUBSCRIBE must refer to an existing subscription.\n"
+                f'Subscription to "{description}" not found.\n',
+            )
+        yield BasicCancel(tag)
+        self._subscriptions.pop(tag, None)
+        if durable and subscription.parsed is not None and sub_id is not None:
+            queue = durable_unsubscribe_queue(subscription.parsed, headers, sub_id)
+            if queue is not None:
+                yield QueueDelete(queue)
+        yield from self._receipt(frame)
+
+    # ------------------------------------------------------------------ ACK / NACK
+    def _ack(self, frame: Frame) -> Steps:
+        yield from self._settle(frame, nack=False)
+
+    def _nack(self, frame: Frame) -> Steps:
+        yield from self._settle(frame, nack=True)
+
+    def _settle(self, frame: Frame, nack: bool) -> Steps:
+        headers = frame.headers
+        command = frame.command
+        header = self._ack_header
+        value = headers.get(header)
+        if value is None:
+            raise DestinationError("Missing header", f'"{command}" must include the "{header}" header\n')
+        parts = value.split("@@")
+        if len(parts) != 3:
+            raise DestinationError("Invalid header", f'"{command}" must include a valid "{header}" header\n')
+        subscription = self._subscriptions.get(parts[0])
+        if subscription is None:
+            raise DestinationError("Subscription not found", f'Message with id "{value}" has no subscription')
+        try:
+            delivery_tag = int(parts[2])
+        except ValueError:
+            raise ProcessingError(f"Bad delivery tag in {header} {value!r}") from None
+        transaction = self._transaction_of(headers)
+        # 'client' acks are cumulative: AMQP multiple=true (reference §13)
+        multiple = subscription.ack_mode == "client"
+        op: Operation
+        if nack:
+            requeue_header = headers.get("requeue")
+            if requeue_header in ("true", "True"):
+                requeue = True
+            elif requeue_header in ("false", "False"):
+                requeue = False
+            else:
+                requeue = self.settings.default_nack_requeue
+            op = BasicNack(delivery_tag, multiple, requeue)
+        else:
+            op = BasicAck(delivery_tag, multiple)
+        if transaction is not None:
+            self._buffer(transaction, op, None)
+        else:
+            yield op
+        yield from self._receipt(frame)
+
+    # ------------------------------------------------------------------ transactions
+    def _transaction_of(self, headers: dict[str, str]) -> str | None:
+        name = headers.get("transaction")
+        if name is not None and name not in self._transactions:
+            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        return name
+
+    def _transaction_name(self, frame: Frame) -> str:
+        name = frame.headers.get("transaction")
+        if name is None:
+            raise DestinationError(
+                "Missing transaction", f"\"{frame.command}\" must include a 'transaction' header\n"
+            )
+        return name
+
+    def _buffer(self, transaction: str, op: Operation, receipt: str | None) -> None:
+        actions = self._transactions[transaction]
+        if len(actions) >= MAX_TRANSACTION_ACTIONS:
+            raise DestinationError(
+                "Transaction too large",
+                f'Transaction "{transaction}" already holds {MAX_TRANSACTION_ACTIONS} actions\n',
+            )
+        actions.append((op, receipt))
+
+    def _begin(self, frame: Frame) -> Steps:
+        name = self._transaction_name(frame)
+        if name in self._transactions:
+            # the plugin silently resets the open transaction (reference §16); we refuse
+            raise DestinationError("Bad transaction", f'Transaction "{name}" is already open\n')
+        if len(self._transactions) >= MAX_TRANSACTIONS:
+            raise DestinationError(
+                "Transaction limit exceeded", f"At most {MAX_TRANSACTIONS} transactions may be open\n"
+            )
+        self._transactions[name] = []
+        yield from self._receipt(frame)
+
+    def _commit(self, frame: Frame) -> Steps:
+        name = self._transaction_name(frame)
+        actions = self._transactions.pop(name, None)
+        if actions is None:
+            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        for op, receipt in actions:
+            if isinstance(op, BasicPublish):
+                yield from self._publish(op, receipt)
+            else:
+                yield op
+        yield from self._receipt(frame)
+
+    def _abort(self, frame: Frame) -> Steps:
+        name = self._transaction_name(frame)
+        if self._transactions.pop(name, None) is None:
+            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        yield from self._receipt(frame)
+
+    # ------------------------------------------------------------------ DISCONNECT
+    def _disconnect(self, frame: Frame) -> Steps:
+        # Unlike the plugin, which drops SEND receipts still waiting for their confirm
+        # (reference §15), we wait for the confirms so that every receipt asked for is sent.
+        if self._pending_receipts:
+            yield AwaitConfirms()
+        self._transactions.clear()
+        yield CloseAmqp()
+        yield from self._receipt(frame)
+        self.state = State.CLOSED
+        yield CloseClient("client sent DISCONNECT")
+
+    def _bad_command(self, frame: Frame) -> Steps:
+        yield from self._fail("Bad command", f'Could not interpret command "{frame.command}"\n', frame)
+
+    _HANDLERS = {
+        Command.SEND: _send,
+        Command.SUBSCRIBE: _subscribe,
+        Command.UNSUBSCRIBE: _unsubscribe,
+        Command.ACK: _ack,
+        Command.NACK: _nack,
+        Command.BEGIN: _begin,
+        Command.COMMIT: _commit,
+        Command.ABORT: _abort,
+        Command.DISCONNECT: _disconnect,
+    }
+
+    # ------------------------------------------------------------------ broker events
+    def on_delivery(
+        self,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: MessageProperties,
+        body: bytes,
+    ) -> bytes:
+        """Render one AMQP delivery as a MESSAGE frame (reference §10)."""
+        subscription = self._subscriptions.get(consumer_tag)
+        if subscription is None:
+            return self._error_frame(
+                "Subscription not found",
+                f"There is no current subscription with tag '{consumer_tag}'.",
+            )
+        destination = self._message_destinations.get((exchange, routing_key))
+        if destination is None:
+            destination = escape(message_destination(exchange, routing_key))
+            if len(self._message_destinations) >= _DESTINATION_CACHE_SIZE:
+                self._message_destinations.clear()
+            self._message_destinations[(exchange, routing_key)] = destination
+        message_id = escape(f"{consumer_tag}@@{self.session_id}@@{delivery_tag}")
+        lines = ["MESSAGE\n"]
+        if subscription.id is not None:
+            lines.append(f"subscription:{escape(subscription.id)}\n")
+        lines.append(f"destination:{destination}\nmessage-id:{message_id}\n")
+        lines.append("redelivered:true\n" if redelivered else "redelivered:false\n")
+        if self.version == "1.2" and subscription.ack_mode != "auto":
+            lines.append(f"ack:{message_id}\n")
+        if properties.headers:
+            for name, value in properties.headers.items():
+                if name == "content-length":
+                    continue
+                lines.append(f"{escape(name)}:{escape(field_value_text(value))}\n")
+        _append_property_headers(lines, properties)
+        if body:
+            lines.append(f"content-length:{len(body)}\n")
+        lines.append("\n")
+        return b"".join(
+            (
+                "".join(lines).encode("utf-8", "surrogateescape"),
+                body,
+                b"\0\n" if self.settings.trailing_lf else b"\0",
+            )
+        )
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
+        """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``."""
+        pending = self._pending_receipts
+        if not pending:
+            return b""
+        if multiple:
+            settled = []
+            for seq in pending:
+                if seq > delivery_tag:
+                    break
+                settled.append(seq)
+            receipts = [pending.pop(seq) for seq in settled]
+        else:
+            receipt = pending.pop(delivery_tag, None)
+            receipts = [] if receipt is None else [receipt]
+        if not receipts:
+            return b""
+        if ack:
+            return b"".join(self._encode(Command.RECEIPT, [("receipt-id", r)]) for r in receipts)
+        # a broker nack means the message may not be stored: never turn it into a RECEIPT
+        return b"".join(
+            self._error_frame(
+                "Message rejected by the broker",
+                "The broker refused (basic.nack) the message sent with this receipt; "
+                "it may not have been stored.\n",
+                receipt=r,
+            )
+            for r in receipts
+        )
+
+    @property
+    def confirms_outstanding(self) -> bool:
+        return bool(self._pending_receipts)
+
+    def on_server_cancel(self, consumer_tag: str) -> bytes:
+        """The broker cancelled a consumer (e.g. its queue was deleted): reference §11.5."""
+        subscription = self._subscriptions.pop(consumer_tag, None)
+        if subscription is None:
+            return b""
+        if subscription.id is not None:
+            header, description = subscription.id, f"id='{subscription.id}'"
+        else:
+            header, description = subscription.destination, f"destination='{subscription.destination}'"
+        return self._error_frame(
+            "Server cancelled subscription",
+            "The server has canceled a subscription.\n"
+            f'No more messages will be delivered for "{description}".\n',
+            extra=[("subscription", header)],
+        )
+
+    def on_broker_error(self, name: str, text: str, frame: Frame | None) -> list[Operation]:
+        """The broker closed the channel or connection (reference §19).
+
+        ``frame`` is the client frame whose synchronous AMQP call was waiting, if any: the plugin
+        then sends ERROR, the frame's RECEIPT, and closes; we do the same.
+        """
+        return list(self._fail(name, text, frame, also_receipt=frame is not None))
+
+    def on_connection_lost(self, reason: str) -> list[Operation]:
+        """The AMQP connection died without a close from the broker (network, broker crash)."""
+        return list(self._fail("AMQP connection died", f"Reason: {reason}", None))
+
+    def shutdown_notice(self) -> bytes:
+        return self._error_frame("Server shutdown", "The server is shutting down\n")
+
+    # ------------------------------------------------------------------ frame building
+    def _encode(
+        self, command: str, headers: Iterable[tuple[str, str]], body: bytes = b"", escape_headers: bool = True
+    ) -> bytes:
+        return encode_frame(
+            command, headers, body, trailing_lf=self.settings.trailing_lf, escape_headers=escape_headers
+        )
+
+    def _error_frame(
+        self,
+        message: str,
+        detail: str,
+        *,
+        receipt: str | None = None,
+        extra: Iterable[tuple[str, str]] = (),
+    ) -> bytes:
+        # header order of the plugin (reference §18.1), plus receipt-id as STOMP 1.2 asks
+        headers = [
+            ("message", message),
+            ("content-type", "text/plain"),
+            ("version", ",".join(SUPPORTED_VERSIONS)),
+            *extra,
+        ]
+        if receipt is not None:
+            headers.append(("receipt-id", receipt))
+        return self._encode(Command.ERROR, headers, detail.encode("utf-8", "surrogateescape"))
+
+    def _receipt(self, frame: Frame) -> Steps:
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            yield SendFrame(self._encode(Command.RECEIPT, [("receipt-id", receipt)]))
+
+    def _fail(self, message: str, detail: str, frame: Frame | None, *, also_receipt: bool = False) -> Steps:
+        """ERROR (with receipt-id if the frame asked for a receipt), then close the connection.
+
+        ``also_receipt`` additionally sends the RECEIPT frame the plugin sends after ERROR when a
+        synchronous AMQP call failed (reference §15), so plugin clients see what they expect.
+        """
+        if self.state is State.CLOSED:
+            return
+        receipt = None
+        if frame is not None and frame.command not in (Command.CONNECT, Command.STOMP):
+            receipt = frame.headers.get("receipt")
+        yield SendFrame(self._error_frame(message, detail, receipt=receipt))
+        if also_receipt and receipt is not None:
+            yield SendFrame(self._encode(Command.RECEIPT, [("receipt-id", receipt)]))
+        self.state = State.CLOSED
+        yield CloseClient(message)
+
+
+_PERSISTENT_TEXT = {2: "true"}
+
+
+def _append_property_headers(lines: list[str], p: MessageProperties) -> None:
+    # the plugin's fixed order (reference §10.1, item 7)
+    if p.app_id is not None:
+        lines.append(f"app-id:{escape(p.app_id)}\n")
+    if p.user_id is not None:
+        lines.append(f"user-id:{escape(p.user_id)}\n")
+    if p.type is not None:
+        lines.append(f"type:{escape(p.type)}\n")
+    if p.timestamp is not None:
+        lines.append(f"timestamp:{p.timestamp}\n")
+    if p.message_id is not None:
+        lines.append(f"amqp-message-id:{escape(p.message_id)}\n")
+    if p.expiration is not None:
+        lines.append(f"expiration:{escape(p.expiration)}\n")
+    if p.reply_to:
+        lines.append(f"reply-to:{escape(message_reply_to(p.reply_to))}\n")
+    if p.correlation_id is not None:
+        lines.append(f"correlation-id:{escape(p.correlation_id)}\n")
+    if p.priority is not None:
+        lines.append(f"priority:{p.priority}\n")
+    if p.delivery_mode is not None:
+        lines.append(f"persistent:{_PERSISTENT_TEXT.get(p.delivery_mode, p.delivery_mode)}\n")
+    if p.content_encoding is not None:
+        lines.append(f"content-encoding:{escape(p.content_encoding)}\n")
+    if p.content_type is not None:
+        lines.append(f"content-type:{escape(p.content_type)}\n")

@@ -1,0 +1,397 @@
+"""Tests of adapter.config: defaults, the rabbitmq.conf-style ini file, environment, overrides, errors."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from adapter.config import ConfigError, Settings, load_settings, parse_listener, redact_url
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith("STOMP_ADAPTER_"):
+            monkeypatch.delenv(name)
+
+
+def write_ini(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "adapter.ini"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config_error(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write_ini(tmp_path, text))
+    return str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------- defaults
+
+
+def test_defaults() -> None:
+    s = load_settings()
+    assert s.listeners == ("0.0.0.0:61613",)
+    assert s.amqp_url == "amqp://guest:guest@localhost:5672/"
+    assert (s.default_user, s.default_pass, s.default_vhost) == ("guest", "guest", "/")
+    assert s.implicit_connect is False
+    assert s.hide_server_info is False
+    assert s.default_nack_requeue is True
+    assert s.proxy_protocol is False
+    assert s.default_topic_exchange == "amq.topic"
+    assert s.max_frame_size == 4 * 1024 * 1024
+    assert s.max_frame_size_unauthenticated == 65536
+    assert (s.max_headers, s.max_header_length) == (100, 102400)
+    assert s.login_timeout == 10.0
+    assert s.heartbeat_tolerance == 1.5
+    assert (s.shutdown_timeout, s.amqp_connect_timeout, s.amqp_heartbeat) == (10.0, 10.0, 60)
+    assert s.loopback_users == ("guest",)
+    assert (s.tcp_backlog, s.tcp_nodelay, s.tcp_keepalive) == (128, True, False)
+    assert (s.tcp_sndbuf, s.tcp_recbuf) == (None, None)
+    assert s.log_level == "INFO"
+    assert s.trailing_lf is True
+    assert s == Settings()
+
+
+def test_settings_are_frozen_and_hide_the_password() -> None:
+    s = load_settings()
+    with pytest.raises(ValidationError, match="frozen"):
+        s.max_headers = 5  # type: ignore[misc]
+    assert "default_pass" not in repr(s)
+
+
+def test_example_config_loads_to_defaults() -> None:
+    assert load_settings(REPO / "config" / "adapter.ini") == Settings()
+
+
+# ------------------------------------------------------------------------------------------- ini file
+
+
+def test_rabbitmq_keys(tmp_path: Path) -> None:
+    path = write_ini(
+        tmp_path,
+        """
+        # a comment
+        stomp.listeners.tcp.1 = 12345
+        stomp.listeners.tcp.2 = 127.0.0.1:61613
+        stomp.listeners.tcp.local6 = ::1:61613
+        stomp.listeners.tcp.bracketed = [::1]:61614   # trailing comment
+
+        stomp.default_user = alice
+        stomp.default_pass = s3cr#t
+        stomp.default_vhost = /prod
+        stomp.implicit_connect = TRUE
+        stomp.max_frame_size = 1024
+        stomp.default_topic_exchange = my.topic
+        stomp.hide_server_info = true
+        stomp.default_nack_requeue = False
+        stomp.proxy_protocol = true
+        stomp.login_timeout = 2500
+        stomp.tcp_listen_options.backlog = 4096
+        stomp.tcp_listen_options.nodelay = false
+        stomp.tcp_listen_options.keepalive = true
+        stomp.tcp_listen_options.sndbuf = 131072
+        stomp.tcp_listen_options.recbuf = 65536
+        """,
+    )
+    s = load_settings(path)
+    assert s.listeners == ("0.0.0.0:12345", "127.0.0.1:61613", "[::1]:61613", "[::1]:61614")
+    assert (s.default_user, s.default_pass, s.default_vhost) == ("alice", "s3cr#t", "/prod")
+    assert s.implicit_connect is True
+    assert s.max_frame_size == 1024
+    assert s.default_topic_exchange == "my.topic"
+    assert s.hide_server_info is True
+    assert s.default_nack_requeue is False
+    assert s.proxy_protocol is True
+    assert s.login_timeout == 2.5  # milliseconds in the file, seconds in the settings
+    assert (s.tcp_backlog, s.tcp_nodelay, s.tcp_keepalive) == (4096, False, True)
+    assert (s.tcp_sndbuf, s.tcp_recbuf) == (131072, 65536)
+
+
+def test_repeated_listener_name_replaces(tmp_path: Path) -> None:
+    s = load_settings(
+        write_ini(
+            tmp_path, "stomp.listeners.tcp.a = 1\nstomp.listeners.tcp.b = 2\nstomp.listeners.tcp.a = 3\n"
+        )
+    )
+    assert s.listeners == ("0.0.0.0:3", "0.0.0.0:2")
+
+
+def test_listeners_none(tmp_path: Path) -> None:
+    assert load_settings(write_ini(tmp_path, "stomp.listeners.tcp = none\n")).listeners == ()
+
+
+def test_listeners_none_wins_over_named_listeners(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write_ini(tmp_path, "stomp.listeners.tcp.1 = 61613\nstomp.listeners.tcp = none\n")
+    with caplog.at_level(logging.WARNING, logger="adapter.config"):
+        assert load_settings(path).listeners == ()
+    assert "stomp.listeners.tcp.1 is ignored" in caplog.text
+
+
+def test_empty_default_user_disables_it(tmp_path: Path) -> None:
+    s = load_settings(write_ini(tmp_path, "stomp.default_user =\nstomp.default_pass =\n"))
+    assert (s.default_user, s.default_pass) == (None, None)
+
+
+def test_adapter_keys(tmp_path: Path) -> None:
+    path = write_ini(
+        tmp_path,
+        """\
+adapter.listeners = 127.0.0.1:0, [::1]:0
+adapter.amqp_url = amqps://u:p@rabbit.example:5671/vh
+adapter.max_frame_size_unauthenticated = 4096
+adapter.max_headers = 10
+adapter.max_header_length = 2048
+adapter.login_timeout = 0.5
+adapter.heartbeat_tolerance = 2
+adapter.shutdown_timeout = 0
+adapter.amqp_connect_timeout = 3.5
+adapter.amqp_heartbeat = 0
+adapter.loopback_users = guest, admin
+adapter.log_level = debug
+adapter.trailing_lf = false
+""",
+    )
+    s = load_settings(path)
+    assert s.listeners == ("127.0.0.1:0", "[::1]:0")
+    assert s.amqp_url == "amqps://u:p@rabbit.example:5671/vh"
+    assert (s.max_frame_size_unauthenticated, s.max_headers, s.max_header_length) == (4096, 10, 2048)
+    assert s.login_timeout == 0.5
+    assert s.heartbeat_tolerance == 2.0
+    assert (s.shutdown_timeout, s.amqp_connect_timeout, s.amqp_heartbeat) == (0.0, 3.5, 0)
+    assert s.loopback_users == ("guest", "admin")
+    assert s.log_level == "DEBUG"
+    assert s.trailing_lf is False
+
+
+def test_loopback_users_none(tmp_path: Path) -> None:
+    assert load_settings(write_ini(tmp_path, "adapter.loopback_users = none\n")).loopback_users == ()
+
+
+def test_num_acceptors_is_ignored_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write_ini(tmp_path, "stomp.num_acceptors.tcp = 10\n")
+    with caplog.at_level(logging.WARNING, logger="adapter.config"):
+        assert load_settings(path) == Settings()
+    assert "stomp.num_acceptors.tcp" in caplog.text
+
+
+def test_ssl_listeners_none_and_cert_login_false_are_accepted(tmp_path: Path) -> None:
+    path = write_ini(tmp_path, "stomp.listeners.ssl = none\nstomp.ssl_cert_login = false\n")
+    assert load_settings(path) == Settings()
+
+
+# ---------------------------------------------------------------------------------------- precedence
+
+
+def test_environment_beats_ini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_ini(
+        tmp_path,
+        "stomp.max_frame_size = 1000\nadapter.amqp_url = amqp://ini-host/\nstomp.implicit_connect = true\n",
+    )
+    monkeypatch.setenv("STOMP_ADAPTER_AMQP_URL", "amqp://env-host/")
+    monkeypatch.setenv("STOMP_ADAPTER_IMPLICIT_CONNECT", "false")
+    monkeypatch.setenv("STOMP_ADAPTER_LISTENERS", "127.0.0.1:1, 2")
+    monkeypatch.setenv("STOMP_ADAPTER_LOOPBACK_USERS", '["a", "b"]')
+    s = load_settings(path)
+    assert s.amqp_url == "amqp://env-host/"
+    assert s.implicit_connect is False
+    assert s.listeners == ("127.0.0.1:1", "0.0.0.0:2")
+    assert s.loopback_users == ("a", "b")
+    assert s.max_frame_size == 1000  # from the file, not overridden
+
+
+def test_environment_json_list_and_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOMP_ADAPTER_LISTENERS", '["[::1]:5", "6"]')
+    monkeypatch.setenv("STOMP_ADAPTER_LOOPBACK_USERS", "none")
+    s = load_settings()
+    assert s.listeners == ("[::1]:5", "0.0.0.0:6")
+    assert s.loopback_users == ()
+
+
+def test_overrides_beat_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_ini(tmp_path, "adapter.log_level = ERROR\nstomp.listeners.tcp.1 = 1\n")
+    monkeypatch.setenv("STOMP_ADAPTER_AMQP_URL", "amqp://env-host/")
+    monkeypatch.setenv("STOMP_ADAPTER_LOG_LEVEL", "WARNING")
+    s = load_settings(
+        path,
+        overrides={"listeners": ["127.0.0.1:0"], "amqp_url": "amqp://cli-host/", "log_level": None},
+    )
+    assert s.listeners == ("127.0.0.1:0",)
+    assert s.amqp_url == "amqp://cli-host/"
+    assert s.log_level == "WARNING"  # None overrides are ignored: the environment wins over the file
+
+
+def test_unknown_environment_variable_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("STOMP_ADAPTER_AMQP_ULR", "x")
+    with caplog.at_level(logging.WARNING, logger="adapter.config"):
+        assert load_settings() == Settings()
+    assert "STOMP_ADAPTER_AMQP_ULR" in caplog.text
+    assert "STOMP_ADAPTER_AMQP_URL" in caplog.text
+
+
+# -------------------------------------------------------------------------------------------- errors
+
+
+def test_unknown_key_names_line_and_suggests(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "# header\n\nstomp.default_usr = bob\n")
+    assert message.endswith("line 3: unknown key 'stomp.default_usr' (did you mean 'stomp.default_user'?)")
+    assert str(tmp_path / "adapter.ini") in message
+
+
+def test_misspelt_listener_key_suggests_the_same_name(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "stomp.listners.tcp.default = 61613\n")
+    assert "(did you mean 'stomp.listeners.tcp.default'?)" in message
+
+
+def test_unknown_key_without_close_match(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "ssl_options.verify = verify_peer\n")
+    assert "unknown key 'ssl_options.verify'" in message
+    assert "stomp.* and adapter.*" in message
+
+
+def test_bad_bool(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "stomp.implicit_connect = yes\n")
+    assert "line 1: stomp.implicit_connect = 'yes': must be true or false" in message
+
+
+def test_bad_int(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "stomp.max_frame_size = abc\n")
+    assert "stomp.max_frame_size = 'abc': must be a positive integer" in message
+    assert "must be a positive integer" in config_error(tmp_path, "stomp.max_frame_size = 0\n")
+    assert "must be a positive integer" in config_error(tmp_path, "stomp.max_frame_size = 4 * 1024\n")
+
+
+def test_bad_login_timeout_mentions_milliseconds(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "stomp.login_timeout = 1.5\n")
+    assert "stomp.login_timeout = '1.5': must be a positive integer (milliseconds)" in message
+
+
+def test_bad_float(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "adapter.heartbeat_tolerance = 0.5\n")
+    assert "adapter.heartbeat_tolerance = '0.5': must be a number >= 1" in message
+
+
+@pytest.mark.parametrize("value", ["localhost", "1.2.3.4:99999", "host:", "[::1]", "[nothost]:1", "a b:1"])
+def test_bad_listener(tmp_path: Path, value: str) -> None:
+    message = config_error(tmp_path, f"stomp.listeners.tcp.x = {value}\n")
+    assert f"stomp.listeners.tcp.x = {value!r}: must be PORT, HOST:PORT or [IPV6]:PORT" in message
+
+
+def test_listeners_tcp_accepts_only_none(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "stomp.listeners.tcp = 61613\n")
+    assert "stomp.listeners.tcp = '61613': only 'none' is allowed here" in message
+
+
+@pytest.mark.parametrize("url", ["http://localhost/", "amqp://", "localhost:5672", "amqp://h:notaport/"])
+def test_bad_url(tmp_path: Path, url: str) -> None:
+    message = config_error(tmp_path, f"adapter.amqp_url = {url}\n")
+    assert f"adapter.amqp_url = {url!r}: must be an amqp:// or amqps:// URL" in message
+
+
+def test_bad_url_does_not_show_the_password(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "adapter.amqp_url = https://user:hunter2@host/\n")
+    assert "hunter2" not in message
+    assert "'https://user:***@host/'" in message
+
+
+def test_bad_log_level(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "adapter.log_level = verbose\n")
+    assert "adapter.log_level = 'verbose': must be one of DEBUG, INFO, WARNING, ERROR" in message
+
+
+def test_unsupported_ssl_keys(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "stomp.listeners.ssl.1 = 61614\n")
+    assert "line 1: key 'stomp.listeners.ssl.1' is not supported by the adapter (yet)" in message
+    message = config_error(tmp_path, "stomp.ssl_cert_login = true\n")
+    assert "'stomp.ssl_cert_login' is not supported by the adapter (yet)" in message
+
+
+def test_two_keys_for_one_setting(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "stomp.login_timeout = 1000\nadapter.login_timeout = 2\n")
+    assert "line 2: adapter.login_timeout sets the same setting as stomp.login_timeout" in message
+    message = config_error(tmp_path, "stomp.listeners.tcp.1 = 1\nadapter.listeners = 2\n")
+    assert "adapter.listeners and stomp.listeners.tcp.1" in message
+
+
+def test_malformed_lines(tmp_path: Path) -> None:
+    assert "expected 'key = value'" in config_error(tmp_path, "stomp.default_user\n")
+    assert "section headers" in config_error(tmp_path, "[stomp]\n")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="configuration file .*nope.ini.* not found"):
+        load_settings(tmp_path / "nope.ini")
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read configuration file"):
+        load_settings(tmp_path)  # a directory
+
+
+def test_bad_environment_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOMP_ADAPTER_MAX_FRAME_SIZE", "big")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value) == "environment: STOMP_ADAPTER_MAX_FRAME_SIZE = 'big': must be a positive integer"
+
+
+def test_bad_environment_bool_and_listener(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOMP_ADAPTER_TRAILING_LF", "1")
+    monkeypatch.setenv("STOMP_ADAPTER_LISTENERS", "1, nohost:x")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "STOMP_ADAPTER_TRAILING_LF = '1': must be true or false" in message
+    assert "STOMP_ADAPTER_LISTENERS = '1, nohost:x': 'nohost:x': must be PORT" in message
+
+
+def test_bad_override_names_the_flag() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(overrides={"listeners": ["127.0.0.1:70000"]})
+    assert str(info.value).startswith("command line: --listen = ['127.0.0.1:70000']: '127.0.0.1:70000'")
+    with pytest.raises(ConfigError, match="override: max_headers = 0: must be a positive integer"):
+        load_settings(overrides={"max_headers": 0})
+
+
+def test_unknown_override() -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'amqp_uri' \\(did you mean 'amqp_url'\\?\\)"):
+        load_settings(overrides={"amqp_uri": "amqp://x/"})
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("61613", ("0.0.0.0", 61613)),
+        ("127.0.0.1:0", ("127.0.0.1", 0)),
+        ("localhost:1234", ("localhost", 1234)),
+        ("[::1]:61613", ("::1", 61613)),
+        ("::1:61613", ("::1", 61613)),
+        ("[0:0:0:0:0:0:0:1]:5", ("::1", 5)),
+        (" 0.0.0.0:61613 ", ("0.0.0.0", 61613)),
+    ],
+)
+def test_parse_listener(value: str, expected: tuple[str, int]) -> None:
+    assert parse_listener(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "x", "-1", "65536", "1.2.3.4.5:1", "999.1.1.1:1", "[::1]5", ":1"])
+def test_parse_listener_rejects(value: str) -> None:
+    with pytest.raises(ValueError):
+        parse_listener(value)
+
+
+def test_redact_url() -> None:
+    assert redact_url("amqp://guest:guest@localhost:5672/") == "amqp://guest:***@localhost:5672/"
+    assert redact_url("amqp://localhost/") == "amqp://localhost/"
