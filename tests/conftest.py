@@ -1,0 +1,112 @@
+"""Shared fixtures: the broker, an in-process adapter on a free port, and STOMP clients.
+
+Broker discovery (docs/architecture.md, "Tests"): ``AMQP_URL`` from the environment, then
+``amqp://guest:guest@127.0.0.1:5672/`` if it answers, then a testcontainers RabbitMQ if a Docker
+engine answers.  Without a broker, tests that need one fail with a clear message: they are
+never skipped, so a CI run without RabbitMQ cannot pass silently.
+
+The adapter under test runs in a thread with its own event loop and listens on port 0, never
+on 61613 (RabbitMQ's own STOMP plugin may be listening there).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support import AdapterProcess, StompClient, broker_answers
+
+
+def _find_broker() -> tuple[str, object | None]:
+    url = os.environ.get("AMQP_URL")
+    if url:
+        return url, None
+    local = "amqp://guest:guest@127.0.0.1:5672/"
+    if broker_answers("127.0.0.1", 5672):
+        return local, None
+    try:  # users with Docker: start a throwaway RabbitMQ
+        from testcontainers.rabbitmq import RabbitMqContainer
+
+        container = RabbitMqContainer("rabbitmq:3.13-management")
+        container.start()
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(5672)
+        return f"amqp://guest:guest@{host}:{port}/", container
+    except Exception as error:  # no Docker engine, no image ...
+        pytest.fail(
+            "No RabbitMQ broker: set AMQP_URL, start RabbitMQ on 127.0.0.1:5672 "
+            f"(`rabbitmq-server -detached`), or run Docker for testcontainers ({error})",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def amqp_url() -> Iterator[str]:
+    url, container = _find_broker()
+    yield url
+    if container is not None:
+        container.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def broker_host_port(amqp_url: str) -> tuple[str, int]:
+    parts = urlsplit(amqp_url)
+    return parts.hostname or "127.0.0.1", parts.port or 5672
+
+
+@pytest.fixture(scope="session")
+def adapter(amqp_url: str) -> Iterator[AdapterProcess]:
+    """One adapter with default settings for the whole session."""
+    server = AdapterProcess(amqp_url)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def start_adapter(amqp_url: str) -> Iterator[Callable[..., AdapterProcess]]:
+    """Factory for an adapter with particular settings, e.g. ``start_adapter(login_timeout=1)``."""
+    started: list[AdapterProcess] = []
+
+    def start(**settings: object) -> AdapterProcess:
+        server = AdapterProcess(amqp_url, **settings)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def stomp_client(adapter: AdapterProcess) -> Iterator[Callable[..., StompClient]]:
+    """Factory for connected stomp.py clients; all are disconnected at teardown."""
+    clients: list[StompClient] = []
+
+    def connect(version: str = "1.2", *, port: int | None = None, **kwargs: object) -> StompClient:
+        client = StompClient(port or adapter.port, version=version, **kwargs)
+        clients.append(client)
+        return client
+
+    yield connect
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def raw_socket(adapter: AdapterProcess) -> Iterator[Callable[..., socket.socket]]:
+    sockets: list[socket.socket] = []
+
+    def open_socket(port: int | None = None) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", port or adapter.port), timeout=5)
+        sockets.append(sock)
+        return sock
+
+    yield open_socket
+    for sock in sockets:
+        sock.close()
