@@ -64,6 +64,8 @@ class AdapterProcess:
         return self.run(count())
 
     def stop(self) -> None:
+        if self.loop.is_closed():
+            return
         try:
             self.run(self.server.shutdown(), timeout=30)
         finally:
@@ -169,17 +171,30 @@ class StompClient:
             pass
 
 
-def read_frames(sock: socket.socket, timeout: float = 5.0) -> tuple[list[bytes], bool]:
-    """Read raw frames until the peer closes or ``timeout``; returns (frames, closed)."""
-    sock.settimeout(timeout)
+def read_frames(
+    sock: socket.socket, timeout: float = 5.0, count: int | None = None
+) -> tuple[list[bytes], bool]:
+    """Read raw frames until the peer closes, ``count`` frames arrived, or ``timeout``.
+
+    Returns (frames, closed).  With ``count``, a close that follows the frames at once (as
+    after an ERROR) is still noticed: the socket is read for a short moment more.
+    """
     data = b""
     closed = False
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if count is not None and data.count(b"\0") >= count:
+            remaining = min(remaining, 0.2)
+        sock.settimeout(remaining)
         try:
             chunk = sock.recv(65536)
         except TimeoutError:
-            break
+            if count is not None and data.count(b"\0") >= count:
+                break
+            continue
         except OSError:
             closed = True
             break

@@ -1,0 +1,108 @@
+"""Connection lifecycle: login timeout, heart-beats, broker-side failures, graceful shutdown."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import time
+import urllib.parse
+import urllib.request
+
+from tests.support import StompClient, frame_headers, read_frames, unique
+
+CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:{hb}\n\n\0"
+MANAGEMENT = "http://127.0.0.1:15672/api"
+
+
+def _management(method: str, path: str) -> object:
+    request = urllib.request.Request(f"{MANAGEMENT}{path}", method=method)
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(request, timeout=10) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+def test_login_timeout_closes_silent_sockets(start_adapter):
+    server = start_adapter(login_timeout=0.5)
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    frames, closed = read_frames(sock, timeout=5, count=1)
+    sock.close()
+    assert closed
+    command, headers, _ = frame_headers(frames[0])
+    assert (command, headers["message"]) == ("ERROR", "Login timeout")
+
+
+def test_server_sends_heart_beats_when_idle(raw_socket):
+    sock = raw_socket()
+    sock.sendall(CONNECT.format(hb="0,200").encode())
+    frames, _ = read_frames(sock, timeout=5, count=1)
+    assert frame_headers(frames[0])[1]["heart-beat"] == "200,0"
+    sock.settimeout(0.1)
+    received = b""
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        try:
+            received += sock.recv(100)
+        except TimeoutError:
+            pass
+    # an LF every ~100 ms (half the interval) while idle; at least 4 in a second with slack
+    assert received.count(b"\n") >= 4 and received.strip(b"\n") == b""
+
+
+def test_silent_client_is_dropped_after_heart_beat_timeout(raw_socket):
+    sock = raw_socket()
+    sock.sendall(CONNECT.format(hb="200,0").encode())
+    frames, closed = read_frames(sock, timeout=5)
+    assert frames[0].startswith(b"CONNECTED")
+    assert closed, "silent client kept open"
+    command, headers, _ = frame_headers(frames[-1])
+    assert (command, headers["message"]) == ("ERROR", "Heart-beat timeout")
+
+
+def test_client_heart_beats_keep_the_connection(raw_socket):
+    sock = raw_socket()
+    sock.sendall(CONNECT.format(hb="500,0").encode())
+    read_frames(sock, timeout=5, count=1)
+    for _ in range(15):
+        time.sleep(0.1)
+        sock.sendall(b"\n")
+    sock.sendall(b"DISCONNECT\nreceipt:done\n\n\0")
+    frames, _ = read_frames(sock, timeout=5, count=1)
+    assert frame_headers(frames[0])[1]["receipt-id"] == "done"
+
+
+def _amqp_connection_of(client_port: int) -> str:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for connection in _management("GET", "/connections") or []:  # type: ignore[union-attr]
+            name = (connection.get("client_properties") or {}).get("connection_name", "")
+            if name.endswith(f":{client_port}"):
+                return connection["name"]
+        time.sleep(0.5)  # the management API refreshes its connection list every few seconds
+    raise AssertionError(f"no AMQP connection for STOMP client port {client_port}")
+
+
+def test_broker_forced_close_reaches_the_client_and_spares_others(stomp_client):
+    victim = stomp_client("1.2")
+    other = stomp_client("1.2")
+    queue = unique("survivor")
+    other.conn.subscribe(f"/queue/{queue}", id="s")
+    victim_port = victim.conn.transport.socket.getsockname()[1]
+    name = _amqp_connection_of(victim_port)
+    _management("DELETE", "/connections/" + urllib.parse.quote(name, safe=""))
+    error = victim.next("ERROR", timeout=10)
+    assert error.headers["message"] == "connection_forced"
+    assert "CONNECTION_FORCED" in error.body
+    assert victim.wait_disconnected(5)
+    other.conn.send(f"/queue/{queue}", "unaffected")
+    assert other.next("MESSAGE").body == "unaffected"
+
+
+def test_shutdown_tells_clients_and_closes(start_adapter):
+    server = start_adapter(shutdown_timeout=5)
+    client = StompClient(server.port)
+    server.stop()
+    error = client.next("ERROR", timeout=10)
+    assert error.headers["message"] == "Server shutdown"
+    assert client.wait_disconnected(5)
