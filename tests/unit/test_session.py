@@ -1,0 +1,414 @@
+"""The session state machine, driven without any I/O: frames in, operations out.
+
+A tiny driver plays the shell: it answers synchronous operations with canned results and
+collects everything else, so each test reads as the exact sequence of AMQP methods and frames
+the session asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.mapping import operations as ops
+from adapter.mapping.properties import MessageProperties
+from adapter.session import Session, SessionSettings, State, new_session_id
+from adapter.stomp.frame import Frame
+
+SESSION_ID = new_session_id(bytes(16))
+
+
+def make_session(**settings: object) -> Session:
+    return Session(SessionSettings(**settings), session_id=SESSION_ID, peer_is_loopback=True)  # type: ignore[arg-type]
+
+
+def run(
+    session: Session, frame: Frame, answer: Callable[[ops.Operation], object] | None = None
+) -> list[ops.Operation]:
+    """Drive one frame's generator to the end; synchronous ops get ``answer(op)``."""
+
+    def default(op: ops.Operation) -> object:
+        if isinstance(op, ops.OpenConnection):
+            return ops.LoginResult(True, server_version="RabbitMQ/3.10.8")
+        if isinstance(op, ops.QueueDeclare):
+            return op.queue or "amq.gen-test"
+        return None
+
+    answer = answer or default
+    steps = session.handle_frame(frame)
+    out: list[ops.Operation] = []
+    result: object = None
+    while True:
+        try:
+            op = steps.send(result)
+        except StopIteration:
+            return out
+        out.append(op)
+        result = answer(op) if isinstance(op, ops.SYNCHRONOUS_OPS) else None
+
+
+def frames_of(operations: list[ops.Operation]) -> list[bytes]:
+    return [op.data for op in operations if isinstance(op, ops.SendFrame)]
+
+
+def command_of(data: bytes) -> str:
+    return data.split(b"\n", 1)[0].decode()
+
+
+def header(data: bytes, name: str) -> str | None:
+    head = data.split(b"\n\n", 1)[0].decode()
+    for line in head.split("\n")[1:]:
+        key, _, value = line.partition(":")
+        if key == name:
+            return value
+    return None
+
+
+def connected(version: str = "1.2", **settings: object) -> Session:
+    session = make_session(**settings)
+    out = run(session, Frame("CONNECT", {"accept-version": version, "host": "/"}))
+    assert command_of(frames_of(out)[-1]) == "CONNECTED"
+    return session
+
+
+# --- CONNECT --------------------------------------------------------------------------------------
+def test_connect_opens_amqp_with_credentials_and_answers_connected():
+    session = make_session()
+    out = run(
+        session,
+        Frame(
+            "CONNECT",
+            {"accept-version": "1.2", "host": "vh", "login": "u", "passcode": "p", "heart-beat": "1000,2000"},
+        ),
+    )
+    assert out[0] == ops.OpenConnection("u", "p", "vh")
+    assert out[1] == ops.Established("1.2", 2000, 1000)
+    connected_frame = frames_of(out)[0]
+    assert connected_frame.startswith(
+        b"CONNECTED\nserver:RabbitMQ/3.10.8\nsession:"
+        + SESSION_ID.encode()
+        + b"\nheart-beat:2000,1000\nversion:1.2\n\n\0"
+    )
+    assert session.state is State.CONNECTED
+
+
+def test_hide_server_info_omits_server_header():
+    session = make_session(hide_server_info=True)
+    out = run(session, Frame("CONNECT", {"accept-version": "1.2"}))
+    assert header(frames_of(out)[0], "server") is None
+
+
+def test_login_failure_is_bad_connect_then_close():
+    session = make_session()
+    out = run(
+        session,
+        Frame("CONNECT", {"accept-version": "1.2", "login": "bob"}),
+        lambda op: ops.LoginResult(False, "auth"),
+    )
+    error = frames_of(out)[0]
+    assert header(error, "message") == "Bad CONNECT"
+    assert error.split(b"\n\n", 1)[1].startswith(b"Access refused for user 'bob'\n")
+    assert isinstance(out[-1], ops.CloseClient)
+    assert session.state is State.CLOSED
+
+
+def test_missing_default_user_means_missing_login():
+    session = make_session(default_user=None)
+    out = run(session, Frame("CONNECT", {"accept-version": "1.2"}))
+    assert header(frames_of(out)[0], "message") == "Bad CONNECT"
+    assert not any(isinstance(op, ops.OpenConnection) for op in out)
+
+
+def test_loopback_only_user_refused_from_remote_peer():
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=False)
+    out = run(session, Frame("CONNECT", {"accept-version": "1.2"}))
+    assert frames_of(out)[0].endswith(b"non-loopback access denied\0\n")
+
+
+def test_bad_heart_beat_is_processing_error():
+    out = run(make_session(), Frame("CONNECT", {"heart-beat": "abc"}))
+    assert header(frames_of(out)[0], "message") == "Processing error"
+
+
+def test_frames_before_connect_are_refused():
+    out = run(make_session(), Frame("SEND", {"destination": "/queue/a", "receipt": "r"}))
+    error = frames_of(out)[0]
+    assert header(error, "message") == "Illegal command"
+    assert header(error, "receipt-id") == "r"
+    assert isinstance(out[-1], ops.CloseClient)
+
+
+def test_implicit_connect_logs_in_as_default_user_without_connected():
+    session = make_session(implicit_connect=True)
+    out = run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "r"}))
+    assert out[0] == ops.OpenConnection("guest", "guest", "/")
+    assert not any(command_of(f) == "CONNECTED" for f in frames_of(out))
+    assert any(isinstance(op, ops.BasicPublish) for op in out)
+
+
+def test_second_connect_is_an_error():
+    session = connected()
+    out = run(session, Frame("CONNECT", {"accept-version": "1.2"}))
+    assert header(frames_of(out)[0], "message") == "Already connected"
+
+
+# --- SEND -----------------------------------------------------------------------------------------
+def test_send_to_queue_declares_once_then_publishes():
+    session = connected()
+    first = run(session, Frame("SEND", {"destination": "/queue/q"}, b"x"))
+    second = run(session, Frame("SEND", {"destination": "/queue/q"}, b"y"))
+    assert first[0] == ops.QueueDeclare("q", durable=True, nowait=True)
+    assert isinstance(first[1], ops.BasicPublish) and first[1].routing_key == "q" and first[1].exchange == ""
+    assert [type(op) for op in second] == [ops.BasicPublish]
+
+
+def test_receipted_send_turns_on_confirms_and_receipt_waits_for_the_confirm():
+    session = connected()
+    out = run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "r1"}, b"x"))
+    assert [type(op) for op in out] == [ops.ConfirmSelect, ops.BasicPublish]
+    run(session, Frame("SEND", {"destination": "/topic/t"}, b"no receipt"))
+    run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "r3"}, b"z"))
+    assert session.on_confirm(1, False, True) == b"RECEIPT\nreceipt-id:r1\n\n\0\n"
+    # a multiple ack up to 3 releases r3; sequence 2 had no receipt
+    assert session.on_confirm(3, True, True) == b"RECEIPT\nreceipt-id:r3\n\n\0\n"
+    assert not session.confirms_outstanding
+
+
+def test_broker_nack_is_an_error_never_a_receipt():
+    session = connected()
+    run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "r1"}, b"x"))
+    data = session.on_confirm(1, False, False)
+    assert command_of(data) == "ERROR" and header(data, "receipt-id") == "r1"
+
+
+def test_send_headers_become_properties():
+    session = connected()
+    out = run(
+        session,
+        Frame(
+            "SEND",
+            {
+                "destination": "/exchange/amq.direct/k",
+                "persistent": "true",
+                "content-type": "text/plain",
+                "priority": "5",
+                "custom": "v",
+                "receipt": "r",
+            },
+            b"x",
+        ),
+    )
+    publish = next(op for op in out if isinstance(op, ops.BasicPublish))
+    assert (publish.exchange, publish.routing_key) == ("amq.direct", "k")
+    p = publish.properties
+    assert (p.delivery_mode, p.content_type, p.priority) == (2, "text/plain", 5)
+    assert p.headers == {"custom": "v"}  # receipt is frame control, not message data
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({}, "Missing destination"),
+        ({"destination": "/queue/q", "message-id": "m"}, "Invalid header"),
+        ({"destination": "/foo/bar"}, "Unknown destination"),
+        ({"destination": "/temp-queue/x"}, "Invalid destination"),
+        ({"destination": "/queue/q", "transaction": "nope"}, "Bad transaction"),
+        ({"destination": "/queue/q", "priority": "high"}, "Processing error"),
+    ],
+)
+def test_send_errors(headers, message):
+    session = connected()
+    out = run(session, Frame("SEND", {**headers, "receipt": "r"}, b"x"))
+    error = frames_of(out)[0]
+    assert header(error, "message") == message
+    assert header(error, "receipt-id") == "r"
+    assert isinstance(out[-1], ops.CloseClient)
+    assert not any(isinstance(op, ops.BasicPublish) for op in out)
+
+
+def test_temp_queue_reply_to_declares_consumes_and_rewrites():
+    session = connected()
+    out = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-queue/r"}, b"x"))
+    declare = [op for op in out if isinstance(op, ops.QueueDeclare) and op.queue == ""][0]
+    assert declare.exclusive and declare.auto_delete
+    assert ops.BasicConsume("amq.gen-test", "T_/temp-queue/r", no_ack=True) in out
+    publish = next(op for op in out if isinstance(op, ops.BasicPublish))
+    assert publish.properties.reply_to == "amq.gen-test"
+    again = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-queue/r"}, b"y"))
+    assert [type(op) for op in again] == [ops.BasicPublish]
+    message = session.on_delivery(
+        "T_/temp-queue/r", 1, False, "", "amq.gen-test", MessageProperties(), b"reply"
+    )
+    assert header(message, "subscription") == "/temp-queue/r"
+
+
+# --- SUBSCRIBE, deliveries, ACK -------------------------------------------------------------------
+def test_subscribe_topic_declares_consumes_binds_then_receipts():
+    session = connected()
+    out = run(
+        session,
+        Frame("SUBSCRIBE", {"destination": "/topic/a.*", "id": "s1", "ack": "client", "receipt": "r"}),
+    )
+    declare, consume, bind = [op for op in out if not isinstance(op, ops.SendFrame)]
+    assert isinstance(declare, ops.QueueDeclare) and declare.queue.startswith("stomp-subscription-")
+    assert (declare.durable, declare.auto_delete, declare.exclusive) == (False, True, False)
+    assert consume == ops.BasicConsume(declare.queue, "T_s1", no_ack=False)
+    assert bind == ops.QueueBind(declare.queue, "amq.topic", "a.*")
+    assert frames_of(out) == [b"RECEIPT\nreceipt-id:r\n\n\0\n"]
+
+
+def test_delivery_becomes_message_with_plugin_header_order():
+    session = connected()
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s1", "ack": "client-individual"}))
+    props = MessageProperties(content_type="text/plain", delivery_mode=2, headers={"n": 7, "flag": True})
+    data = session.on_delivery("T_s1", 9, True, "", "q", props, b"hi")
+    message_id = f"T_s1@@{SESSION_ID}@@9"
+    assert (
+        data
+        == (
+            f"MESSAGE\nsubscription:s1\ndestination:/queue/q\nmessage-id:{message_id}\nredelivered:true\n"
+            f"ack:{message_id}\nn:7\nflag:true\npersistent:true\ncontent-type:text/plain\ncontent-length:2\n\n"
+        ).encode()
+        + b"hi\0\n"
+    )
+
+
+def test_client_ack_is_cumulative_client_individual_is_not():
+    session = connected()
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/a", "id": "c", "ack": "client"}))
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/b", "id": "i", "ack": "client-individual"}))
+    assert run(session, Frame("ACK", {"id": "T_c@@x@@5"})) == [ops.BasicAck(5, True)]
+    assert run(session, Frame("ACK", {"id": "T_i@@x@@6"})) == [ops.BasicAck(6, False)]
+    assert run(session, Frame("NACK", {"id": "T_i@@x@@7", "requeue": "false"})) == [
+        ops.BasicNack(7, False, False)
+    ]
+    assert run(session, Frame("NACK", {"id": "T_i@@x@@8"})) == [ops.BasicNack(8, False, True)]
+
+
+def test_ack_header_name_depends_on_version():
+    session = connected("1.1")
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/a", "id": "c", "ack": "client"}))
+    assert run(session, Frame("ACK", {"message-id": "T_c@@x@@1"})) == [ops.BasicAck(1, True)]
+    out = run(session, Frame("ACK", {"id": "T_c@@x@@2"}))
+    assert header(frames_of(out)[0], "message") == "Missing header"
+
+
+def test_duplicate_subscription_id_declares_nothing():
+    session = connected()
+    run(session, Frame("SUBSCRIBE", {"destination": "/topic/a", "id": "s"}))
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/topic/b", "id": "s", "receipt": "r"}))
+    assert not any(isinstance(op, ops.QueueDeclare) for op in out)
+    assert [command_of(f) for f in frames_of(out)] == ["ERROR", "RECEIPT"]
+
+
+def test_unsubscribe_durable_topic_deletes_its_queue():
+    session = connected()
+    sub = run(
+        session,
+        Frame("SUBSCRIBE", {"destination": "/topic/d", "id": "x", "durable": "true", "auto-delete": "false"}),
+    )
+    queue = next(op for op in sub if isinstance(op, ops.QueueDeclare)).queue
+    out = run(session, Frame("UNSUBSCRIBE", {"id": "x", "durable": "true"}))
+    assert out == [ops.BasicCancel("T_x"), ops.QueueDelete(queue)]
+
+
+def test_server_cancel_keeps_connection_open():
+    session = connected()
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/a", "id": "s"}))
+    data = session.on_server_cancel("T_s")
+    assert header(data, "message") == "Server cancelled subscription"
+    assert header(data, "subscription") == "s"
+    assert session.state is State.CONNECTED
+
+
+# --- transactions, DISCONNECT, broker errors -----------------------------------------------------------
+def test_transaction_buffers_until_commit():
+    session = connected()
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/a", "id": "c", "ack": "client-individual"}))
+    assert run(session, Frame("BEGIN", {"transaction": "t"})) == []
+    assert run(session, Frame("SEND", {"destination": "/topic/x", "transaction": "t"}, b"1")) == []
+    assert run(session, Frame("ACK", {"id": "T_c@@x@@1", "transaction": "t"})) == []
+    out = run(session, Frame("COMMIT", {"transaction": "t", "receipt": "c"}))
+    assert [type(op) for op in out] == [ops.BasicPublish, ops.BasicAck, ops.SendFrame]
+    assert run(session, Frame("BEGIN", {"transaction": "u"})) == []
+    run(session, Frame("SEND", {"destination": "/topic/x", "transaction": "u"}, b"2"))
+    assert run(session, Frame("ABORT", {"transaction": "u"})) == []
+    out = run(session, Frame("COMMIT", {"transaction": "u"}))
+    assert header(frames_of(out)[0], "message") == "Bad transaction"
+
+
+def test_begin_of_open_transaction_is_an_error():
+    session = connected()
+    run(session, Frame("BEGIN", {"transaction": "t"}))
+    out = run(session, Frame("BEGIN", {"transaction": "t"}))
+    assert header(frames_of(out)[0], "message") == "Bad transaction"
+
+
+def test_disconnect_waits_for_confirms_then_closes_amqp_then_receipts():
+    session = connected()
+    run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "r1"}, b"x"))
+    out = run(session, Frame("DISCONNECT", {"receipt": "bye"}))
+    assert [type(op) for op in out] == [ops.AwaitConfirms, ops.CloseAmqp, ops.SendFrame, ops.CloseClient]
+
+
+def test_broker_error_during_a_synchronous_call_sends_error_receipt_close():
+    session = connected()
+    frame = Frame("SUBSCRIBE", {"destination": "/amq/queue/missing", "id": "s", "receipt": "r"})
+    out = session.on_broker_error("not_found", "NOT_FOUND - no queue 'missing' in vhost '/'", frame)
+    assert [command_of(f) for f in frames_of(out)] == ["ERROR", "RECEIPT"]
+    assert header(frames_of(out)[0], "message") == "not_found"
+    assert isinstance(out[-1], ops.CloseClient)
+
+
+# --- property: whatever the frame, the session never raises and always ends in a known state -------
+COMMANDS = [
+    "CONNECT",
+    "SEND",
+    "SUBSCRIBE",
+    "UNSUBSCRIBE",
+    "ACK",
+    "NACK",
+    "BEGIN",
+    "COMMIT",
+    "ABORT",
+    "DISCONNECT",
+    "FOO",
+]
+HEADER_NAMES = [
+    "destination",
+    "id",
+    "ack",
+    "receipt",
+    "transaction",
+    "durable",
+    "persistent",
+    "prefetch-count",
+    "message-id",
+    "reply-to",
+    "x-max-length",
+    "accept-version",
+    "heart-beat",
+    "requeue",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(COMMANDS),
+            st.dictionaries(st.sampled_from(HEADER_NAMES), st.text(max_size=12), max_size=5),
+        ),
+        max_size=8,
+    )
+)
+def test_any_frame_sequence_is_handled_without_exceptions(frames):
+    session = connected()
+    for command, headers in frames:
+        out = run(session, Frame(command, headers, b"body"))
+        if session.state is State.CLOSED:
+            assert isinstance(out[-1], ops.CloseClient)
+            break
