@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen",
         metavar="HOST:PORT",
         action="append",
-        help="address to accept STOMP clients on; repeat for several (default 0.0.0.0:61613; port 0 = any free port)",
+        help="address to accept STOMP clients on; repeat for several "
+        "(default 0.0.0.0:61613; port 0 = any free port)",
     )
     parser.add_argument(
         "--amqp-url",

@@ -336,6 +336,8 @@ class Session:
                 yield BasicConsume(queue, tag, no_ack=True)
                 self._temp_queues[name] = queue
             return queue
+        if not reply_to:
+            return None  # an empty reply-to is passed on as it is, like the plugin does
         try:
             parse_destination(reply_to)
         except DestinationError:
@@ -387,13 +389,15 @@ class Session:
                     yield from self._declare_queue_once(dest, headers)
             else:
                 params = target.declare
-                yield QueueDeclare(
+                declared = yield QueueDeclare(
                     queue,
                     durable=params.durable,
                     exclusive=params.exclusive,
                     auto_delete=params.auto_delete,
                     arguments=dict(params.arguments),
                 )
+                if not queue and isinstance(declared, str):
+                    queue = declared  # an empty x-queue-name lets the broker name the queue
         if prefetch_count is not None:
             yield BasicQos(prefetch_count)
         arguments: dict[str, object] = {}
@@ -464,6 +468,8 @@ class Session:
             delivery_tag = int(parts[2])
         except ValueError:
             raise ProcessingError(f"Bad delivery tag in {header} {value!r}") from None
+        if not 0 <= delivery_tag < 2**64:
+            raise ProcessingError(f"Delivery tag out of range in {header} {value!r}")
         transaction = self._transaction_of(headers)
         # 'client' acks are cumulative: AMQP multiple=true (reference §13)
         multiple = subscription.ack_mode == "client"
@@ -669,9 +675,12 @@ class Session:
         """The broker closed the channel or connection (reference §19).
 
         ``frame`` is the client frame whose synchronous AMQP call was waiting, if any: the plugin
-        then sends ERROR, the frame's RECEIPT, and closes; we do the same.
+        then sends ERROR, the frame's RECEIPT, and closes; we do the same.  Except for SEND: its
+        RECEIPT only ever means "confirmed by the broker", so a SEND whose declare, temp-queue
+        or confirm.select failed gets none (the plugin's do_receipt ignores SEND too, §19).
         """
-        return list(self._fail(name, text, frame, also_receipt=frame is not None))
+        also_receipt = frame is not None and frame.command != Command.SEND
+        return list(self._fail(name, text, frame, also_receipt=also_receipt))
 
     def on_connection_lost(self, reason: str) -> list[Operation]:
         """The AMQP connection died without a close from the broker (network, broker crash)."""

@@ -65,11 +65,13 @@ CLIENT_CAPABILITIES = {
 class AmqpError(Exception):
     """The broker closed the channel or connection with a reply code, or the link died."""
 
-    def __init__(self, code: int, text: str, *, phase: str = "") -> None:
+    def __init__(self, code: int, text: str, *, phase: str = "", channel_only: bool = False) -> None:
         super().__init__(f"{code} {text}")
         self.code = code
         self.text = text
         self.phase = phase  # "auth", "vhost" during the handshake, else ""
+        # the broker closed only the channel: the connection is still open and must be closed
+        self.channel_only = channel_only
 
     @property
     def name(self) -> str:
@@ -113,7 +115,9 @@ class AmqpConnection(asyncio.Protocol):
         self.server_properties: dict[str, object] = {}
         self.frame_max = 131072
         self.heartbeat = 0
-        self._closing = False
+        self._closing = False  # the session has been told the link failed, or we are closing
+        self._close_sent = False
+        self._reading_paused = False
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self._credentials = ("", "", "/")
         # a delivery in progress: method args, properties, expected size, body parts
@@ -242,7 +246,7 @@ class AmqpConnection(asyncio.Protocol):
                 self._write(wire.channel_close_ok(channel))
             else:
                 self._write(wire.connection_close_ok())
-            self._fail(AmqpError(code, text, phase=self._phase))
+            self._fail(AmqpError(code, text, phase=self._phase, channel_only=method == wire.CHANNEL_CLOSE))
             return
         if method == wire.CONNECTION_CLOSE_OK:
             self._abort()
@@ -324,10 +328,12 @@ class AmqpConnection(asyncio.Protocol):
 
     def pause_reading(self) -> None:
         if self._transport is not None:
+            self._reading_paused = True
             self._transport.pause_reading()
 
     def resume_reading(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
+            self._reading_paused = False
             self._transport.resume_reading()
 
     # --------------------------------------------------------------------- operations
@@ -365,7 +371,8 @@ class AmqpConnection(asyncio.Protocol):
         if not self._wrote_since_check and not self._out:
             self._transport.write(wire.HEARTBEAT_FRAME)
         self._wrote_since_check = False
-        if self._read_since_check:
+        if self._read_since_check or self._reading_paused:
+            # while we hold the broker back for a slow client, its heart-beats wait unread
             self._missed_heartbeats = 0
         else:
             self._missed_heartbeats += 1
@@ -408,8 +415,11 @@ class AmqpConnection(asyncio.Protocol):
         if self._transport is None:
             return
         self._closing = True
+        self._close_sent = True
         self._flush()
         self._transport.write(wire.connection_close())
+        if self._reading_paused:
+            self.resume_reading()  # close-ok must be read
         try:
             async with asyncio.timeout(timeout):
                 await asyncio.shield(self._closed)
@@ -421,13 +431,15 @@ class AmqpConnection(asyncio.Protocol):
         if self._transport is None:
             return
         self._closing = True
+        self._close_sent = True
         self._flush()
         self._transport.write(wire.connection_close())
         self._loop.call_later(5.0, self._abort)
 
     @property
     def is_open(self) -> bool:
-        return self._transport is not None and not self._closing
+        """The socket is up and nobody has asked the broker to close the connection yet."""
+        return self._transport is not None and not self._close_sent
 
 
 def _decode_method(payload: bytes) -> commands.Frame:

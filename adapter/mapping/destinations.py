@@ -78,7 +78,9 @@ __all__ = [
 
 
 class DestinationError(Exception):
-    """An ERROR frame with a specific ``message`` header; the connection stays open (§6.2, §18.2).
+    """An ERROR frame with a specific ``message`` header (§6.2, §18.2).
+
+    The plugin leaves the connection open after these; the session closes it, as STOMP asks.
 
     ``message`` is the ERROR ``message`` header, ``body`` the ERROR body exactly as the plugin
     sends it (including a trailing LF where the plugin has one).

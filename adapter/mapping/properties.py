@@ -102,9 +102,10 @@ def field_value_text(value: object) -> str:
     """Text form of an AMQP field-table value on a MESSAGE frame (docs/compatibility.md).
 
     The plugin keeps only long strings and 32/64-bit integers and silently drops the rest; we
-    render every type: integers in decimal, booleans as ``true``/``false``, floats with
-    ``repr``, decimals as plain decimal text, timestamps as integer seconds since the epoch,
-    void as the empty string, byte arrays as their bytes, and nested tables and arrays as JSON.
+    render every type: integers in decimal, booleans as ``true``/``false``, floats and decimals
+    with Python's ``str`` (exponent form for very large or small values), timestamps as
+    integer seconds since the epoch, void as the empty string, byte arrays as their bytes, and
+    nested tables and arrays as JSON.
     """
     if isinstance(value, str):
         return value

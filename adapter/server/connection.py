@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import os
 import socket
+import struct
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,6 +38,8 @@ log = logging.getLogger("adapter.connection")
 
 # Stop reading from the client while this many bytes of parsed-but-unhandled input wait
 _MAX_BUFFERED_INPUT = 1024 * 1024
+# How long DISCONNECT waits for outstanding publisher confirms before closing anyway
+_CONFIRM_WAIT_ON_DISCONNECT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +153,16 @@ class ClientConnection(asyncio.Protocol):
                 result = self._result
             try:
                 op = steps.send(result)
+                self._result = self._execute(op)
             except StopIteration:
                 self._steps = None
                 self._frame = None
                 self._result = None
                 continue
-            self._result = self._execute(op)
+            except (ValueError, OverflowError, struct.error) as error:
+                # a value AMQP cannot carry (a name over 255 bytes, a tag out of range ...)
+                self._processing_error(error)
+                return
         if not self._closed:
             if parser.buffered > _MAX_BUFFERED_INPUT and self._busy:
                 self._pause("input")
@@ -188,7 +195,7 @@ class ClientConnection(asyncio.Protocol):
         else:
             self._busy = True
             self._pause("broker")
-            self._loop.create_task(self._run_sync(op))
+            self._server.spawn(self._run_sync(op))
         return None
 
     async def _run_sync(self, op: ops.Operation) -> None:
@@ -196,6 +203,9 @@ class ClientConnection(asyncio.Protocol):
             self._result = await self._call(op)
         except AmqpError:
             # on_amqp_closed has already sent the ERROR and closed the client
+            return
+        except (ValueError, OverflowError, struct.error) as error:
+            self._processing_error(error)
             return
         except (OSError, TimeoutError) as error:
             assert self.session is not None
@@ -241,8 +251,11 @@ class ClientConnection(asyncio.Protocol):
             assert self.session is not None
             if self.session.confirms_outstanding:
                 self._confirm_waiter = self._loop.create_future()
-                async with asyncio.timeout(self._server.shutdown_timeout):
-                    await self._confirm_waiter
+                try:
+                    async with asyncio.timeout(_CONFIRM_WAIT_ON_DISCONNECT):
+                        await self._confirm_waiter
+                except TimeoutError:
+                    log.warning("peer=%s: DISCONNECT went ahead without all publisher confirms", self.peer)
         elif isinstance(op, ops.CloseAmqp):
             self._amqp = None
             await amqp.close()
@@ -284,6 +297,11 @@ class ClientConnection(asyncio.Protocol):
         version = _text(props.get("version", ""))
         server = f"{product}/{version}" if version else product
         return ops.LoginResult(True, server_version=server)
+
+    def _processing_error(self, error: Exception) -> None:
+        assert self.session is not None
+        log.info("processing error peer=%s: %s", self.peer, error)
+        self._run_all(list(self.session._fail("Processing error", f"{error}\n", self._frame)))
 
     def _run_all(self, operations: list[ops.Operation]) -> None:
         for op in operations:
@@ -330,7 +348,9 @@ class ClientConnection(asyncio.Protocol):
     def _check_heartbeat(self, interval: float) -> None:
         if self._closed:
             return
-        if not self._read_since_check and "broker" not in self._pause_reasons:
+        # while we are not reading the client (waiting for the broker, broker flow control)
+        # its heart-beats wait unread in the socket: not the client's fault
+        if not self._read_since_check and not self._pause_reasons:
             assert self.session is not None
             self._run_all(
                 list(
@@ -389,7 +409,8 @@ class ClientConnection(asyncio.Protocol):
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         session = self.session
-        self._amqp = None if error.code else self._amqp
+        if not error.channel_only:
+            self._amqp = None  # the connection itself is gone; a closed channel still needs closing
         if session is None or self._closed:
             return
         if error.code:
@@ -475,7 +496,7 @@ class ClientConnection(asyncio.Protocol):
             self._close_reason,
         )
         if amqp is not None and amqp.is_open:
-            task = self._loop.create_task(amqp.close())
+            task = self._server.spawn(amqp.close())
             task.add_done_callback(lambda _t: self._set_done())
         else:
             self._set_done()

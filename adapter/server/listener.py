@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Coroutine
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..session import SessionSettings
@@ -58,6 +60,8 @@ class Server:
         self._sndbuf = sndbuf
         self._recbuf = recbuf
         self.connections: set[ClientConnection] = set()
+        # tasks that wait for the broker on a client's behalf; shutdown waits for them too
+        self.tasks: set[asyncio.Task[None]] = set()
         self._servers: list[asyncio.Server] = []
         self.addresses: list[tuple[str, int]] = []
 
@@ -72,6 +76,12 @@ class Server:
                 address = sock.getsockname()
                 self.addresses.append((address[0], address[1]))
                 log.info("listening on %s:%s", address[0], address[1])
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     def tune_socket(self, sock: socket.socket) -> None:
         """Apply ``stomp.tcp_listen_options`` to an accepted client socket."""
@@ -100,6 +110,8 @@ class Server:
                 log.warning(
                     "%d connection(s) did not close within %.1f s", len(not_done), self.shutdown_timeout
                 )
-        for server in self._servers:
-            await server.wait_closed()
+        if self.tasks:
+            _, stuck = await asyncio.wait(list(self.tasks), timeout=self.shutdown_timeout)
+            for task in stuck:
+                task.cancel()
         self._servers.clear()

@@ -58,8 +58,8 @@ class Frame:
     """One STOMP frame.
 
     ``command`` is kept as the raw text the client sent: an unknown command is not a parse
-    error but a ``Bad command`` ERROR that leaves the connection open (reference §3.4), so the
-    session, not the codec, decides what it means.  ``headers`` keeps the first occurrence of
+    error but a ``Bad command`` ERROR (reference §3.4), so the session, not the codec, decides
+    what it means.  ``headers`` keeps the first occurrence of
     each name in arrival order (STOMP 1.2 "Repeated Header Entries").
     """
 

@@ -8,7 +8,11 @@ frame always states the intervals actually used, so a spec-following client stay
 
 from __future__ import annotations
 
+import re
+
 MIN_INTERVAL_MS = 100
+# the plugin accepts signed integers and treats negative values as 0 (reference §5.7)
+_HEART_BEAT = re.compile(r"(-?[0-9]{1,18}),(-?[0-9]{1,18})", re.ASCII)
 
 
 class HeartBeatError(ValueError):
@@ -19,10 +23,10 @@ def parse_heart_beat(value: str | None) -> tuple[int, int]:
     """Parse ``cx,cy``; absent means ``0,0``.  Anything but two integers is an error."""
     if value is None:
         return 0, 0
-    parts = value.split(",")
-    if len(parts) != 2 or not all(p.lstrip("-").isdigit() and p.isascii() for p in parts):
+    match = _HEART_BEAT.fullmatch(value)
+    if match is None:
         raise HeartBeatError(f"heart-beat must be two comma-separated integers, got {value!r}")
-    return int(parts[0]), int(parts[1])
+    return int(match.group(1)), int(match.group(2))
 
 
 def negotiate(client: tuple[int, int]) -> tuple[int, int]:
