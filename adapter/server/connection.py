@@ -76,6 +76,7 @@ class ClientConnection(asyncio.Protocol):
         self._frame: Frame | None = None
         self._steps: Generator[ops.Operation, object, None] | None = None
         self._busy = False  # a task is waiting for the broker
+        self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
         self._closed = False
         self._finished = False
         self._close_reason = ""
@@ -158,6 +159,10 @@ class ClientConnection(asyncio.Protocol):
                 self._steps = None
                 self._frame = None
                 self._result = None
+                if self._held:
+                    held, self._held = self._held, []
+                    for data in held:
+                        self._write(data)
                 continue
             except (ValueError, OverflowError, struct.error) as error:
                 # a value AMQP cannot carry (a name over 255 bytes, a tag out of range ...)
@@ -383,6 +388,16 @@ class ClientConnection(asyncio.Protocol):
         body: bytes,
     ) -> None:
         if self._closed or self.session is None:
+            return
+        if self._steps is not None:
+            # A frame is still being handled (e.g. a SUBSCRIBE waiting for its bind): its
+            # RECEIPT must reach the client before the messages its consume let through, as
+            # with the plugin, which finishes a frame before it handles deliveries.
+            self._held.append(
+                self.session.on_delivery(
+                    consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body
+                )
+            )
             return
         self._write(
             self.session.on_delivery(

@@ -14,3 +14,25 @@ def test_send_receive_roundtrip(stomp_client):
     assert message.body == "hello"
     assert message.headers["destination"] == f"/queue/{queue}"
     assert message.headers["subscription"] == "s1"
+
+
+def test_subscribe_receipt_comes_before_waiting_messages(stomp_client):
+    # the plugin finishes a SUBSCRIBE (consume, bind, RECEIPT) before it delivers; RabbitMQ's
+    # own test suite (destinations.py, durable subscriptions) checks that order
+    producer = stomp_client("1.2")
+    topic = unique("waiting")
+    producer.conn.subscribe(f"/topic/{topic}", id="d", headers={"durable": "true", "auto-delete": "false"})
+    producer.conn.unsubscribe("d", headers={"receipt": "u"})
+    assert producer.next("RECEIPT").headers["receipt-id"] == "u"
+    for i in range(3):
+        producer.conn.send(f"/topic/{topic}", f"m{i}", headers={"receipt": f"s{i}"})
+        producer.next("RECEIPT")
+    consumer = stomp_client("1.2")
+    consumer.conn.subscribe(
+        f"/topic/{topic}", id="d", headers={"durable": "true", "auto-delete": "false", "receipt": "sub"}
+    )
+    first = consumer.next()
+    assert (first.command, first.headers.get("receipt-id")) == ("RECEIPT", "sub")
+    assert [m.body for m in consumer.messages(3)] == ["m0", "m1", "m2"]
+    consumer.conn.unsubscribe("d", headers={"durable": "true", "receipt": "gone"})
+    assert consumer.next("RECEIPT").headers["receipt-id"] == "gone"
