@@ -28,6 +28,7 @@ def test_subscribe_receipt_comes_before_waiting_messages(stomp_client):
         producer.conn.send(f"/topic/{topic}", f"m{i}", headers={"receipt": f"s{i}"})
         producer.next("RECEIPT")
     consumer = stomp_client("1.2")
+    consumer.next("CONNECTED")
     consumer.conn.subscribe(
         f"/topic/{topic}", id="d", headers={"durable": "true", "auto-delete": "false", "receipt": "sub"}
     )
