@@ -230,3 +230,305 @@ def run_amqp(amqp_url: str, work: Callable[[Any], Any]) -> Any:
             await connection.close()
 
     return asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------------
+# Broker-side probes for the integration tests (aio-pika + management HTTP API), never the adapter.
+
+
+@dataclass
+class Got:
+    """One message fetched with basic.get: raw AMQP properties (None = absent on the wire)."""
+
+    body: bytes
+    properties: Any  # pamqp Basic.Properties as decoded from the wire
+    exchange: str
+    routing_key: str
+    redelivered: bool
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        return dict(self.properties.headers or {})
+
+
+class BrokerProbe:
+    """Synchronous access to the broker through aio-pika (own event loop, one AMQP connection),
+    plus the management HTTP API.  Queues and exchanges registered with ``track_*`` are deleted
+    by ``close()``."""
+
+    def __init__(self, amqp_url: str, management_url: str = "http://127.0.0.1:15672") -> None:
+        import aio_pika
+
+        self._aio_pika = aio_pika
+        self.amqp_url = amqp_url
+        self.management_url = management_url
+        self._loop = asyncio.new_event_loop()
+        self._connection: Any = self._loop.run_until_complete(aio_pika.connect(amqp_url))
+        self._queues: list[str] = []
+        self._exchanges: list[str] = []
+
+    # -- plumbing
+    def run(self, work: Callable[[Any], Any]) -> Any:
+        """``await work(channel)`` on a fresh channel of the probe's connection."""
+
+        async def main() -> Any:
+            channel = await self._connection.channel()
+            try:
+                return await work(channel)
+            finally:
+                if not channel.is_closed:
+                    await channel.close()
+
+        return self._loop.run_until_complete(main())
+
+    def close(self) -> None:
+        """Delete what was tracked (best effort: an exclusive queue may still be owned by a
+        connection that is closing), then close the AMQP connection."""
+        import contextlib
+
+        try:
+            for name in self._queues:
+                with contextlib.suppress(Exception):
+                    self.delete_queue(name)
+            for name in self._exchanges:
+                with contextlib.suppress(Exception):
+                    self.delete_exchange(name)
+        finally:
+            self._loop.run_until_complete(self._connection.close())
+            self._loop.close()
+
+    def track_queue(self, *names: str) -> None:
+        self._queues.extend(names)
+
+    def track_exchange(self, *names: str) -> None:
+        self._exchanges.extend(names)
+
+    # -- queues
+    def declare_queue(self, name: str, *, track: bool = True, **kwargs: Any) -> None:
+        async def work(channel: Any) -> None:
+            await channel.declare_queue(name, **kwargs)
+
+        self.run(work)
+        if track:
+            self.track_queue(name)
+
+    def queue_exists(self, name: str) -> bool:
+        import aiormq
+
+        async def work(channel: Any) -> bool:
+            try:
+                await channel.declare_queue(name, passive=True)
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                return False
+            except aiormq.exceptions.ChannelLockedResource:
+                return True  # exclusive to another connection, but it exists
+            return True
+
+        return self.run(work)
+
+    def depth(self, name: str) -> int:
+        """Ready messages in queue ``name`` (passive declare; fails if the queue is missing)."""
+
+        async def work(channel: Any) -> int:
+            queue = await channel.declare_queue(name, passive=True)
+            return queue.declaration_result.message_count
+
+        return self.run(work)
+
+    def wait_depth(self, name: str, expected: int, timeout: float = 5.0) -> int:
+        """Poll until ``depth(name) == expected`` (asynchronous broker work such as requeue on
+        close or dead-lettering); returns the last depth seen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            current = self.depth(name)
+            if current == expected or time.monotonic() > deadline:
+                return current
+            time.sleep(0.02)
+
+    def idle_depth(self, name: str, timeout: float = 5.0) -> int:
+        """Ready messages once queue ``name`` has no consumer left.  The broker requeues a
+        closed channel's unacknowledged messages when it removes its consumers, so after a
+        client disconnected this is the number of messages it had not acknowledged (plus any
+        it never received)."""
+
+        async def work(channel: Any) -> tuple[int, int]:
+            queue = await channel.declare_queue(name, passive=True)
+            result = queue.declaration_result
+            return result.consumer_count, result.message_count
+
+        deadline = time.monotonic() + timeout
+        while True:
+            consumers, messages = self.run(work)
+            if consumers == 0:
+                return messages
+            if time.monotonic() > deadline:
+                raise AssertionError(f"queue {name} still has {consumers} consumer(s)")
+            time.sleep(0.02)
+
+    def wait_gone(self, name: str, timeout: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.queue_exists(name):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def get(self, name: str) -> Got | None:
+        """basic.get with auto-ack; the raw properties as they were on the wire."""
+
+        async def work(channel: Any) -> Got | None:
+            underlay = await channel.get_underlay_channel()
+            message = await underlay.basic_get(name, no_ack=True)
+            if message.delivery_tag is None:  # Basic.GetEmpty
+                return None
+            return Got(
+                message.body,
+                message.header.properties,
+                message.exchange,
+                message.routing_key,
+                bool(message.redelivered),
+            )
+
+        return self.run(work)
+
+    def delete_queue(self, name: str) -> None:
+        async def work(channel: Any) -> None:
+            await channel.queue_delete(name)
+
+        try:
+            self.run(work)
+        except ValueError:  # a name pamqp refuses to encode: use the management API
+            self._management(f"/api/queues/%2F/{_quote(name)}", method="DELETE")
+
+    # -- exchanges and publishing
+    def declare_exchange(self, name: str, type_: str = "fanout", *, track: bool = True) -> None:
+        async def work(channel: Any) -> None:
+            await channel.declare_exchange(name, type_, auto_delete=False, durable=False)
+
+        self.run(work)
+        if track:
+            self.track_exchange(name)
+
+    def bind(self, queue: str, exchange: str, routing_key: str = "") -> None:
+        async def work(channel: Any) -> None:
+            q = await channel.declare_queue(queue, passive=True)
+            await q.bind(exchange, routing_key)
+
+        self.run(work)
+
+    def delete_exchange(self, name: str) -> None:
+        async def work(channel: Any) -> None:
+            await channel.exchange_delete(name)
+
+        self.run(work)
+
+    def publish(self, exchange: str, routing_key: str, body: bytes, **properties: Any) -> None:
+        """Publish with publisher confirms (so the message is routed when this returns)."""
+        aio_pika = self._aio_pika
+
+        async def work(_channel: Any) -> None:
+            channel = await self._connection.channel(publisher_confirms=True)
+            try:
+                target = (
+                    channel.default_exchange
+                    if exchange == ""
+                    else await channel.get_exchange(exchange, ensure=False)
+                )
+                await target.publish(aio_pika.Message(body, **properties), routing_key=routing_key)
+            finally:
+                await channel.close()
+
+        self.run(work)
+
+    # -- management HTTP API (queue flags, arguments, bindings)
+    def _management(self, path: str, method: str = "GET") -> Any:
+        import base64
+        import json
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(self.management_url + path, method=method)
+        request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                data = response.read()
+                return json.loads(data) if data else None
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                error.close()
+                return None
+            raise
+
+    def queue_info(self, name: str, vhost: str = "/") -> dict[str, Any] | None:
+        """The management API's view of a queue (durable, auto_delete, exclusive, arguments,
+        type ...), or None if there is no such queue."""
+        from urllib.parse import quote
+
+        return self._management(f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}")
+
+    def queue_bindings(self, name: str, vhost: str = "/") -> list[dict[str, Any]]:
+        from urllib.parse import quote
+
+        result = self._management(f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}/bindings")
+        return [b for b in (result or []) if b["source"] != ""]  # drop the default-exchange binding
+
+    def exchange_bindings(self, exchange: str, vhost: str = "/") -> list[dict[str, Any]]:
+        from urllib.parse import quote
+
+        path = f"/api/exchanges/{quote(vhost, safe='')}/{quote(exchange, safe='')}/bindings/source"
+        return self._management(path) or []
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name, safe="")
+
+
+def next_of(client: StompClient, commands: tuple[str, ...], timeout: float = 5.0) -> Recorded:
+    """The first received frame whose command is in ``commands``, in arrival order; other frames
+    (e.g. MESSAGEs that overtake a SEND's RECEIPT) stay available to ``client.next``."""
+    for i, frame in enumerate(client._pending):
+        if frame.command in commands:
+            return client._pending.pop(i)
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"no {commands} within {timeout} s; pending {client._pending}")
+        try:
+            frame = client.recorder.frames.get(timeout=remaining)
+        except queue.Empty:
+            continue
+        if frame.command in commands:
+            return frame
+        client._pending.append(frame)
+
+
+def amqp_client_ports(broker_port: int = 5672) -> set[int]:
+    """Local ports of this process's established TCP connections to ``broker_port`` (Linux
+    /proc).  The adapter under test runs in-process, so this shows its AMQP links without the
+    management API's statistics delay."""
+    import os
+
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    ports = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as table:
+                lines = table.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, state, inode = fields[1], fields[2], fields[3], int(fields[9])
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == broker_port and inode in inodes:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports

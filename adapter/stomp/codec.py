@@ -199,7 +199,9 @@ class FrameParser:
         limits = self._limits
         scan = max(pos, self._scan_from - 2)
         lf_lf = buf.find(b"\n\n", scan)
-        lf_crlf = buf.find(b"\n\r\n", scan)
+        # look for a CRLF blank line only before the first LF one, so that a buffer full of
+        # LF-only frames is not rescanned to its end for every frame
+        lf_crlf = buf.find(b"\n\r\n", scan, lf_lf + 3 if lf_lf >= 0 else end)
         if lf_lf < 0 and lf_crlf < 0:
             if end - pos > limits.max_frame_size:
                 raise FrameError(
