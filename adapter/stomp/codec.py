@@ -230,6 +230,8 @@ class FrameParser:
         return command, headers, content_length, body_start - pos
 
     def _parse_head(self, head: bytes) -> tuple[str, dict[str, str], int | None]:
+        if b"\r" not in head and b"\\" not in head:
+            return self._parse_plain_head(head)
         limits = self._limits
         lines = head.split(b"\n")
         command_raw = lines[0]
@@ -273,6 +275,35 @@ class FrameParser:
                     "Too many headers",
                     f"A frame may carry at most {limits.max_headers} headers",
                 )
+        return command, headers, self._content_length(headers)
+
+    def _parse_plain_head(self, head: bytes) -> tuple[str, dict[str, str], int | None]:
+        """The common case: LF line ends and no escapes, so the head decodes in one go."""
+        limits = self._limits
+        lines = head.decode("utf-8", "surrogateescape").split("\n")
+        command = lines[0]
+        if len(head) > limits.max_header_length and any(
+            len(line.encode("utf-8", "surrogateescape")) > limits.max_header_length for line in lines
+        ):
+            raise FrameError(
+                "Header too long",
+                f"A header line is longer than the maximum of {limits.max_header_length} bytes",
+            )
+        trim = self.trim_values
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise FrameError("Bad header", f"Header line without ':' {line[:64]!r}")
+            if name in headers:
+                continue  # STOMP 1.2: the first occurrence wins; repeats do not count to limits
+            headers[name] = value.lstrip() if trim else value
+        if len(headers) > limits.max_headers:
+            raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
+        return command, headers, self._content_length(headers)
+
+    @staticmethod
+    def _content_length(headers: dict[str, str]) -> int | None:
         content_length: int | None = None
         raw_length = headers.get("content-length")
         if raw_length is not None:
@@ -288,7 +319,7 @@ class FrameParser:
                 raise FrameError(
                     "Bad content-length", f"content-length has too many digits ({len(stripped)})"
                 ) from None
-        return command, headers, content_length
+        return content_length
 
 
 def escape(value: str) -> str:
