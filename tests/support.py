@@ -532,3 +532,12 @@ def amqp_client_ports(broker_port: int = 5672) -> set[int]:
             if state == "01" and int(remote.rsplit(":", 1)[1], 16) == broker_port and inode in inodes:
                 ports.add(int(local.rsplit(":", 1)[1], 16))
     return ports
+
+
+def expect_receipt(client: StompClient, receipt_id: str, timeout: float = 5.0) -> Recorded:
+    """The next RECEIPT-or-ERROR frame must be the RECEIPT ``receipt_id`` (MESSAGEs that
+    arrive meanwhile stay available to ``client.next``)."""
+    frame = next_of(client, ("RECEIPT", "ERROR"), timeout)
+    assert frame.command == "RECEIPT", frame
+    assert frame.headers["receipt-id"] == receipt_id, frame
+    return frame
