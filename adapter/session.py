@@ -279,11 +279,12 @@ class Session:
             raise DestinationError("Missing destination", "\"SEND\" must include a 'destination' header\n")
         if "message-id" in headers:
             raise DestinationError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
-        transaction = self._transaction_of(headers)
         dest = self._destination(raw)
         check_not_temp_queue(dest, "SEND")
         if dest.kind is DestinationKind.QUEUE and dest.name not in self._declared_queues:
             yield from self._declare_queue_once(dest, headers)
+        # checked after the destination and its declare, in the plugin's order (reference §16)
+        transaction = self._transaction_of(headers)
         reply_to = headers.get("reply-to")
         resolved_reply_to = None
         if reply_to is not None:
@@ -756,8 +757,8 @@ def _append_property_headers(lines: list[str], p: MessageProperties) -> None:
         lines.append(f"amqp-message-id:{escape(p.message_id)}\n")
     if p.expiration is not None:
         lines.append(f"expiration:{escape(p.expiration)}\n")
-    if p.reply_to:
-        lines.append(f"reply-to:{escape(message_reply_to(p.reply_to))}\n")
+    if p.reply_to is not None:
+        lines.append(f"reply-to:{escape(message_reply_to(p.reply_to) or '')}\n")
     if p.correlation_id is not None:
         lines.append(f"correlation-id:{escape(p.correlation_id)}\n")
     if p.priority is not None:

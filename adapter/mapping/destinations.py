@@ -726,9 +726,10 @@ def message_reply_to(amqp_reply_to: str | None) -> str | None:
 
     Values starting with ``/exchange``, ``/topic``, ``/queue``, ``/amq/queue`` or ``/reply-queue/``
     (plain prefix test) pass unchanged; anything else gets ``/reply-queue/`` prepended.  An absent
-    or empty reply_to produces no header (§12.2, observed live).
+    reply_to produces no header; a present but empty one becomes ``/reply-queue/``, as the plugin
+    shows a SEND's empty ``reply-to`` (tests/compat, test_empty_reply_to).
     """
-    if not amqp_reply_to:
+    if amqp_reply_to is None:
         return None
     if amqp_reply_to.startswith(DEST_PREFIXES):
         return amqp_reply_to

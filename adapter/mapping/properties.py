@@ -94,7 +94,9 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None) -> Me
             table[name] = value
     if reply_to is not None:
         props.reply_to = reply_to
-    props.headers = table
+    # The plugin's parser prepends each header, so its table lists them in reverse frame order
+    # (reference §9.2); RabbitMQ keeps the order it is given, so consumers see that order.
+    props.headers = dict(reversed(table.items())) if len(table) > 1 else table
     return props
 
 
