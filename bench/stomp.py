@@ -1,0 +1,281 @@
+"""A small, fast STOMP 1.2 client on raw asyncio sockets, for the benchmark only.
+
+Independent of the adapter on purpose: it shares no code with ``adapter.stomp`` so a codec bug
+cannot hide itself by being on both ends.  It only handles what the benchmark needs:
+
+* frames are written as pre-built ``bytes`` (``frame()``), and batched: ``send()`` queues bytes
+  and flushes them with one ``transport.write`` per event-loop iteration; producers write whole
+  batches (``frame * n``) themselves;
+* frames are read with ``bytes.find`` on the receive buffer and ``content-length`` when present;
+  headers are not parsed unless asked for (``header()`` finds one header in the raw header block).
+  Values are used in their escaped form, which is what a 1.2 client must send back (ack ids) and
+  harmless for the plain names the benchmark uses;
+* flow control: ``pause_writing``/``resume_writing`` back ``drain()``.
+
+An ERROR frame or a lost connection is reported to ``on_failure`` (the running measurement), so a
+measurement never waits for something a broken connection will not deliver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable
+
+Handler = Callable[[bytes, bytes], None]
+
+_receipts = itertools.count(1)
+
+
+def frame(command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
+    """Encode one frame.  Header values must not need escaping (the benchmark's never do)."""
+    lines = [command]
+    if headers:
+        lines.extend(f"{name}:{value}" for name, value in headers.items())
+    if body:
+        lines.append(f"content-length:{len(body)}")
+    return ("\n".join(lines) + "\n\n").encode() + body + b"\0"
+
+
+def header(raw: bytes, name: bytes) -> bytes | None:
+    """The first ``name`` header in a raw header block (``COMMAND\\nk:v\\n...``), or None."""
+    key = b"\n" + name + b":"
+    at = raw.find(key)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = raw.find(b"\n", start)
+    return raw[start:] if end < 0 else raw[start:end]
+
+
+def headers(raw: bytes) -> dict[str, str]:
+    """All headers of a raw header block; the first occurrence of a repeated header wins."""
+    result: dict[str, str] = {}
+    for line in raw.decode("utf-8", "replace").split("\n")[1:]:
+        name, _, value = line.partition(":")
+        result.setdefault(name, value)
+    return result
+
+
+class StompError(Exception):
+    pass
+
+
+class StompClient(asyncio.Protocol):
+    """One STOMP connection.  Set ``on_message`` / ``on_receipt`` for the scenario's hot path."""
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self._rest = b""
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self.connected: asyncio.Future[bytes] = self.loop.create_future()
+        self.closed: asyncio.Future[None] = self.loop.create_future()
+        self._waiters: dict[bytes, asyncio.Future[bytes]] = {}
+        self.on_message: Handler | None = None  # (raw headers, body)
+        self.on_receipt: Callable[[bytes], None] | None = None  # receipts nobody waits for
+        self.on_chunk: Callable[[], None] | None = None  # after each read that produced frames
+        self.on_failure: Callable[[str], None] | None = None
+        self.messages = 0  # MESSAGE frames received
+        self.error: str | None = None
+        self.expect_close = False
+
+    # ------------------------------------------------------------------ asyncio callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if not self.expect_close:
+            self._fail(f"{self.name}: connection lost" + (f" ({exc})" if exc else " (closed by the server)"))
+        for waiter in self._waiters.values():
+            if not waiter.done():
+                waiter.set_exception(StompError(self.error or "connection closed"))
+        if not self.connected.done():
+            self.connected.set_exception(StompError(self.error or "connection closed before CONNECTED"))
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._rest + data if self._rest else data
+        n = len(buf)
+        pos = 0
+        frames = 0
+        while pos < n:
+            first = buf[pos]
+            if first == 10 or first == 13:  # heart-beats and the LF after each NUL
+                pos += 1
+                continue
+            hend = buf.find(b"\n\n", pos)
+            if hend < 0:
+                break
+            bstart = hend + 2
+            cl = buf.find(b"\ncontent-length:", pos, hend)
+            if cl >= 0:
+                eol = buf.find(b"\n", cl + 16, bstart)
+                bend = bstart + int(buf[cl + 16 : eol])
+                if bend >= n:
+                    break
+                if buf[bend] != 0:
+                    self._fail(f"{self.name}: frame body not followed by NUL")
+                    return
+            else:
+                bend = buf.find(b"\0", bstart)
+                if bend < 0:
+                    break
+            raw = buf[pos:hend]
+            pos = bend + 1
+            frames += 1
+            if raw.startswith(b"MESSAGE\n"):
+                self.messages += 1
+                handler = self.on_message
+                if handler is not None:
+                    handler(raw, buf[bstart:bend])
+            else:
+                self._control(raw, buf[bstart:bend])
+        self._rest = buf[pos:] if pos < n else b""
+        if frames and self.on_chunk is not None:
+            self.on_chunk()
+
+    def _control(self, raw: bytes, body: bytes) -> None:
+        command = raw.split(b"\n", 1)[0]
+        if command == b"RECEIPT":
+            receipt = header(raw, b"receipt-id") or b""
+            waiter = self._waiters.pop(receipt, None)
+            if waiter is not None:
+                if not waiter.done():
+                    waiter.set_result(raw)
+            elif self.on_receipt is not None:
+                self.on_receipt(receipt)
+        elif command == b"CONNECTED":
+            if not self.connected.done():
+                self.connected.set_result(raw)
+        elif command == b"ERROR":
+            message = (header(raw, b"message") or b"").decode("utf-8", "replace")
+            detail = body.decode("utf-8", "replace").strip()
+            self._fail(f"{self.name}: ERROR {message!r}" + (f": {detail[:300]}" if detail else ""))
+            if not self.connected.done():
+                self.connected.set_exception(StompError(self.error or "ERROR"))
+            for waiter in self._waiters.values():
+                if not waiter.done():
+                    waiter.set_exception(StompError(self.error or "ERROR"))
+            self._waiters.clear()
+        # anything else is ignored
+
+    def _fail(self, text: str) -> None:
+        if self.error is None:
+            self.error = text
+        if self.on_failure is not None:
+            self.on_failure(text)
+
+    # ------------------------------------------------------------------ writing
+    def send(self, data: bytes) -> None:
+        """Queue bytes; all bytes queued in one loop iteration go out in one write."""
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and self.transport is not None:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def write(self, data: bytes) -> None:
+        """Write now (producers write whole batches)."""
+        if self.transport is None:
+            raise StompError(self.error or f"{self.name}: not connected")
+        self.transport.write(data)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    async def drain(self) -> None:
+        if self._paused and self.transport is not None:
+            if self._drain is None:
+                self._drain = self.loop.create_future()
+            await self._drain
+
+    # ------------------------------------------------------------------ requests
+    async def request(self, command: str, headers: dict[str, str], timeout: float = 10.0) -> bytes:
+        """Send a frame with a receipt header and wait for its RECEIPT."""
+        receipt = f"r{next(_receipts)}"
+        waiter: asyncio.Future[bytes] = self.loop.create_future()
+        self._waiters[receipt.encode()] = waiter
+        self.send(frame(command, {**headers, "receipt": receipt}))
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter
+        except TimeoutError:
+            raise StompError(f"{self.name}: no RECEIPT for {command} within {timeout:g} s") from None
+
+    async def disconnect(self, timeout: float = 10.0) -> None:
+        """DISCONNECT with a receipt, then close; errors are ignored (teardown)."""
+        if self.transport is None:
+            return
+        self.expect_close = True
+        with contextlib.suppress(StompError, OSError):
+            await self.request("DISCONNECT", {}, timeout)
+        self.abort()
+
+    def abort(self) -> None:
+        self.expect_close = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def connect(
+    host: str,
+    port: int,
+    name: str = "",
+    *,
+    timeout: float = 15.0,
+    login: str = "guest",
+    passcode: str = "guest",
+) -> StompClient:
+    """Open a connection and log in (STOMP 1.2, no heart-beats)."""
+    loop = asyncio.get_running_loop()
+    client: StompClient | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            _, client = await loop.create_connection(lambda: StompClient(name), host, port)
+            client.send(
+                frame(
+                    "CONNECT",
+                    {
+                        "accept-version": "1.2",
+                        "host": "/",
+                        "login": login,
+                        "passcode": passcode,
+                        "heart-beat": "0,0",
+                    },
+                )
+            )
+            await client.connected
+    except TimeoutError:
+        if client is not None:
+            client.abort()
+        raise StompError(f"{name}: no CONNECTED from {host}:{port} within {timeout:g} s") from None
+    except BaseException:
+        if client is not None:
+            client.abort()
+        raise
+    return client
