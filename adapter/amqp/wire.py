@@ -16,6 +16,8 @@ import datetime
 import struct
 from collections.abc import Mapping
 
+from pamqp import decode  # only its field-table decoder; everything per message is by hand
+
 from ..mapping.properties import MessageProperties
 
 FRAME_METHOD = 1
@@ -327,8 +329,6 @@ def decode_ack(payload: bytes) -> tuple[int, bool, bool]:
 def decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
     """Content header frame: (body size, properties).  The headers table goes through pamqp's
     decoder, which understands every field type RabbitMQ may put there (x-death and friends)."""
-    from pamqp import decode  # local: only the table decoder, the rest is hand-written
-
     body_size = _u64.unpack_from(payload, 4)[0]
     flags = _u16.unpack_from(payload, 12)[0]
     p = MessageProperties()
