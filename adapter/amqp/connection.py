@@ -98,6 +98,8 @@ class BrokerEvents(Protocol):
 
     def on_broker_backpressure(self, paused: bool) -> None: ...
 
+    def on_read_done(self) -> None: ...
+
 
 class AmqpConnection(asyncio.Protocol):
     def __init__(self, events: BrokerEvents, *, heartbeat: int, connection_name: str) -> None:
@@ -228,6 +230,9 @@ class AmqpConnection(asyncio.Protocol):
         finally:
             if offset:
                 del buffer[:offset]
+        # deliveries and receipts of this read go to the client now, in one write
+        self._events.on_read_done()
+        self.flush()
 
     def _on_method(self, channel: int, payload: bytes) -> None:
         method = ((payload[0] << 8) | payload[1], (payload[2] << 8) | payload[3])
@@ -311,6 +316,10 @@ class AmqpConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_handle = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is buffered now (see ClientConnection.flush)."""
         out = self._out
         if not out or self._transport is None:
             return

@@ -109,6 +109,9 @@ class ClientConnection(asyncio.Protocol):
             return
         self._parser.feed(data)
         self._pump()
+        if self._amqp is not None:
+            self._amqp.flush()
+        self.flush()
 
     def eof_received(self) -> bool:
         return False
@@ -435,6 +438,9 @@ class ClientConnection(asyncio.Protocol):
         else:
             self._run_all(session.on_connection_lost(error.text))
 
+    def on_read_done(self) -> None:
+        self.flush()
+
     def on_broker_backpressure(self, paused: bool) -> None:
         if paused:
             self._pause("broker-flow")
@@ -451,6 +457,12 @@ class ClientConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_handle = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is buffered now.  Called at the end of every read from either socket, so a
+        batch goes out without waiting for the next loop iteration (latency); the scheduled
+        ``_flush`` still covers writes made outside a read (timers, tasks)."""
         out = self._out
         if not out or self.transport is None:
             return
