@@ -1,0 +1,96 @@
+"""Broker-side refusals reach the STOMP client as the plugin reports them (reference §19, §20).
+
+RabbitMQ's own permission checks apply because every client acts with its own credentials: a
+user with limited permissions is created through the management API for these tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import BrokerProbe, StompClient, unique
+
+MANAGEMENT = "http://127.0.0.1:15672/api"
+
+
+def _management(method: str, path: str, body: dict[str, object] | None = None) -> None:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{MANAGEMENT}{path}", data=data, method=method)
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+@pytest.fixture
+def limited_user() -> Iterator[str]:
+    """A user who may configure only queues named perm-ok-*, and publish to amq.topic only
+    with routing keys 'allowed.*'."""
+    user = unique("stomp-limited")
+    quoted = urllib.parse.quote(user, safe="")
+    _management("PUT", f"/users/{quoted}", {"password": "secret", "tags": ""})
+    try:
+        _management(
+            "PUT", f"/permissions/%2F/{quoted}", {"configure": "^perm-ok-.*", "write": ".*", "read": ".*"}
+        )
+        _management(
+            "PUT",
+            f"/topic-permissions/%2F/{quoted}",
+            {"exchange": "amq.topic", "write": "^allowed\\.", "read": ".*"},
+        )
+        yield user
+    finally:
+        _management("DELETE", f"/users/{quoted}")
+
+
+def test_declare_without_configure_permission_is_access_refused(adapter, limited_user):
+    client = StompClient(adapter.port, login=limited_user, passcode="secret")
+    client.conn.subscribe("/queue/forbidden-q", id="s", headers={"receipt": "r"})
+    error = client.next("ERROR")
+    assert error.headers["message"] == "access_refused"
+    assert error.body.startswith("ACCESS_REFUSED - access to queue 'forbidden-q' in vhost '/' refused")
+    assert client.wait_disconnected(5)
+
+
+def test_topic_publish_denied_by_topic_permission(adapter, limited_user):
+    client = StompClient(adapter.port, login=limited_user, passcode="secret")
+    client.conn.send("/topic/denied.key", "x", headers={"receipt": "never"})
+    error = client.next("ERROR")
+    assert error.headers["message"] == "access_refused"
+    assert "ACCESS_REFUSED" in error.body and "denied.key" in error.body
+    assert client.wait_disconnected(5)
+    assert all(f.command != "RECEIPT" for f in client._pending)
+
+
+def test_topic_publish_allowed_by_topic_permission(adapter, limited_user):
+    client = StompClient(adapter.port, login=limited_user, passcode="secret")
+    client.conn.send("/topic/allowed.key", "x", headers={"receipt": "ok"})
+    assert client.next("RECEIPT").headers["receipt-id"] == "ok"
+    client.close()
+
+
+def test_queue_deleted_under_a_subscription(stomp_client, amqp_url):
+    client = stomp_client("1.2")
+    queue, other = unique("doomed"), unique("after-cancel")
+    probe = BrokerProbe(amqp_url)
+    probe.track_queue(other)
+    try:
+        client.conn.subscribe(f"/queue/{queue}", id="s1", headers={"receipt": "sub"})
+        assert client.next("RECEIPT").headers["receipt-id"] == "sub"
+        probe.delete_queue(queue)
+        error = client.next("ERROR")
+        assert error.headers["message"] == "Server cancelled subscription"
+        assert error.headers["subscription"] == "s1"
+        assert "No more messages will be delivered for \"id='s1'\"" in error.body
+        # not the client's fault: the connection stays usable, as with the plugin
+        client.conn.subscribe(f"/queue/{other}", id="s2")
+        client.conn.send(f"/queue/{other}", "still works")
+        assert client.next("MESSAGE").body == "still works"
+    finally:
+        probe.close()
