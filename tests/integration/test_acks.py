@@ -11,14 +11,7 @@ import socket
 
 import pytest
 
-from tests.support import BrokerProbe, StompClient, expect_receipt, unique
-
-
-@pytest.fixture
-def broker(amqp_url):
-    probe = BrokerProbe(amqp_url)
-    yield probe
-    probe.close()
+from tests.support import StompClient, expect_receipt, unique
 
 
 def fill(client: StompClient, queue: str, count: int, **headers: str) -> list[str]:

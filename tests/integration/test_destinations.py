@@ -12,14 +12,7 @@ import time
 import pytest
 
 from adapter.mapping.destinations import subscription_queue_name
-from tests.support import BrokerProbe, StompClient, expect_receipt, next_of, unique
-
-
-@pytest.fixture
-def broker(amqp_url):
-    probe = BrokerProbe(amqp_url)
-    yield probe
-    probe.close()
+from tests.support import StompClient, expect_receipt, next_of, unique
 
 
 def message_with_body(client: StompClient, body: str, timeout: float = 5.0):

@@ -12,14 +12,7 @@ import decimal
 
 import pytest
 
-from tests.support import BrokerProbe, expect_receipt, next_of, unique
-
-
-@pytest.fixture
-def broker(amqp_url):
-    probe = BrokerProbe(amqp_url)
-    yield probe
-    probe.close()
+from tests.support import expect_receipt, next_of, unique
 
 
 @pytest.fixture

@@ -10,14 +10,7 @@ import time
 
 import pytest
 
-from tests.support import BrokerProbe, StompClient, amqp_client_ports, expect_receipt, next_of, unique
-
-
-@pytest.fixture
-def broker(amqp_url):
-    probe = BrokerProbe(amqp_url)
-    yield probe
-    probe.close()
+from tests.support import StompClient, amqp_client_ports, expect_receipt, next_of, unique
 
 
 def no_receipt(client: StompClient) -> bool:
