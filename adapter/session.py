@@ -56,6 +56,7 @@ from .mapping.operations import (
     CloseAmqp,
     CloseClient,
     ConfirmSelect,
+    DeleteQueueOnClose,
     Established,
     LoginResult,
     OpenConnection,
@@ -144,6 +145,9 @@ class Session:
         self._publish_seq = 0
         self._pending_receipts: dict[int, str] = {}
         self._ack_header = "message-id"
+        # the subscription queue a SUBSCRIBE has declared but not yet consumed and bound: if
+        # the broker refuses the consume or the bind, the plugin deletes it (reference §6.4)
+        self._unfinished_subscription_queue: str | None = None
         self._prefix = b""
 
     # ------------------------------------------------------------------ frames from the client
@@ -399,6 +403,7 @@ class Session:
                 )
                 if not queue and isinstance(declared, str):
                     queue = declared  # an empty x-queue-name lets the broker name the queue
+                self._unfinished_subscription_queue = queue
         if prefetch_count is not None:
             yield BasicQos(prefetch_count)
         arguments: dict[str, object] = {}
@@ -410,6 +415,7 @@ class Session:
         yield BasicConsume(queue, tag, no_ack=ack_mode == "auto", arguments=arguments)
         if target.bind_exchange is not None:
             yield QueueBind(queue, target.bind_exchange, target.bind_key)
+        self._unfinished_subscription_queue = None
         yield from self._receipt(frame)
 
     def _unsubscribe(self, frame: Frame) -> Steps:
@@ -681,7 +687,12 @@ class Session:
         or confirm.select failed gets none (the plugin's do_receipt ignores SEND too, §19).
         """
         also_receipt = frame is not None and frame.command != Command.SEND
-        return list(self._fail(name, text, frame, also_receipt=also_receipt))
+        operations: list[Operation] = []
+        queue, self._unfinished_subscription_queue = self._unfinished_subscription_queue, None
+        if queue and frame is not None and frame.command == Command.SUBSCRIBE:
+            operations.append(DeleteQueueOnClose(queue))
+        operations += self._fail(name, text, frame, also_receipt=also_receipt)
+        return operations
 
     def on_connection_lost(self, reason: str) -> list[Operation]:
         """The AMQP connection died without a close from the broker (network, broker crash)."""

@@ -370,6 +370,12 @@ class AmqpConnection(asyncio.Protocol):
         self._write(frame)
         return await future
 
+    async def delete_queue_on_fresh_channel(self, queue: str) -> None:
+        """After the broker closed channel 1: open channel 2 and delete ``queue`` there."""
+        self._closing = True  # further failures are not news for the session
+        await self.call(wire.channel_open(2), wire.CHANNEL_OPEN_OK)
+        await self.call(wire.queue_delete(2, queue), wire.QUEUE_DELETE_OK)
+
     # --------------------------------------------------------------------- heart-beats
     def _schedule_heartbeat(self) -> None:
         self._heartbeat_handle = self._loop.call_later(self.heartbeat / 2, self._heartbeat_tick)

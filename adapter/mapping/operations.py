@@ -123,6 +123,14 @@ class CloseClient:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteQueueOnClose:
+    """After a channel error: delete ``queue`` on a fresh channel before the AMQP connection
+    closes (the subscription queue of a SUBSCRIBE whose consume or bind failed)."""
+
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
 class Established:
     """The client is logged in: switch the parser to ``version``'s rules and the authenticated
     frame limits, stop the login timer, and start heart-beats (every ``send_ms``, expect bytes
@@ -167,5 +175,6 @@ Operation = (
     | SendFrame
     | CloseClient
     | Established
+    | DeleteQueueOnClose
     | AwaitConfirms
 )

@@ -77,6 +77,7 @@ class ClientConnection(asyncio.Protocol):
         self._steps: Generator[ops.Operation, object, None] | None = None
         self._busy = False  # a task is waiting for the broker
         self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
+        self._delete_on_close: list[str] = []  # queues to delete before the AMQP link closes
         self._closed = False
         self._finished = False
         self._close_reason = ""
@@ -313,7 +314,9 @@ class ClientConnection(asyncio.Protocol):
 
     def _run_all(self, operations: list[ops.Operation]) -> None:
         for op in operations:
-            if isinstance(op, ops.SendFrame):
+            if isinstance(op, ops.DeleteQueueOnClose):
+                self._delete_on_close.append(op.queue)
+            elif isinstance(op, ops.SendFrame):
                 self._write(op.data)
             elif isinstance(op, ops.CloseClient):
                 self._close(op.reason)
@@ -523,10 +526,18 @@ class ClientConnection(asyncio.Protocol):
             self._close_reason,
         )
         if amqp is not None and amqp.is_open:
-            task = self._server.spawn(amqp.close())
+            task = self._server.spawn(self._close_amqp(amqp, self._delete_on_close))
             task.add_done_callback(lambda _t: self._set_done())
         else:
             self._set_done()
+
+    async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
+        for queue in delete_queues:
+            try:
+                await asyncio.wait_for(amqp.delete_queue_on_fresh_channel(queue), 5.0)
+            except (AmqpError, TimeoutError) as error:
+                log.info("peer=%s: could not delete subscription queue %r: %s", self.peer, queue, error)
+        await amqp.close()
 
     def _set_done(self) -> None:
         self._server.connections.discard(self)

@@ -94,3 +94,24 @@ def test_queue_deleted_under_a_subscription(stomp_client, amqp_url):
         assert client.next("MESSAGE").body == "still works"
     finally:
         probe.close()
+
+
+def test_failed_bind_deletes_the_subscription_queue(adapter, broker):
+    # reference §6.4: when consume or bind fails, the plugin deletes the subscription queue it
+    # declared (on a fresh channel); a durable one would otherwise stay forever
+    from adapter.mapping.destinations import subscription_queue_name
+
+    sub_id, exchange = unique("sub"), unique("missing-exchange")
+    queue = subscription_queue_name("k", sub_id)
+    broker.track_queue(queue)
+    client = StompClient(adapter.port)
+    client.conn.subscribe(
+        f"/exchange/{exchange}/k",
+        id=sub_id,
+        headers={"durable": "true", "auto-delete": "false", "receipt": "r"},
+    )
+    error = client.next("ERROR")
+    assert error.headers["message"] == "not_found"
+    assert error.body.startswith(f"NOT_FOUND - no exchange '{exchange}'")
+    assert client.wait_disconnected(5)
+    assert broker.wait_gone(queue), f"subscription queue {queue} left behind"

@@ -412,3 +412,21 @@ def test_any_frame_sequence_is_handled_without_exceptions(frames):
         if session.state is State.CLOSED:
             assert isinstance(out[-1], ops.CloseClient)
             break
+
+
+def test_failed_bind_asks_to_delete_the_subscription_queue():
+    session = connected()
+    steps = session.handle_frame(
+        Frame("SUBSCRIBE", {"destination": "/exchange/missing/k", "id": "s", "receipt": "r"})
+    )
+    declare = next(steps)
+    assert isinstance(declare, ops.QueueDeclare)
+    consume = steps.send(declare.queue)
+    assert isinstance(consume, ops.BasicConsume)
+    bind = steps.send(None)
+    assert isinstance(bind, ops.QueueBind)
+    # the broker closes the channel instead of answering the bind
+    frame = Frame("SUBSCRIBE", {"destination": "/exchange/missing/k", "id": "s", "receipt": "r"})
+    out = session.on_broker_error("not_found", "NOT_FOUND - no exchange 'missing' in vhost '/'", frame)
+    assert out[0] == ops.DeleteQueueOnClose(declare.queue)
+    assert [command_of(f) for f in frames_of(out)] == ["ERROR", "RECEIPT"]
