@@ -694,6 +694,10 @@ class Session:
         operations += self._fail(name, text, frame, also_receipt=also_receipt)
         return operations
 
+    def close_with_error(self, message: str, detail: str, frame: Frame | None = None) -> list[Operation]:
+        """An error found by the shell (timeouts, values AMQP cannot carry): ERROR, then close."""
+        return list(self._fail(message, detail, frame))
+
     def on_connection_lost(self, reason: str) -> list[Operation]:
         """The AMQP connection died without a close from the broker (network, broker crash)."""
         return list(self._fail("AMQP connection died", f"Reason: {reason}", None))

@@ -223,7 +223,7 @@ class ClientConnection(asyncio.Protocol):
         except Exception:  # a bug must not take the server down: report and close this client
             log.exception("internal error peer=%s", self.peer)
             assert self.session is not None
-            self._run_all(list(self.session._fail("Internal error", "Internal error", self._frame)))
+            self._run_all(self.session.close_with_error("Internal error", "Internal error", self._frame))
             return
         self._busy = False
         if self._closed:
@@ -310,7 +310,7 @@ class ClientConnection(asyncio.Protocol):
     def _processing_error(self, error: Exception) -> None:
         assert self.session is not None
         log.info("processing error peer=%s: %s", self.peer, error)
-        self._run_all(list(self.session._fail("Processing error", f"{error}\n", self._frame)))
+        self._run_all(self.session.close_with_error("Processing error", f"{error}\n", self._frame))
 
     def _run_all(self, operations: list[ops.Operation]) -> None:
         for op in operations:
@@ -364,12 +364,8 @@ class ClientConnection(asyncio.Protocol):
         if not self._read_since_check and not self._pause_reasons:
             assert self.session is not None
             self._run_all(
-                list(
-                    self.session._fail(
-                        "Heart-beat timeout",
-                        f"No data received from the client for {interval:.1f} s\n",
-                        None,
-                    )
+                self.session.close_with_error(
+                    "Heart-beat timeout", f"No data received from the client for {interval:.1f} s\n"
                 )
             )
             return
@@ -380,7 +376,7 @@ class ClientConnection(asyncio.Protocol):
         session = self.session
         if self._closed or session is None or session.state is State.CONNECTED:
             return
-        self._run_all(list(session._fail("Login timeout", "No successful CONNECT in time\n", None)))
+        self._run_all(session.close_with_error("Login timeout", "No successful CONNECT in time\n"))
 
     # ------------------------------------------------------------------ broker events
     def on_deliver(
