@@ -132,10 +132,16 @@ class StompClient:
         if self.connect:
             self.conn.connect(self.login, self.passcode, wait=True, headers=dict(self.headers))
 
-    def next(self, command: str | None = None, timeout: float = 5.0) -> Recorded:
-        """The next received frame (of ``command``, if given; others are kept for later)."""
+    def next(self, command: str | tuple[str, ...] | None = None, timeout: float = 5.0) -> Recorded:
+        """The next received frame (of ``command``, or of one of several, if given; others are
+        kept for later)."""
+        wanted = (command,) if isinstance(command, str) else command
+
+        def matches(frame: Recorded) -> bool:
+            return wanted is None or frame.command in wanted
+
         for i, frame in enumerate(self._pending):
-            if command is None or frame.command == command:
+            if matches(frame):
                 return self._pending.pop(i)
         deadline = time.monotonic() + timeout
         while True:
@@ -146,7 +152,7 @@ class StompClient:
                 frame = self.recorder.frames.get(timeout=remaining)
             except queue.Empty:
                 continue
-            if command is None or frame.command == command:
+            if matches(frame):
                 return frame
             self._pending.append(frame)
 
@@ -488,21 +494,7 @@ def _quote(name: str) -> str:
 def next_of(client: StompClient, commands: tuple[str, ...], timeout: float = 5.0) -> Recorded:
     """The first received frame whose command is in ``commands``, in arrival order; other frames
     (e.g. MESSAGEs that overtake a SEND's RECEIPT) stay available to ``client.next``."""
-    for i, frame in enumerate(client._pending):
-        if frame.command in commands:
-            return client._pending.pop(i)
-    deadline = time.monotonic() + timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError(f"no {commands} within {timeout} s; pending {client._pending}")
-        try:
-            frame = client.recorder.frames.get(timeout=remaining)
-        except queue.Empty:
-            continue
-        if frame.command in commands:
-            return frame
-        client._pending.append(frame)
+    return client.next(commands, timeout)
 
 
 def amqp_client_ports(broker_port: int = 5672) -> set[int]:

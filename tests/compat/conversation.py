@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support import run_amqp
+
 # ------------------------------------------------------------------------------ building frames
 
 Header = tuple[str, str]
@@ -408,17 +410,7 @@ class Broker:
         raise AssertionError(f"could not delete queue {name!r}")
 
     def run_amqp(self, work: Callable[[Any], Any]) -> Any:
-        import aio_pika
-
-        async def main() -> Any:
-            connection = await aio_pika.connect(self.amqp_url)
-            try:
-                channel = await connection.channel()
-                return await work(channel)
-            finally:
-                await connection.close()
-
-        return asyncio.run(main())
+        return run_amqp(self.amqp_url, work)
 
 
 # ------------------------------------------------------------------------------ running
