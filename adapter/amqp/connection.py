@@ -226,7 +226,7 @@ class AmqpConnection(asyncio.Protocol):
                     self._on_content_header(payload)
                 # heart-beat frames only prove liveness (_read_since_check above)
                 if self._transport is None:
-                    return
+                    break
         finally:
             if offset:
                 del buffer[:offset]
@@ -346,19 +346,20 @@ class AmqpConnection(asyncio.Protocol):
             self._transport.resume_reading()
 
     # --------------------------------------------------------------------- operations
+    # publish, ack, nack and send_nowait only buffer: the client connection that owns this link
+    # calls flush() after every batch of STOMP frames it handles.  Scheduling a flush per call
+    # instead would cost an extra event-loop turn (a zero-timeout poll) for every read.
     def publish(self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes) -> None:
         self._out.extend(wire.basic_publish(CHANNEL, exchange, routing_key, properties, body, self.frame_max))
-        if self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
-        self._write(wire.basic_ack(CHANNEL, delivery_tag, multiple))
+        self._out.append(wire.basic_ack(CHANNEL, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
-        self._write(wire.basic_nack(CHANNEL, delivery_tag, multiple, requeue))
+        self._out.append(wire.basic_nack(CHANNEL, delivery_tag, multiple, requeue))
 
     def send_nowait(self, frame: bytes) -> None:
-        self._write(frame)
+        self._out.append(frame)
 
     async def call(self, frame: bytes, *replies: tuple[int, int]) -> commands.Frame | None:
         """Send a synchronous method and wait for one of ``replies``.  Raises AmqpError."""

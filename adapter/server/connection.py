@@ -76,6 +76,7 @@ class ClientConnection(asyncio.Protocol):
         self._frame: Frame | None = None
         self._steps: Generator[ops.Operation, object, None] | None = None
         self._busy = False  # a task is waiting for the broker
+        self._in_read = False  # handling a batch of input: whoever runs it flushes at the end
         self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
         self._delete_on_close: list[str] = []  # queues to delete before the AMQP link closes
         self._closed = False
@@ -109,7 +110,16 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._parser.feed(data)
-        self._pump()
+        self._in_read = True
+        try:
+            self._pump()
+        finally:
+            self._in_read = False
+        self._flush_both()
+
+    def _flush_both(self) -> None:
+        """Write what handling a batch of frames produced: publishes and acks to the broker
+        (AmqpConnection only buffers them), then RECEIPTs and ERRORs to the client."""
         if self._amqp is not None:
             self._amqp.flush()
         self.flush()
@@ -229,7 +239,12 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._resume("broker")
-        self._pump()
+        self._in_read = True
+        try:
+            self._pump()
+        finally:
+            self._in_read = False
+        self._flush_both()
 
     async def _call(self, op: ops.Operation) -> object:
         if isinstance(op, ops.OpenConnection):
@@ -401,7 +416,8 @@ class ClientConnection(asyncio.Protocol):
                 )
             )
             return
-        self._write(
+        # called from AmqpConnection.data_received, whose on_read_done flushes: no scheduling
+        self._out.append(
             self.session.on_delivery(
                 consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body
             )
@@ -413,7 +429,7 @@ class ClientConnection(asyncio.Protocol):
             return
         data = session.on_confirm(delivery_tag, multiple, ack)
         if data:
-            self._write(data)
+            self._out.append(data)  # flushed by on_read_done, as for deliveries
             if not ack:
                 self._close("the broker refused a message (basic.nack)")
         waiter = self._confirm_waiter
@@ -451,7 +467,9 @@ class ClientConnection(asyncio.Protocol):
         if not data:
             return
         self._out.append(data)
-        if self._flush_handle is None:
+        # inside a pump or a broker read the flush comes at its end (_flush_both, on_read_done);
+        # elsewhere (timers, close) one loop turn later
+        if self._flush_handle is None and not self._in_read:
             self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
