@@ -33,6 +33,8 @@ from . import wire
 log = logging.getLogger(__name__)
 
 CHANNEL = 1
+# publish method frames kept per connection; clients use a handful of destinations
+_PUBLISH_METHOD_CACHE_SIZE = 256
 
 # AMQP reply codes -> the snake_case names the plugin puts in ERROR's message header (§19).
 REPLY_CODE_NAMES = {
@@ -110,6 +112,7 @@ class AmqpConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._out: list[bytes] = []
+        self._publish_methods: dict[tuple[str, str], bytes] = {}
         self._flush_handle: asyncio.Handle | None = None
         self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[commands.Frame | None]] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
@@ -350,7 +353,16 @@ class AmqpConnection(asyncio.Protocol):
     # calls flush() after every batch of STOMP frames it handles.  Scheduling a flush per call
     # instead would cost an extra event-loop turn (a zero-timeout poll) for every read.
     def publish(self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes) -> None:
-        self._out.extend(wire.basic_publish(CHANNEL, exchange, routing_key, properties, body, self.frame_max))
+        # clients publish to a handful of destinations: encode each one's method frame once
+        method = self._publish_methods.get((exchange, routing_key))
+        if method is None:
+            method = wire.publish_method(CHANNEL, exchange, routing_key)
+            if len(self._publish_methods) >= _PUBLISH_METHOD_CACHE_SIZE:
+                self._publish_methods.clear()
+            self._publish_methods[(exchange, routing_key)] = method
+        out = self._out
+        out.append(method)
+        out += wire.content_frames(CHANNEL, properties, body, self.frame_max)
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
         self._out.append(wire.basic_ack(CHANNEL, delivery_tag, multiple))

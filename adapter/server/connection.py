@@ -162,6 +162,27 @@ class ClientConnection(asyncio.Protocol):
                 if frame is None:
                     break
                 self._frame = frame
+                # the two frames of the message flow skip the generator when they can
+                if frame.command == "SEND":
+                    publish = session.quick_send(frame)
+                    if publish is not None:
+                        assert self._amqp is not None
+                        try:
+                            self._amqp.publish(
+                                publish.exchange, publish.routing_key, publish.properties, publish.body
+                            )
+                        except (ValueError, OverflowError, struct.error) as error:
+                            self._processing_error(error)
+                            return
+                        self._frame = None
+                        continue
+                elif frame.command == "ACK":
+                    ack = session.quick_ack(frame)
+                    if ack is not None:
+                        assert self._amqp is not None
+                        self._amqp.ack(ack.delivery_tag, ack.multiple)
+                        self._frame = None
+                        continue
                 steps = self._steps = session.handle_frame(frame)
                 result: object = None
             else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from adapter.mapping import operations as ops
@@ -430,3 +430,152 @@ def test_failed_bind_asks_to_delete_the_subscription_queue():
     out = session.on_broker_error("not_found", "NOT_FOUND - no exchange 'missing' in vhost '/'", frame)
     assert out[0] == ops.DeleteQueueOnClose(declare.queue)
     assert [command_of(f) for f in frames_of(out)] == ["ERROR", "RECEIPT"]
+
+
+# --- quick_send: the shell's fast path for a plain SEND ----------------------------------------
+def shell_run(session: Session, frame: Frame) -> list[ops.Operation]:
+    """What the shell does: quick_send first, the general path when it declines."""
+    if frame.command == "SEND":
+        publish = session.quick_send(frame)
+        if publish is not None:
+            return [publish]
+    elif frame.command == "ACK":
+        ack = session.quick_ack(frame)
+        if ack is not None:
+            return [ack]
+    return run(session, frame)
+
+
+def receipts_of(session: Session, tags: range) -> list[bytes]:
+    return [session.on_confirm(tag, False, True) for tag in tags]
+
+
+SEND_HEADERS = st.fixed_dictionaries(
+    {
+        "destination": st.sampled_from(
+            ["/queue/a", "/topic/t", "/exchange/x/k", "/reply-queue/q", "/temp-queue/r"]
+        )
+    },
+    optional={
+        "receipt": st.sampled_from(["r1", "r2"]),
+        "reply-to": st.sampled_from(["/temp-queue/r", "/temp-queue/other", "/queue/b", "", "bad"]),
+        "transaction": st.sampled_from(["t1", "t2"]),
+        "message-id": st.just("m"),
+        "persistent": st.sampled_from(["true", "false"]),
+        "priority": st.sampled_from(["7", "300", "x"]),
+        "correlation-id": st.sampled_from(["c", "c" * 300]),
+        "custom": st.just("v"),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("SEND"), SEND_HEADERS),
+            st.tuples(st.sampled_from(["BEGIN", "COMMIT"]), st.just({"transaction": "t1"})),
+        ),
+        max_size=10,
+    )
+)
+# each reason to decline, after a first plain SEND has made /queue/a known
+@example(
+    [
+        ("SEND", {"destination": "/queue/a"}),
+        ("BEGIN", {"transaction": "t1"}),
+        ("SEND", {"destination": "/queue/a", "transaction": "t1"}),
+        ("COMMIT", {"transaction": "t1"}),
+    ]
+)
+@example([("SEND", {"destination": "/queue/a"}), ("SEND", {"destination": "/queue/a", "reply-to": "bad"})])
+@example(
+    [
+        ("SEND", {"destination": "/queue/a"}),
+        ("SEND", {"destination": "/queue/a", "reply-to": "/temp-queue/r"}),
+        ("SEND", {"destination": "/queue/a", "reply-to": "/temp-queue/r"}),
+    ]
+)
+@example([("SEND", {"destination": "/queue/a"}), ("SEND", {"destination": "/queue/a", "message-id": "m"})])
+@example([("SEND", {"destination": "/queue/a"}), ("SEND", {"destination": "/queue/a", "priority": "x"})])
+@example(
+    [
+        ("SEND", {"destination": "/queue/a"}),
+        ("SEND", {"destination": "/queue/a", "receipt": "r1"}),
+        ("SEND", {"destination": "/queue/a", "receipt": "r2"}),
+    ]
+)
+def test_quick_send_gives_exactly_what_the_general_path_gives(frames):
+    general, shell = connected(), connected()
+    for command, headers in frames:
+        frame = Frame(command, headers, b"body")
+        assert shell_run(shell, frame) == run(general, frame)
+        assert shell.state is general.state
+        if general.state is State.CLOSED:
+            break
+    # the same receipts wait for the same confirms
+    assert receipts_of(shell, range(1, 12)) == receipts_of(general, range(1, 12))
+
+
+def test_quick_send_takes_a_repeated_plain_send_and_declines_the_first():
+    session = connected()
+    frame = Frame("SEND", {"destination": "/queue/a", "correlation-id": "c"}, b"x")
+    assert session.quick_send(frame) is None  # not yet declared: the general path declares it
+    run(session, frame)
+    publish = session.quick_send(frame)
+    assert publish == ops.BasicPublish("", "a", MessageProperties(correlation_id="c", headers={}), b"x")
+
+
+ACK_IDS = st.sampled_from(
+    [
+        f"T_s1@@{SESSION_ID}@@5",
+        f"T_s2@@{SESSION_ID}@@6",
+        f"T_s3@@{SESSION_ID}@@7",
+        "T_s1@@x@@-1",
+        "T_s1@@x@@1_0",
+        "T_s1@@x@@ 9",
+        f"T_s1@@x@@{2**64}",
+        "T_s1@@x",
+        "nonsense",
+        "",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("ACK"),
+                st.fixed_dictionaries(
+                    {"id": ACK_IDS},
+                    optional={"receipt": st.just("r"), "transaction": st.sampled_from(["t1", "t2"])},
+                ),
+            ),
+            st.tuples(st.sampled_from(["BEGIN", "COMMIT"]), st.just({"transaction": "t1"})),
+        ),
+        max_size=8,
+    ),
+    st.sampled_from(["1.2", "1.1"]),
+)
+@example([("ACK", {"id": f"T_s1@@{SESSION_ID}@@5", "receipt": "r"})], "1.2")
+@example(
+    [("BEGIN", {"transaction": "t1"}), ("ACK", {"id": f"T_s2@@{SESSION_ID}@@6", "transaction": "t1"})], "1.2"
+)
+def test_quick_ack_gives_exactly_what_the_general_path_gives(frames, version):
+    general, shell = connected(version), connected(version)
+    for session in (general, shell):
+        for sub, mode in (("s1", "client"), ("s2", "client-individual")):
+            run(session, Frame("SUBSCRIBE", {"destination": f"/queue/{sub}", "id": sub, "ack": mode}))
+    id_header = "id" if version == "1.2" else "message-id"
+    for command, headers in frames:
+        if "id" in headers:
+            headers = {id_header: headers["id"], **{k: v for k, v in headers.items() if k != "id"}}
+            if version == "1.1":
+                headers["subscription"] = "s1"
+        frame = Frame(command, headers)
+        assert shell_run(shell, frame) == run(general, frame)
+        assert shell.state is general.state
+        if general.state is State.CLOSED:
+            break
