@@ -111,6 +111,10 @@ class Subscription:
     destination: str  # the destination header as sent
     parsed: Destination | None  # None for the implicit temp-queue subscriptions
     ack_mode: str
+    # filled on the first delivery, reused for every MESSAGE: the command and subscription
+    # lines, and the escaped message-id up to its delivery tag
+    message_head: str = ""
+    message_id_prefix: str = ""
 
 
 def new_session_id(random16: bytes) -> str:
@@ -663,12 +667,23 @@ class Session:
             if len(self._message_destinations) >= _DESTINATION_CACHE_SIZE:
                 self._message_destinations.clear()
             self._message_destinations[(exchange, routing_key)] = destination
-        message_id = escape(f"{consumer_tag}@@{self.session_id}@@{delivery_tag}")
-        lines = ["MESSAGE\n"]
-        if subscription.id is not None:
-            lines.append(f"subscription:{escape(subscription.id)}\n")
-        lines.append(f"destination:{destination}\nmessage-id:{message_id}\n")
-        lines.append("redelivered:true\n" if redelivered else "redelivered:false\n")
+        head = subscription.message_head
+        if not head:
+            head = "MESSAGE\n"
+            if subscription.id is not None:
+                head += f"subscription:{escape(subscription.id)}\n"
+            subscription.message_head = head
+            # digits never need escaping, so the prefix can be escaped once
+            subscription.message_id_prefix = escape(f"{consumer_tag}@@{self.session_id}@@")
+        message_id = subscription.message_id_prefix + str(delivery_tag)
+        lines = [
+            head,
+            "destination:",
+            destination,
+            "\nmessage-id:",
+            message_id,
+            "\nredelivered:true\n" if redelivered else "\nredelivered:false\n",
+        ]
         if self.version == "1.2" and subscription.ack_mode != "auto":
             lines.append(f"ack:{message_id}\n")
         if properties.headers:

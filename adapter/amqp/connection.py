@@ -110,7 +110,7 @@ class AmqpConnection(asyncio.Protocol):
         self._connection_name = connection_name
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._partial = b""  # the start of a frame that the last read did not complete
         self._out: list[bytes] = []
         self._publish_methods: dict[tuple[str, str], bytes] = {}
         self._flush_handle: asyncio.Handle | None = None
@@ -207,19 +207,21 @@ class AmqpConnection(asyncio.Protocol):
     # --------------------------------------------------------------------- frame loop
     def data_received(self, data: bytes) -> None:
         self._read_since_check = True
-        buffer = self._buffer
-        buffer += data
+        # Frames are sliced straight out of the bytes read (one copy per payload); only the
+        # unfinished tail of a read is kept, and joined to the next read.
+        if self._partial:
+            data = self._partial + data
         offset = 0
-        end = len(buffer)
+        end = len(data)
         try:
             while end - offset >= 8:
-                frame_type = buffer[offset]
-                channel = (buffer[offset + 1] << 8) | buffer[offset + 2]
-                size = int.from_bytes(buffer[offset + 3 : offset + 7], "big")
+                frame_type = data[offset]
+                channel = (data[offset + 1] << 8) | data[offset + 2]
+                size = int.from_bytes(data[offset + 3 : offset + 7], "big")
                 frame_end = offset + 7 + size
                 if frame_end >= end:
                     break
-                payload = bytes(buffer[offset + 7 : frame_end])
+                payload = data[offset + 7 : frame_end]
                 offset = frame_end + 1
                 if frame_type == wire.FRAME_BODY:
                     self._on_body(payload)
@@ -231,8 +233,7 @@ class AmqpConnection(asyncio.Protocol):
                 if self._transport is None:
                     break
         finally:
-            if offset:
-                del buffer[:offset]
+            self._partial = data[offset:] if offset < end else b""
         # deliveries and receipts of this read go to the client now, in one write
         self._events.on_read_done()
         self.flush()

@@ -326,11 +326,16 @@ def decode_shortstr(data: bytes | memoryview, offset: int) -> tuple[str, int]:
 
 def decode_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
     """Basic.Deliver arguments after the 4-byte method id: tag, delivery tag, redelivered, exchange, key."""
-    consumer_tag, offset = decode_shortstr(payload, 4)
-    delivery_tag = _u64.unpack_from(payload, offset)[0]
-    redelivered = bool(payload[offset + 8] & 1)
-    exchange, offset = decode_shortstr(payload, offset + 9)
-    routing_key, _ = decode_shortstr(payload, offset)
+    # inline rather than three decode_shortstr calls: this runs for every delivery
+    end = 5 + payload[4]
+    consumer_tag = payload[5:end].decode("utf-8", "surrogateescape")
+    delivery_tag = _u64.unpack_from(payload, end)[0]
+    redelivered = bool(payload[end + 8] & 1)
+    start = end + 10
+    end = start + payload[end + 9]
+    exchange = payload[start:end].decode("utf-8", "surrogateescape")
+    start = end + 1
+    routing_key = payload[start : start + payload[end]].decode("utf-8", "surrogateescape")
     return consumer_tag, delivery_tag, redelivered, exchange, routing_key
 
 
