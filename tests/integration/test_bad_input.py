@@ -37,9 +37,10 @@ def _assert_error_then_close(sock: socket.socket) -> tuple[dict[str, str], bytes
 
 
 @pytest.mark.parametrize("stream", list(BAD_STREAMS.values()), ids=list(BAD_STREAMS))
-def test_malformed_input_after_login_gets_error_and_close(raw_socket, stomp_client, stream):
+def test_malformed_input_after_login_gets_error_and_close(raw_socket, stomp_client, broker, stream):
     bystander = stomp_client("1.2")
     queue = unique("bystander")
+    broker.track_queue(queue)
     bystander.conn.subscribe(f"/queue/{queue}", id="b")
 
     sock = raw_socket()
@@ -84,9 +85,10 @@ def test_unknown_command_gets_error(raw_socket):
     assert body == b'Could not interpret command "FROB"\n'
 
 
-def test_many_bad_clients_do_not_disturb_a_good_one(raw_socket, stomp_client, adapter):
+def test_many_bad_clients_do_not_disturb_a_good_one(raw_socket, stomp_client, adapter, broker):
     good = stomp_client("1.2")
     queue = unique("good")
+    broker.track_queue(queue)
     good.conn.subscribe(f"/queue/{queue}", id="g")
     for i in range(20):
         sock = raw_socket()

@@ -82,10 +82,11 @@ def _amqp_connection_of(client_port: int) -> str:
     raise AssertionError(f"no AMQP connection for STOMP client port {client_port}")
 
 
-def test_broker_forced_close_reaches_the_client_and_spares_others(stomp_client):
+def test_broker_forced_close_reaches_the_client_and_spares_others(stomp_client, broker):
     victim = stomp_client("1.2")
     other = stomp_client("1.2")
     queue = unique("survivor")
+    broker.track_queue(queue)
     other.conn.subscribe(f"/queue/{queue}", id="s")
     victim_port = victim.conn.transport.socket.getsockname()[1]
     name = _amqp_connection_of(victim_port)

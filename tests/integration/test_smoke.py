@@ -3,9 +3,10 @@
 from tests.support import unique
 
 
-def test_send_receive_roundtrip(stomp_client):
+def test_send_receive_roundtrip(stomp_client, broker):
     client = stomp_client("1.2")
     queue = unique("smoke")
+    broker.track_queue(queue)
     client.conn.subscribe(f"/queue/{queue}", id="s1", ack="auto", headers={"receipt": "sub"})
     assert client.next("RECEIPT").headers["receipt-id"] == "sub"
     client.conn.send(f"/queue/{queue}", "hello", headers={"receipt": "r1", "durable": "false"})
