@@ -34,6 +34,10 @@ from ..stomp.frame import Frame
 if TYPE_CHECKING:
     from .listener import Server
 
+# After the adapter closes a connection, how long it keeps reading (and dropping) what the
+# client still sends, so that the client reads the final ERROR instead of a TCP reset.
+_LINGER_SECONDS = 2.0
+
 log = logging.getLogger("adapter.connection")
 
 # Stop reading from the client while this many bytes of parsed-but-unhandled input wait
@@ -77,6 +81,7 @@ class ClientConnection(asyncio.Protocol):
         self._steps: Generator[ops.Operation, object, None] | None = None
         self._busy = False  # a task is waiting for the broker
         self._in_read = False  # handling a batch of input: whoever runs it flushes at the end
+        self._linger: asyncio.TimerHandle | None = None  # after our half-close, see _close
         self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
         self._delete_on_close: list[str] = []  # queues to delete before the AMQP link closes
         self._closed = False
@@ -125,10 +130,13 @@ class ClientConnection(asyncio.Protocol):
         self.flush()
 
     def eof_received(self) -> bool:
-        return False
+        return False  # the transport closes itself; after our half-close this ends the linger
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         if not self._closed:
             self._closed = True
             self._close_reason = (
@@ -528,8 +536,19 @@ class ClientConnection(asyncio.Protocol):
         self._closed = True
         self._close_reason = reason
         self._flush()
-        if self.transport is not None:
-            self.transport.close()  # sends buffered bytes first
+        transport = self.transport
+        if transport is not None:
+            if transport.can_write_eof():
+                # Half-close: the client gets our last bytes (an ERROR, a RECEIPT) and then EOF.
+                # Closing outright while its input is unread would send a TCP reset, and a client
+                # still writing (an oversized frame, a burst after an error) would see
+                # "connection reset" instead of the ERROR.  Input is read and dropped until the
+                # client closes too (eof_received) or _LINGER_SECONDS pass.
+                transport.write_eof()
+                transport.resume_reading()
+                self._linger = self._loop.call_later(_LINGER_SECONDS, transport.abort)
+            else:
+                transport.close()  # sends buffered bytes first
         self._finish()
 
     def shutdown(self) -> None:

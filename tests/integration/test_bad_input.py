@@ -96,3 +96,18 @@ def test_many_bad_clients_do_not_disturb_a_good_one(raw_socket, stomp_client, ad
         _assert_error_then_close(sock)
         good.conn.send(f"/queue/{queue}", f"m{i}")
     assert [m.body for m in good.messages(20)] == [f"m{i}" for i in range(20)]
+
+
+def test_client_still_sending_an_oversized_frame_reads_the_error(raw_socket):
+    # A client that streams a body far over max_frame_size (4 MiB) is still writing when the
+    # adapter answers ERROR.  Closing at once would reset the connection (unread input) and the
+    # client would see "connection reset" instead of the reason; the adapter half-closes and
+    # drains instead, so the ERROR arrives.
+    sock = raw_socket()
+    sock.sendall(CONNECT)
+    frames, _ = read_frames(sock, timeout=5, count=1)
+    assert frames[0].startswith(b"CONNECTED")
+    body = b"x" * (16 * 1024 * 1024)
+    sock.sendall(b"SEND\ndestination:/queue/x\ncontent-length:%d\n\n" % len(body) + body + b"\0")
+    headers, body = _assert_error_then_close(sock)
+    assert headers["message"] == "Frame too big"
