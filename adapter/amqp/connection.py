@@ -466,6 +466,14 @@ class AmqpConnection(asyncio.Protocol):
         self._loop.call_later(5.0, self._abort)
 
     @property
+    def peer_address(self) -> str | None:
+        """The broker's IP address this connection reached."""
+        if self._transport is None:
+            return None
+        peer = self._transport.get_extra_info("peername")
+        return str(peer[0]) if peer else None
+
+    @property
     def is_open(self) -> bool:
         """The socket is up and nobody has asked the broker to close the connection yet."""
         return self._transport is not None and not self._close_sent

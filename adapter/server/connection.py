@@ -318,10 +318,12 @@ class ClientConnection(asyncio.Protocol):
 
     async def _open_amqp(self, op: ops.OpenConnection) -> ops.LoginResult:
         broker = self._server.broker
+        broker_host = self._server.broker_host
+        target = broker_host.target()
         try:
             amqp = await AmqpConnection.open(
                 self,
-                host=broker.host,
+                host=target,
                 port=broker.port,
                 user=op.user,
                 password=op.password,
@@ -339,8 +341,10 @@ class ClientConnection(asyncio.Protocol):
                 return ops.LoginResult(False, "vhost", error.text)
             return ops.LoginResult(False, "other", error.text)
         except (OSError, TimeoutError) as error:
+            broker_host.failed()
             log.warning("broker unreachable for peer=%s: %s", self.peer, error or type(error).__name__)
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
+        broker_host.connected(target, amqp.peer_address)
         if self._closed:
             amqp.close_nowait()
             return ops.LoginResult(False, "other", "closed")

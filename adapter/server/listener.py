@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..session import SessionSettings
 from .connection import BrokerAddress, ClientConnection
+from .resolver import BrokerHost
 
 log = logging.getLogger("adapter.server")
 
@@ -50,6 +51,7 @@ class Server:
     ) -> None:
         self.session_settings = session_settings
         self.broker = broker
+        self.broker_host = BrokerHost(broker.host)
         self.listeners = listeners
         self.login_timeout = login_timeout
         self.heartbeat_tolerance = heartbeat_tolerance

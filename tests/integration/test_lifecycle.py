@@ -10,7 +10,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from tests.support import StompClient, frame_headers, read_frames, unique
+from tests.support import AdapterProcess, StompClient, frame_headers, read_frames, unique
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:{hb}\n\n\0"
 MANAGEMENT = "http://127.0.0.1:15672/api"
@@ -106,3 +106,23 @@ def test_shutdown_tells_clients_and_closes(start_adapter):
     error = client.next("ERROR", timeout=10)
     assert error.headers["message"] == "Server shutdown"
     assert client.wait_disconnected(5)
+
+
+def test_broker_host_name_is_resolved_once_then_its_address_reused(amqp_url):
+    # adapter.amqp_url names the broker by host name (the default is localhost): the first login
+    # resolves it, the next ones connect to the address that worked (adapter/server/resolver.py)
+    parts = urllib.parse.urlsplit(amqp_url)
+    if parts.hostname not in ("127.0.0.1", "localhost"):
+        raise AssertionError(f"this test expects the broker on this machine, AMQP_URL is {amqp_url}")
+    by_name = parts._replace(netloc=parts.netloc.replace(parts.hostname, "localhost", 1)).geturl()
+    server = AdapterProcess(by_name)
+    server.start()
+    try:
+        assert server.server.broker_host.target() == "localhost"
+        for _ in range(2):
+            client = StompClient(server.port, "1.2")
+            client.next("CONNECTED")
+            client.close()
+        assert server.server.broker_host.target() in ("127.0.0.1", "::1")
+    finally:
+        server.stop()
