@@ -247,6 +247,8 @@ class ClientConnection(asyncio.Protocol):
         return None
 
     async def _run_sync(self, op: ops.Operation) -> None:
+        if self._closed:
+            return  # closed between spawning this task and its first step: the link is gone
         try:
             self._result = await self._call(op)
         except AmqpError:
@@ -517,6 +519,8 @@ class ClientConnection(asyncio.Protocol):
         if not out or self.transport is None:
             return
         self._out = []
+        if self._linger is not None:
+            return  # after our half-close (see _close) nothing more goes to the client
         self._wrote_since_check = True
         self.transport.write(b"".join(out) if len(out) > 1 else out[0])
 
@@ -547,13 +551,24 @@ class ClientConnection(asyncio.Protocol):
                 # Closing outright while its input is unread would send a TCP reset, and a client
                 # still writing (an oversized frame, a burst after an error) would see
                 # "connection reset" instead of the ERROR.  Input is read and dropped until the
-                # client closes too (eof_received) or _LINGER_SECONDS pass.
+                # client closes too (eof_received), or until it stops making progress (_linger_check).
                 transport.write_eof()
                 transport.resume_reading()
-                self._linger = self._loop.call_later(_LINGER_SECONDS, transport.abort)
+                self._linger = self._loop.call_later(_LINGER_SECONDS, self._linger_check, transport, None)
             else:
                 transport.close()  # sends buffered bytes first
         self._finish()
+
+    def _linger_check(self, transport: asyncio.Transport, unsent_before: int | None) -> None:
+        """After the half-close: give up on a client that neither closes nor reads.  One that is
+        still reading what we wrote last (a slow consumer's final batch and its RECEIPT) gets
+        more time as long as the unsent amount shrinks."""
+        unsent = transport.get_write_buffer_size()
+        if unsent and (unsent_before is None or unsent < unsent_before):
+            self._linger = self._loop.call_later(_LINGER_SECONDS, self._linger_check, transport, unsent)
+            return
+        self._linger = None
+        transport.abort()
 
     def shutdown(self) -> None:
         """Server shutdown: tell the client why, then close."""

@@ -126,3 +126,37 @@ def test_broker_host_name_is_resolved_once_then_its_address_reused(amqp_url):
         assert server.server.broker_host.target() in ("127.0.0.1", "::1")
     finally:
         server.stop()
+
+
+def test_slow_reader_still_gets_its_disconnect_receipt(stomp_client, broker, adapter):
+    # After DISCONNECT the adapter half-closes and lingers; a client that is still reading a
+    # large final batch (it paused for 3 s, longer than one linger period) must still get
+    # everything, RECEIPT last, instead of being cut off.
+    queue = unique("slow")
+    broker.track_queue(queue)
+    producer = stomp_client("1.2")
+    body = "x" * 8192
+    for i in range(600):
+        producer.conn.send(f"/queue/{queue}", body, headers={"receipt": f"p{i}"} if i == 599 else {})
+    producer.next("RECEIPT", timeout=15)
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", adapter.port))
+    sock.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+    sock.sendall(f"SUBSCRIBE\ndestination:/queue/{queue}\nid:s\nack:auto\n\n\0".encode())
+    time.sleep(1)  # the adapter's buffer fills with MESSAGEs the client does not read yet
+    sock.sendall(b"DISCONNECT\nreceipt:bye\n\n\0")
+    time.sleep(3)
+    data = b""
+    sock.settimeout(15)
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    # everything the adapter had written arrives, intact, RECEIPT last (with ack:auto, deliveries
+    # the broker had sent but the adapter had not read yet end with the connection, as the
+    # client asked by disconnecting; that part is not what this test is about)
+    messages = data.count(b"MESSAGE\n")
+    assert messages > 100, "the adapter's write buffer never filled up; the test proves nothing"
+    assert data.count(b"\0") == messages + 2  # CONNECTED, the MESSAGEs, RECEIPT: none cut off
+    assert data.endswith(b"RECEIPT\nreceipt-id:bye\n\n\0\n")
