@@ -26,6 +26,7 @@ import base64
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, auto
+from typing import Any
 
 from .mapping.destinations import (
     Destination,
@@ -79,6 +80,14 @@ MAX_TRANSACTIONS = 16
 MAX_TRANSACTION_ACTIONS = 1024
 # Parsed destinations are cached per session: clients reuse a handful of destinations.
 _DESTINATION_CACHE_SIZE = 256
+
+
+def _remember(cache: dict[Any, Any], key: object, value: object) -> None:
+    """Store in a per-session cache, emptied when full so a client cycling through endless
+    destination names cannot grow it without bound."""
+    if len(cache) >= _DESTINATION_CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +286,7 @@ class Session:
         dest = self._destinations.get(raw)
         if dest is None:
             dest = parse_destination(raw)
-            if len(self._destinations) >= _DESTINATION_CACHE_SIZE:
-                self._destinations.clear()
-            self._destinations[raw] = dest
+            _remember(self._destinations, raw, dest)
         return dest
 
     def _send(self, frame: Frame) -> Steps:
@@ -303,9 +310,7 @@ class Session:
         publish = BasicPublish(
             exchange, routing_key, properties_from_send(headers, resolved_reply_to), frame.body
         )
-        if len(self._send_targets) >= _DESTINATION_CACHE_SIZE:
-            self._send_targets.clear()
-        self._send_targets[raw] = (exchange, routing_key)
+        _remember(self._send_targets, raw, (exchange, routing_key))
         receipt = headers.get("receipt")
         if transaction is not None:
             self._buffer(transaction, publish, receipt)
@@ -342,10 +347,7 @@ class Session:
             properties = properties_from_send(headers, reply_to)
         except ProcessingError:
             return None
-        if self._confirming:
-            self._publish_seq += 1
-            if receipt is not None:
-                self._pending_receipts[self._publish_seq] = receipt
+        self._count_publish(receipt)
         return BasicPublish(target[0], target[1], properties, frame.body)
 
     def quick_ack(self, frame: Frame) -> BasicAck | None:
@@ -372,6 +374,11 @@ class Session:
             yield ConfirmSelect()
             self._confirming = True
         yield publish
+        self._count_publish(receipt)
+
+    def _count_publish(self, receipt: str | None) -> None:
+        """After a publish: once confirms are on, the broker numbers publishes 1, 2, ...; a
+        receipt waits for the confirm of its number."""
         if self._confirming:
             self._publish_seq += 1
             if receipt is not None:
@@ -664,9 +671,7 @@ class Session:
         destination = self._message_destinations.get((exchange, routing_key))
         if destination is None:
             destination = escape(message_destination(exchange, routing_key))
-            if len(self._message_destinations) >= _DESTINATION_CACHE_SIZE:
-                self._message_destinations.clear()
-            self._message_destinations[(exchange, routing_key)] = destination
+            _remember(self._message_destinations, (exchange, routing_key), destination)
         head = subscription.message_head
         if not head:
             head = "MESSAGE\n"

@@ -56,6 +56,9 @@ class Sink:
     def is_closing(self) -> bool:
         return False
 
+    def can_write_eof(self) -> bool:
+        return False  # the adapter then closes at once instead of half-closing
+
     def close(self) -> None:
         pass
 

@@ -115,16 +115,17 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._parser.feed(data)
+        self._pump_batch()
+
+    def _pump_batch(self) -> None:
+        """Handle the frames available now, then write what they produced: publishes and acks
+        to the broker (AmqpConnection only buffers them), then RECEIPTs and ERRORs to the
+        client, one write per socket."""
         self._in_read = True
         try:
             self._pump()
         finally:
             self._in_read = False
-        self._flush_both()
-
-    def _flush_both(self) -> None:
-        """Write what handling a batch of frames produced: publishes and acks to the broker
-        (AmqpConnection only buffers them), then RECEIPTs and ERRORs to the client."""
         if self._amqp is not None:
             self._amqp.flush()
         self.flush()
@@ -270,12 +271,7 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._resume("broker")
-        self._in_read = True
-        try:
-            self._pump()
-        finally:
-            self._in_read = False
-        self._flush_both()
+        self._pump_batch()
 
     async def _call(self, op: ops.Operation) -> object:
         if isinstance(op, ops.OpenConnection):
@@ -502,7 +498,7 @@ class ClientConnection(asyncio.Protocol):
         if not data:
             return
         self._out.append(data)
-        # inside a pump or a broker read the flush comes at its end (_flush_both, on_read_done);
+        # inside a pump or a broker read the flush comes at its end (_pump_batch, on_read_done);
         # elsewhere (timers, close) one loop turn later
         if self._flush_handle is None and not self._in_read:
             self._flush_handle = self._loop.call_soon(self._flush)
