@@ -159,6 +159,9 @@ class Session:
         self._confirming = False
         self._publish_seq = 0
         self._pending_receipts: dict[int, str] = {}
+        # COMMIT receipts: each waits until every publish of its transaction is confirmed,
+        # (receipt, sequence numbers not yet confirmed)
+        self._pending_commits: list[tuple[str, set[int]]] = []
         self._ack_header = "message-id"
         # the subscription queue a SUBSCRIBE has declared but not yet consumed and bound: if
         # the broker refuses the consume or the bind, the plugin deletes it (reference §6.4)
@@ -610,12 +613,26 @@ class Session:
         actions = self._transactions.pop(name, None)
         if actions is None:
             raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
-        for op, receipt in actions:
+        receipt = frame.headers.get("receipt")
+        # A COMMIT's RECEIPT means what a SEND's does: the broker has every message of the
+        # transaction.  So with a receipt, confirms go on before its first publish, and the
+        # RECEIPT waits for the confirms of all of them (the plugin, inside the broker, sends it
+        # at once: docs/compatibility.md).
+        publishes = receipt is not None and any(isinstance(op, BasicPublish) for op, _ in actions)
+        if publishes and not self._confirming:
+            yield ConfirmSelect()
+            self._confirming = True
+        first_seq = self._publish_seq + 1
+        for op, op_receipt in actions:
             if isinstance(op, BasicPublish):
-                yield from self._publish(op, receipt)
+                yield from self._publish(op, op_receipt)
             else:
                 yield op
-        yield from self._receipt(frame)
+        if publishes:
+            assert receipt is not None
+            self._pending_commits.append((receipt, set(range(first_seq, self._publish_seq + 1))))
+        else:
+            yield from self._receipt(frame)
 
     def _abort(self, frame: Frame) -> Steps:
         name = self._transaction_name(frame)
@@ -627,7 +644,7 @@ class Session:
     def _disconnect(self, frame: Frame) -> Steps:
         # Unlike the plugin, which drops SEND receipts still waiting for their confirm
         # (reference §15), we wait for the confirms so that every receipt asked for is sent.
-        if self._pending_receipts:
+        if self.confirms_outstanding:
             yield AwaitConfirms()
         self._transactions.clear()
         yield CloseAmqp()
@@ -711,18 +728,21 @@ class Session:
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
         """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``."""
         pending = self._pending_receipts
-        if not pending:
-            return b""
-        if multiple:
-            settled = []
-            for seq in pending:
-                if seq > delivery_tag:
-                    break
-                settled.append(seq)
-            receipts = [pending.pop(seq) for seq in settled]
-        else:
-            receipt = pending.pop(delivery_tag, None)
-            receipts = [] if receipt is None else [receipt]
+        receipts: list[str] = []
+        if pending:
+            if multiple:
+                settled = []
+                for seq in pending:
+                    if seq > delivery_tag:
+                        break
+                    settled.append(seq)
+                receipts = [pending.pop(seq) for seq in settled]
+            else:
+                receipt = pending.pop(delivery_tag, None)
+                if receipt is not None:
+                    receipts.append(receipt)
+        if self._pending_commits:
+            receipts += self._settle_commits(delivery_tag, multiple, ack)
         if not receipts:
             return b""
         if ack:
@@ -738,9 +758,28 @@ class Session:
             for r in receipts
         )
 
+    def _settle_commits(self, delivery_tag: int, multiple: bool, ack: bool) -> list[str]:
+        """The COMMIT receipts this confirm completes; on a nack, those it touches (they
+        become ERRORs, never RECEIPTs)."""
+        done: list[str] = []
+        waiting: list[tuple[str, set[int]]] = []
+        for receipt, seqs in self._pending_commits:
+            if multiple:
+                hit = {seq for seq in seqs if seq <= delivery_tag}
+                seqs -= hit
+            else:
+                hit = {delivery_tag} & seqs
+                seqs.discard(delivery_tag)
+            if (hit and not ack) or not seqs:
+                done.append(receipt)
+            else:
+                waiting.append((receipt, seqs))
+        self._pending_commits = waiting
+        return done
+
     @property
     def confirms_outstanding(self) -> bool:
-        return bool(self._pending_receipts)
+        return bool(self._pending_receipts or self._pending_commits)
 
     def on_server_cancel(self, consumer_tag: str) -> bytes:
         """The broker cancelled a consumer (e.g. its queue was deleted): reference §11.5."""

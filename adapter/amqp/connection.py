@@ -25,8 +25,6 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from pamqp import commands
-
 from ..mapping.properties import MessageProperties
 from . import wire
 
@@ -114,7 +112,7 @@ class AmqpConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._publish_methods: dict[tuple[str, str], bytes] = {}
         self._flush_handle: asyncio.Handle | None = None
-        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[commands.Frame | None]] | None = None
+        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[object]] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
         self._phase = "auth"
         self.server_properties: dict[str, object] = {}
@@ -174,9 +172,7 @@ class AmqpConnection(asyncio.Protocol):
     def _on_handshake_method(self, method: tuple[int, int], payload: bytes) -> None:
         user, password, vhost = self._credentials
         if method == wire.CONNECTION_START:
-            start = _decode_method(payload)
-            assert isinstance(start, commands.Connection.Start)
-            self.server_properties = dict(start.server_properties or {})
+            self.server_properties = wire.decode_method_args(method, payload)  # type: ignore[assignment]
             client_properties = {
                 "product": "stomp-amqp-adapter",
                 "information": "STOMP client",
@@ -185,10 +181,8 @@ class AmqpConnection(asyncio.Protocol):
             }
             self._write(wire.connection_start_ok(user, password, client_properties))
         elif method == wire.CONNECTION_TUNE:
-            tune = _decode_method(payload)
-            assert isinstance(tune, commands.Connection.Tune)
-            self.frame_max = min(tune.frame_max or 131072, 131072)
-            server_hb = tune.heartbeat or 0
+            _, frame_max, server_hb = wire.decode_method_args(method, payload)  # type: ignore[misc]
+            self.frame_max = min(frame_max or 131072, 131072)
             wanted = self._requested_heartbeat
             self.heartbeat = min(server_hb, wanted) if server_hb and wanted else 0
             self._write(wire.connection_tune_ok(1, self.frame_max, self.heartbeat))
@@ -218,9 +212,15 @@ class AmqpConnection(asyncio.Protocol):
                 frame_type = data[offset]
                 channel = (data[offset + 1] << 8) | data[offset + 2]
                 size = int.from_bytes(data[offset + 3 : offset + 7], "big")
+                if size > self.frame_max:
+                    # AMQP 0-9-1 §4.2.3: a peer must not send frames over the negotiated frame_max;
+                    # refusing it bounds what one connection can make us buffer
+                    raise wire.DecodeError(f"frame of {size} bytes exceeds frame_max {self.frame_max}")
                 frame_end = offset + 7 + size
                 if frame_end >= end:
                     break
+                if data[frame_end] != 0xCE:
+                    raise wire.DecodeError(f"frame-end octet is {data[frame_end]:#04x}, not 0xce")
                 payload = data[offset + 7 : frame_end]
                 offset = frame_end + 1
                 if frame_type == wire.FRAME_BODY:
@@ -232,11 +232,44 @@ class AmqpConnection(asyncio.Protocol):
                 # heart-beat frames only prove liveness (_read_since_check above)
                 if self._transport is None:
                     break
+        except wire.DecodeError as error:
+            # the broker sent bytes we cannot read: bad input, not a bug, so no traceback
+            self._broker_input_failed(501, f"undecodable frame from the broker: {error}", error)
+            offset = end
+        except Exception as error:  # a bug: report it, but end only this client's link
+            log.exception("internal error on a frame from the broker%s", self._delivery_context())
+            self._broker_input_failed(541, f"internal error on a frame from the broker: {error}", error)
+            offset = end
         finally:
             self._partial = data[offset:] if offset < end else b""
         # deliveries and receipts of this read go to the client now, in one write
         self._events.on_read_done()
         self.flush()
+
+    def _delivery_context(self) -> str:
+        """Which message a failure concerns, for the log line."""
+        if self._delivery is None:
+            return ""
+        tag, delivery_tag, redelivered, exchange, routing_key = self._delivery
+        return (
+            f" (consumer tag {tag!r}, delivery tag {delivery_tag}, exchange {exchange!r},"
+            f" routing key {routing_key!r}, redelivered {redelivered})"
+        )
+
+    def _broker_input_failed(self, code: int, text: str, error: Exception) -> None:
+        """End the link after a frame that could not be handled: tell the broker (so it requeues
+        what this client had not acknowledged), reject any waiting call, and let the session
+        send the client an ERROR naming the cause."""
+        if code == 501:
+            log.warning("%s%s; closing the link %s", text, self._delivery_context(), self._connection_name)
+        self._delivery = None
+        self._delivery_props = None
+        self._delivery_parts = []
+        if self._transport is not None and not self._close_sent:
+            self._close_sent = True
+            self._write(wire.connection_close(code, text[:255]))
+            self._loop.call_later(5.0, self._abort)
+        self._fail(AmqpError(code, text, phase=self._phase))
 
     def _on_method(self, channel: int, payload: bytes) -> None:
         method = ((payload[0] << 8) | payload[1], (payload[2] << 8) | payload[3])
@@ -248,9 +281,7 @@ class AmqpConnection(asyncio.Protocol):
             self._events.on_confirm(tag, multiple, ack)
             return
         if method == wire.CHANNEL_CLOSE or method == wire.CONNECTION_CLOSE:
-            close = _decode_method(payload)
-            code = getattr(close, "reply_code", 0) or 0
-            text = getattr(close, "reply_text", "") or ""
+            code, text = wire.decode_method_args(method, payload)  # type: ignore[misc]
             if method == wire.CHANNEL_CLOSE:
                 self._write(wire.channel_close_ok(channel))
             else:
@@ -261,9 +292,8 @@ class AmqpConnection(asyncio.Protocol):
             self._abort()
             return
         if method == wire.BASIC_CANCEL:
-            cancel = _decode_method(payload)
-            tag = getattr(cancel, "consumer_tag", "")
-            if not getattr(cancel, "nowait", False):
+            tag, nowait = wire.decode_method_args(method, payload)  # type: ignore[misc]
+            if not nowait:
                 self._write(wire.basic_cancel_ok(CHANNEL, tag))
             self._events.on_server_cancel(tag)
             return
@@ -276,9 +306,12 @@ class AmqpConnection(asyncio.Protocol):
             return
         rpc = self._rpc
         if rpc is not None and method in rpc[0]:
+            # decode before taking the call off: a reply that does not decode fails the link
+            # (data_received), and _fail then rejects the call still waiting for it
+            reply = wire.decode_method_args(method, payload)
             self._rpc = None
             if not rpc[1].done():
-                rpc[1].set_result(_decode_method(payload))
+                rpc[1].set_result(reply)
             return
         if method == wire.BASIC_RETURN:
             return  # we never publish mandatory; ignore defensively
@@ -374,12 +407,13 @@ class AmqpConnection(asyncio.Protocol):
     def send_nowait(self, frame: bytes) -> None:
         self._out.append(frame)
 
-    async def call(self, frame: bytes, *replies: tuple[int, int]) -> commands.Frame | None:
-        """Send a synchronous method and wait for one of ``replies``.  Raises AmqpError."""
+    async def call(self, frame: bytes, *replies: tuple[int, int]) -> object:
+        """Send a synchronous method and wait for one of ``replies``; returns the reply's
+        arguments as ``wire.decode_method_args`` gives them.  Raises AmqpError."""
         if self._transport is None:
             raise AmqpError(504, "AMQP connection is closed")
         assert self._rpc is None, "synchronous AMQP calls must not overlap"
-        future: asyncio.Future[commands.Frame | None] = self._loop.create_future()
+        future: asyncio.Future[object] = self._loop.create_future()
         self._rpc = (frozenset(replies), future)
         self._write(frame)
         return await future
@@ -477,13 +511,6 @@ class AmqpConnection(asyncio.Protocol):
     def is_open(self) -> bool:
         """The socket is up and nobody has asked the broker to close the connection yet."""
         return self._transport is not None and not self._close_sent
-
-
-def _decode_method(payload: bytes) -> commands.Frame:
-    index = int.from_bytes(payload[:4], "big")
-    method = commands.INDEX_MAPPING[index]()
-    method.unmarshal(payload[4:])
-    return method
 
 
 def monotonic() -> float:

@@ -4,8 +4,16 @@ Why by hand and not through pamqp's command classes: (1) pamqp validates queue a
 names against ``[a-zA-Z0-9-_.:]`` and friends, while RabbitMQ and its STOMP plugin accept any
 UTF-8 name (``/queue/a%2fb`` declares a queue literally named ``a%2fb``, reference §6.1, §22.5);
 (2) the per-message path (publish, ack, deliver) costs a few microseconds here against tens
-through pamqp's generic, attribute-by-attribute marshalling.  Replies that are not per message
-(Connection.Start, Queue.DeclareOk, Channel.Close ...) are decoded with pamqp.
+through pamqp's generic, attribute-by-attribute marshalling; (3) pamqp decodes strings and
+field-table keys as strict UTF-8 and raises on anything else, while RabbitMQ passes any bytes
+through (a consumer tag, a header name or a close text that is not UTF-8 is accepted by the
+broker and comes back to us).  pamqp stays the oracle of tests/unit/test_wire.py.
+
+Everything the broker sends is untrusted input.  One rule for its text: shortstr, longstr,
+table keys and values are decoded with ``errors="surrogateescape"``, so bytes that are not
+UTF-8 are kept exactly and come out byte for byte wherever the adapter writes them again
+(STOMP headers, AMQP frames); nothing is dropped and nothing raises (docs/compatibility.md).
+Bytes that do not form a valid frame or value raise ``DecodeError``.
 
 Pure: no I/O.
 """
@@ -13,10 +21,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import datetime
+import decimal
 import struct
 from collections.abc import Mapping
-
-from pamqp import decode  # only its field-table decoder; everything per message is by hand
 
 from ..mapping.properties import MessageProperties
 
@@ -35,6 +42,23 @@ _u32 = struct.Struct(">I")
 _u64 = struct.Struct(">Q")
 _i64 = struct.Struct(">q")
 _content_head = struct.Struct(">HHQH")  # class, weight, body size, property flags
+_i8 = struct.Struct(">b")
+_i16 = struct.Struct(">h")
+_i32 = struct.Struct(">i")
+_f32 = struct.Struct(">f")
+_f64 = struct.Struct(">d")
+_decimal_head = struct.Struct(">Bi")
+_close_head = struct.Struct(">H")
+_tune = struct.Struct(">HIH")
+
+# Nested tables and arrays deeper than this are refused rather than decoded recursively: a
+# 128 KiB frame could otherwise nest 26,000 levels and exhaust Python's stack.  RabbitMQ's own
+# headers (x-death and friends) nest three levels.
+MAX_TABLE_DEPTH = 100
+
+
+class DecodeError(ValueError):
+    """Bytes from the broker that do not form a valid AMQP 0-9-1 frame, method or field value."""
 
 # method ids (class, method)
 CONNECTION_START = (10, 10)
@@ -149,7 +173,8 @@ def connection_open(vhost: str) -> bytes:
 
 
 def connection_close(code: int = 200, text: str = "Goodbye") -> bytes:
-    return method_frame(0, CONNECTION_CLOSE, _u16.pack(code) + shortstr(text) + b"\0\0\0\0")
+    raw = text.encode("utf-8", "surrogateescape")[:255]  # a reply text is a shortstr: cut, never fail
+    return method_frame(0, CONNECTION_CLOSE, _u16.pack(code) + bytes((len(raw),)) + raw + b"\0\0\0\0")
 
 
 def connection_close_ok() -> bytes:
@@ -317,37 +342,160 @@ def basic_publish(
     ]
 
 
-# --- decoding of the per-message frames -------------------------------------------------------------
+# --- decoding -------------------------------------------------------------------------------------
+def _text(raw: bytes | memoryview) -> str:
+    return bytes(raw).decode("utf-8", "surrogateescape")
+
+
 def decode_shortstr(data: bytes | memoryview, offset: int) -> tuple[str, int]:
     length = data[offset]
     start = offset + 1
-    return bytes(data[start : start + length]).decode("utf-8", "surrogateescape"), start + length
+    end = start + length
+    if end > len(data):
+        raise DecodeError("short string runs past the end of its frame")
+    return _text(data[start:end]), end
+
+
+def _decode_longstr_raw(data: bytes, offset: int) -> tuple[bytes, int]:
+    length = _u32.unpack_from(data, offset)[0]
+    start = offset + 4
+    end = start + length
+    if end > len(data):
+        raise DecodeError("long string runs past the end of its frame")
+    return data[start:end], end
+
+
+def _timestamp(seconds: int) -> datetime.datetime | int:
+    # 64-bit seconds since the epoch (AMQP 0-9-1 §4.2.5.4); outside datetime's range it stays an
+    # integer, which renders the same way on a MESSAGE frame (field_value_text)
+    try:
+        return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return seconds
+
+
+def _decode_value(data: bytes, offset: int, depth: int) -> tuple[object, int]:
+    """One field value (type octet, then the value) in RabbitMQ's field-type table."""
+    kind = data[offset]
+    offset += 1
+    if kind == 0x53:  # S long string
+        raw, offset = _decode_longstr_raw(data, offset)
+        return _text(raw), offset
+    if kind == 0x6C or kind == 0x4C:  # l, L signed 64-bit
+        return _i64.unpack_from(data, offset)[0], offset + 8
+    if kind == 0x49:  # I signed 32-bit
+        return _i32.unpack_from(data, offset)[0], offset + 4
+    if kind == 0x74:  # t boolean
+        return data[offset] != 0, offset + 1
+    if kind == 0x46:  # F nested table
+        return decode_table(data, offset, depth + 1)
+    if kind == 0x41:  # A array
+        return _decode_array(data, offset, depth + 1)
+    if kind == 0x54:  # T timestamp
+        return _timestamp(_u64.unpack_from(data, offset)[0]), offset + 8
+    if kind == 0x56:  # V void
+        return None, offset
+    if kind == 0x69:  # i unsigned 32-bit
+        return _u32.unpack_from(data, offset)[0], offset + 4
+    if kind == 0x62:  # b signed 8-bit
+        return _i8.unpack_from(data, offset)[0], offset + 1
+    if kind == 0x42:  # B unsigned 8-bit
+        return data[offset], offset + 1
+    if kind == 0x73:  # s signed 16-bit
+        return _i16.unpack_from(data, offset)[0], offset + 2
+    if kind == 0x75:  # u unsigned 16-bit
+        return _u16.unpack_from(data, offset)[0], offset + 2
+    if kind == 0x66:  # f 32-bit float
+        return _f32.unpack_from(data, offset)[0], offset + 4
+    if kind == 0x64:  # d 64-bit float
+        return _f64.unpack_from(data, offset)[0], offset + 8
+    if kind == 0x44:  # D decimal: scale octet, signed 32-bit unscaled value
+        scale, unscaled = _decimal_head.unpack_from(data, offset)
+        return decimal.Decimal(unscaled).scaleb(-scale), offset + 5
+    if kind == 0x78:  # x byte array
+        raw, offset = _decode_longstr_raw(data, offset)
+        return raw, offset
+    raise DecodeError(f"unknown field type {bytes((kind,))!r} at byte {offset - 1}")
+
+
+def decode_table(data: bytes, offset: int, depth: int = 0) -> tuple[dict[str, object], int]:
+    """A field table at ``offset``: (table, offset after it).  Keys and strings keep bytes that
+    are not UTF-8 (surrogateescape); a later duplicate key wins, as in RabbitMQ's decoding."""
+    if depth > MAX_TABLE_DEPTH:
+        raise DecodeError(f"field tables nested deeper than {MAX_TABLE_DEPTH} levels")
+    try:
+        length = _u32.unpack_from(data, offset)[0]
+        offset += 4
+        end = offset + length
+        if end > len(data):
+            raise DecodeError("field table runs past the end of its frame")
+        values: dict[str, object] = {}
+        while offset < end:
+            key_end = offset + 1 + data[offset]
+            key = _text(data[offset + 1 : key_end])
+            values[key], offset = _decode_value(data, key_end, depth)
+        if offset != end:
+            raise DecodeError("field table length does not match its contents")
+    except (struct.error, IndexError) as error:
+        raise DecodeError(f"truncated field table ({error})") from None
+    return values, end
+
+
+def _decode_array(data: bytes, offset: int, depth: int) -> tuple[list[object], int]:
+    if depth > MAX_TABLE_DEPTH:
+        raise DecodeError(f"field arrays nested deeper than {MAX_TABLE_DEPTH} levels")
+    length = _u32.unpack_from(data, offset)[0]
+    offset += 4
+    end = offset + length
+    if end > len(data):
+        raise DecodeError("field array runs past the end of its frame")
+    items: list[object] = []
+    while offset < end:
+        item, offset = _decode_value(data, offset, depth)
+        items.append(item)
+    if offset != end:
+        raise DecodeError("field array length does not match its contents")
+    return items, end
 
 
 def decode_deliver(payload: bytes) -> tuple[str, int, bool, str, str]:
     """Basic.Deliver arguments after the 4-byte method id: tag, delivery tag, redelivered, exchange, key."""
     # inline rather than three decode_shortstr calls: this runs for every delivery
-    end = 5 + payload[4]
-    consumer_tag = payload[5:end].decode("utf-8", "surrogateescape")
-    delivery_tag = _u64.unpack_from(payload, end)[0]
-    redelivered = bool(payload[end + 8] & 1)
-    start = end + 10
-    end = start + payload[end + 9]
-    exchange = payload[start:end].decode("utf-8", "surrogateescape")
-    start = end + 1
-    routing_key = payload[start : start + payload[end]].decode("utf-8", "surrogateescape")
+    try:
+        end = 5 + payload[4]
+        consumer_tag = payload[5:end].decode("utf-8", "surrogateescape")
+        delivery_tag = _u64.unpack_from(payload, end)[0]
+        redelivered = bool(payload[end + 8] & 1)
+        start = end + 10
+        end = start + payload[end + 9]
+        exchange = payload[start:end].decode("utf-8", "surrogateescape")
+        start = end + 1
+        end = start + payload[end]
+    except (struct.error, IndexError):
+        raise DecodeError("truncated basic.deliver") from None
+    if end > len(payload):
+        raise DecodeError("truncated basic.deliver")
+    routing_key = payload[start:end].decode("utf-8", "surrogateescape")
     return consumer_tag, delivery_tag, redelivered, exchange, routing_key
 
 
 def decode_ack(payload: bytes) -> tuple[int, bool, bool]:
     """Basic.Ack / Basic.Nack from the broker (publisher confirms): tag, multiple, is_ack."""
+    if len(payload) < 13:
+        raise DecodeError("truncated basic.ack/basic.nack")
     delivery_tag = _u64.unpack_from(payload, 4)[0]
     return delivery_tag, bool(payload[12] & 1), payload[2:4] == b"\x00\x50"
 
 
 def decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
-    """Content header frame: (body size, properties).  The headers table goes through pamqp's
-    decoder, which understands every field type RabbitMQ may put there (x-death and friends)."""
+    """Content header frame: (body size, properties)."""
+    try:
+        return _decode_content_header(payload)
+    except (struct.error, IndexError) as error:
+        raise DecodeError(f"truncated content header ({error})") from None
+
+
+def _decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
     body_size = _u64.unpack_from(payload, 4)[0]
     flags = _u16.unpack_from(payload, 12)[0]
     p = MessageProperties()
@@ -359,9 +507,7 @@ def decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
     if flags & 0x4000:
         p.content_encoding, offset = decode_shortstr(payload, offset)
     if flags & 0x2000:
-        consumed, headers = decode.field_table(payload[offset:])
-        p.headers = headers  # type: ignore[assignment]
-        offset += consumed
+        p.headers, offset = decode_table(payload, offset)
     if flags & 0x1000:
         p.delivery_mode = payload[offset]
         offset += 1
@@ -388,3 +534,52 @@ def decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
     if flags & 0x0004:
         p.cluster_id, offset = decode_shortstr(payload, offset)
     return body_size, p
+
+
+# --- the other methods the broker sends us (not per message) ----------------------------------------
+# Each takes the method frame's payload (method id included) and returns only the fields the
+# adapter uses.  Wrapped by decode_method_args, which turns any short read into DecodeError.
+def _start_args(payload: bytes) -> dict[str, object]:
+    # version-major, version-minor, server-properties, mechanisms, locales
+    return decode_table(payload, 6)[0]
+
+
+def _tune_args(payload: bytes) -> tuple[int, int, int]:
+    return _tune.unpack_from(payload, 4)  # channel-max, frame-max, heartbeat
+
+
+def _close_args(payload: bytes) -> tuple[int, str]:
+    # reply-code, reply-text (then class-id and method-id, which we do not use)
+    text, _ = decode_shortstr(payload, 6)
+    return _close_head.unpack_from(payload, 4)[0], text
+
+
+def _cancel_args(payload: bytes) -> tuple[str, bool]:
+    tag, offset = decode_shortstr(payload, 4)
+    return tag, bool(payload[offset] & 1)  # consumer-tag, nowait
+
+
+def _declare_ok_args(payload: bytes) -> str:
+    return decode_shortstr(payload, 4)[0]  # the queue name (then message and consumer counts)
+
+
+_METHOD_ARGS = {
+    CONNECTION_START: _start_args,
+    CONNECTION_TUNE: _tune_args,
+    CONNECTION_CLOSE: _close_args,
+    CHANNEL_CLOSE: _close_args,
+    BASIC_CANCEL: _cancel_args,
+    QUEUE_DECLARE_OK: _declare_ok_args,
+}
+
+
+def decode_method_args(method: tuple[int, int], payload: bytes) -> object:
+    """The arguments the adapter uses of a method the broker sent; None for methods whose
+    arguments it ignores (Connection.OpenOk, Queue.BindOk ...)."""
+    decoder = _METHOD_ARGS.get(method)
+    if decoder is None:
+        return None
+    try:
+        return decoder(payload)
+    except (struct.error, IndexError) as error:
+        raise DecodeError(f"truncated method {method} ({error})") from None

@@ -280,7 +280,7 @@ class ClientConnection(asyncio.Protocol):
         assert amqp is not None
         if isinstance(op, ops.QueueDeclare):
             reply = await amqp.call(_queue_declare(op), wire.QUEUE_DECLARE_OK)
-            return getattr(reply, "queue", op.queue)
+            return reply if isinstance(reply, str) else op.queue
         if isinstance(op, ops.BasicConsume):
             await amqp.call(
                 wire.basic_consume(wire_channel(), op.queue, op.consumer_tag, op.no_ack, op.arguments),

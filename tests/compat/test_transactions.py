@@ -41,8 +41,19 @@ def test_commit(compat):
     )
 
 
+def _commit_receipt_after_confirms(plugin: Transcript, adapter: Transcript) -> None:
+    """The plugin answers COMMIT before the broker has confirmed its publish; the adapter's COMMIT
+    RECEIPT waits for that confirm, which also releases the SEND's receipt, so it comes second."""
+    p_ids = [f.header("receipt-id") for f in plugin.steps[-1].received[0].frames]
+    a_frames = adapter.steps[-1].received[0].frames
+    assert p_ids == ["c", "s1"], p_ids
+    assert [f.header("receipt-id") for f in a_frames] == ["s1", "c"]
+    a_frames.reverse()
+
+
 def test_commit_receipt_order(compat):
-    """Without a subscriber: COMMIT's RECEIPT, then the SEND's."""
+    """Without a subscriber: the plugin sends COMMIT's RECEIPT, then the SEND's; the adapter's
+    COMMIT RECEIPT waits for the confirms, after the SEND's (docs/compatibility.md, 16)."""
     compat(
         Conversation(
             [
@@ -51,7 +62,8 @@ def test_commit_receipt_order(compat):
                 Step(send("/queue/{q}", ("transaction", "tx1"), ("receipt", "s1"), body="one"), 0),
                 Step(frame("COMMIT", ("transaction", "tx1"), ("receipt", "c")), 2),
             ]
-        )
+        ),
+        expect=[Custom(_commit_receipt_after_confirms, "a COMMIT RECEIPT means the broker has the messages")],
     )
 
 

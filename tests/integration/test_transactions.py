@@ -32,10 +32,11 @@ def test_send_takes_effect_at_commit(stomp_client, broker, queue):
     assert broker.depth(queue) == 1
 
     client.conn.commit("t1", headers={"receipt": "commit"})
-    # COMMIT's RECEIPT first, then the SEND receipts (registered at COMMIT, released by confirms)
-    expect_receipt(client, "commit")
+    # the SEND receipts (registered at COMMIT, released by confirms), then COMMIT's, which waits
+    # for the confirms of every publish of the transaction (docs/behaviour.md, Receipts)
     expect_receipt(client, "s1")
     expect_receipt(client, "s2")
+    expect_receipt(client, "commit")
     assert broker.depth(queue) == 3
     messages = [broker.get(queue) for _ in range(3)]
     assert [m.body for m in messages] == [b"probe", b"one", b"two"]

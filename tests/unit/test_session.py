@@ -332,7 +332,9 @@ def test_transaction_buffers_until_commit():
     assert run(session, Frame("SEND", {"destination": "/topic/x", "transaction": "t"}, b"1")) == []
     assert run(session, Frame("ACK", {"id": "T_c@@x@@1", "transaction": "t"})) == []
     out = run(session, Frame("COMMIT", {"transaction": "t", "receipt": "c"}))
-    assert [type(op) for op in out] == [ops.BasicPublish, ops.BasicAck, ops.SendFrame]
+    # the RECEIPT waits for the publish's confirm (test_commit_receipt_waits_for_every_confirm...)
+    assert [type(op) for op in out] == [ops.ConfirmSelect, ops.BasicPublish, ops.BasicAck]
+    assert session.on_confirm(1, False, True) == b"RECEIPT\nreceipt-id:c\n\n\0\n"
     assert run(session, Frame("BEGIN", {"transaction": "u"})) == []
     run(session, Frame("SEND", {"destination": "/topic/x", "transaction": "u"}, b"2"))
     assert run(session, Frame("ABORT", {"transaction": "u"})) == []
@@ -579,3 +581,59 @@ def test_quick_ack_gives_exactly_what_the_general_path_gives(frames, version):
         assert shell.state is general.state
         if general.state is State.CLOSED:
             break
+
+
+# --- COMMIT receipts mean "the broker has every message of the transaction" -----------------------
+def commit_transaction(session: Session, sends: int, commit_receipt: str | None = "c1") -> list[ops.Operation]:
+    run(session, Frame("BEGIN", {"transaction": "tx"}))
+    for n in range(sends):
+        run(session, Frame("SEND", {"destination": "/topic/t", "transaction": "tx"}, b"m%d" % n))
+    headers = {"transaction": "tx"} | ({"receipt": commit_receipt} if commit_receipt else {})
+    return run(session, Frame("COMMIT", headers))
+
+
+def test_commit_receipt_waits_for_every_confirm_of_the_transaction():
+    session = connected()
+    out = commit_transaction(session, 3)
+    assert isinstance(out[0], ops.ConfirmSelect)  # confirms on before the first publish
+    assert sum(isinstance(op, ops.BasicPublish) for op in out) == 3
+    assert frames_of(out) == []  # no RECEIPT yet
+    assert session.confirms_outstanding
+    assert session.on_confirm(2, False, True) == b""
+    assert session.on_confirm(1, False, True) == b""
+    assert session.on_confirm(3, False, True) == b"RECEIPT\nreceipt-id:c1\n\n\0\n"
+    assert not session.confirms_outstanding
+
+
+def test_commit_receipt_with_a_multiple_confirm_and_earlier_publishes():
+    session = connected()
+    run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "s1"}, b"x"))  # seq 1
+    commit_transaction(session, 2)  # seqs 2, 3
+    assert session.on_confirm(2, True, True) == b"RECEIPT\nreceipt-id:s1\n\n\0\n"
+    assert session.on_confirm(3, True, True) == b"RECEIPT\nreceipt-id:c1\n\n\0\n"
+
+
+def test_a_nack_in_a_transaction_turns_its_commit_receipt_into_an_error():
+    session = connected()
+    commit_transaction(session, 2)
+    data = session.on_confirm(1, False, False)
+    assert command_of(data) == "ERROR" and header(data, "receipt-id") == "c1"
+    assert session.on_confirm(2, False, True) == b""  # answered once, never a RECEIPT after it
+    assert not session.confirms_outstanding
+
+
+def test_commit_without_publishes_or_receipt_answers_at_once():
+    session = connected()
+    run(session, Frame("BEGIN", {"transaction": "tx"}))
+    out = run(session, Frame("COMMIT", {"transaction": "tx", "receipt": "c0"}))
+    assert [command_of(f) for f in frames_of(out)] == ["RECEIPT"]
+    out = commit_transaction(session, 2, commit_receipt=None)
+    assert not any(isinstance(op, ops.ConfirmSelect) for op in out)  # no receipt: no confirms needed
+    assert not session.confirms_outstanding
+
+
+def test_disconnect_waits_for_a_commit_receipt():
+    session = connected()
+    commit_transaction(session, 1)
+    out = run(session, Frame("DISCONNECT", {"receipt": "d"}))
+    assert isinstance(out[0], ops.AwaitConfirms)

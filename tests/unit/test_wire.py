@@ -128,3 +128,113 @@ def test_pamqp_content_headers_decode_with_ours(props, body_size):
             continue
         assert getattr(decoded, name) == getattr(props, name), name
     assert (decoded.headers or None) == (props.headers or None)
+
+
+# --- field tables: every type RabbitMQ sends, checked against pamqp's encoder --------------------
+FIELD_VALUES = st.recursive(
+    st.text(max_size=20)
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.booleans()
+    | st.floats(allow_nan=False, width=32)  # pamqp encodes every float as a 32-bit "f"
+    | st.none()
+    | st.datetimes(
+        min_value=datetime.datetime(1970, 1, 2), max_value=datetime.datetime(2200, 1, 1)
+    ).map(lambda d: d.replace(microsecond=0, tzinfo=datetime.UTC)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=12).filter(lambda k: len(k.encode()) <= 255), FIELD_VALUES, max_size=5))
+def test_pamqp_field_tables_decode_with_ours(table):
+    from pamqp import encode
+
+    data = encode.field_table(table)
+    decoded, end = wire.decode_table(data, 0)
+    assert end == len(data)
+    assert decoded == table
+
+
+def table_bytes(*entries: bytes) -> bytes:
+    body = b"".join(entries)
+    return len(body).to_bytes(4, "big") + body
+
+
+def test_invalid_utf8_in_table_keys_and_values_is_kept_byte_for_byte():
+    # the issue's reproduction: a header name the broker accepted although it is not UTF-8
+    data = table_bytes(b"\x08x-\xff-name" + b"S" + b"\x00\x00\x00\x01v", b"\x01k" + b"S\x00\x00\x00\x02\xc3(")
+    decoded, _ = wire.decode_table(data, 0)
+    assert [k.encode("utf-8", "surrogateescape") for k in decoded] == [b"x-\xff-name", b"k"]
+    assert decoded["k"].encode("utf-8", "surrogateescape") == b"\xc3("
+
+
+def test_every_numeric_field_type():
+    data = table_bytes(
+        b"\x01b" + b"b\xff",
+        b"\x01B" + b"B\xff",
+        b"\x01s" + b"s\xff\xfe",
+        b"\x01u" + b"u\xff\xfe",
+        b"\x01I" + b"I\xff\xff\xff\xfe",
+        b"\x01i" + b"i\xff\xff\xff\xfe",
+        b"\x01D" + b"D\x02\x00\x00\x01\x2c",
+        b"\x01x" + b"x\x00\x00\x00\x02\x00\xff",
+        b"\x01T" + b"T\xff\xff\xff\xff\xff\xff\xff\xff",
+    )
+    decoded, _ = wire.decode_table(data, 0)
+    assert decoded["b"] == -1 and decoded["B"] == 255
+    assert decoded["s"] == -2 and decoded["u"] == 65534
+    assert decoded["I"] == -2 and decoded["i"] == 2**32 - 2
+    assert str(decoded["D"]) == "3.00"
+    assert decoded["x"] == b"\x00\xff"
+    assert decoded["T"] == 2**64 - 1  # beyond datetime's range: kept as the integer it is
+
+
+@given(st.binary(max_size=64))
+@settings(max_examples=500, deadline=None)
+def test_arbitrary_bytes_decode_or_raise_decode_error(data):
+    """Whatever the broker sends, the decoders either decode it or raise DecodeError."""
+    for decode in (
+        lambda d: wire.decode_table(d, 0),
+        wire.decode_deliver,
+        wire.decode_content_header,
+        wire.decode_ack,
+    ):
+        try:
+            decode(data)
+        except wire.DecodeError:
+            pass
+    for method in (wire.CONNECTION_START, wire.CONNECTION_TUNE, wire.CHANNEL_CLOSE, wire.BASIC_CANCEL):
+        try:
+            wire.decode_method_args(method, data)
+        except wire.DecodeError:
+            pass
+
+
+def test_nesting_is_bounded():
+    data = b"\x00\x00\x00\x00"
+    for _ in range(wire.MAX_TABLE_DEPTH + 5):
+        entry = b"\x01k" + b"F" + data
+        data = len(entry).to_bytes(4, "big") + entry
+    try:
+        wire.decode_table(data, 0)
+    except wire.DecodeError as error:
+        assert "nested deeper" in str(error)
+    else:
+        raise AssertionError("a table nested beyond the bound was decoded")
+
+
+def test_close_and_cancel_with_invalid_utf8_text_decode():
+    close = frame.marshal(commands.Channel.Close(404, "x", 50, 10), 1)[7:-1]
+    close = close[:6] + b"\x03\xff\xfez" + close[8:]  # reply text "\xff\xfez" instead of "x"
+    code, text = wire.decode_method_args(wire.CHANNEL_CLOSE, close)
+    assert code == 404 and text.encode("utf-8", "surrogateescape") == b"\xff\xfez"
+    cancel = wire.basic_cancel(1, "s1\udced\udca0\udc80")[7:-1]  # CESU-8 bytes, as a client sent them
+    tag, nowait = wire.decode_method_args(wire.BASIC_CANCEL, cancel)
+    assert tag.encode("utf-8", "surrogateescape") == b"s1\xed\xa0\x80" and nowait is False
+
+
+def test_connection_close_cuts_a_long_text_instead_of_failing():
+    data = wire.connection_close(501, "é" * 200)
+    code, text = wire.decode_method_args(wire.CONNECTION_CLOSE, data[7:-1])
+    assert code == 501 and len(text.encode("utf-8", "surrogateescape")) <= 255
