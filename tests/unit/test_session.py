@@ -584,7 +584,9 @@ def test_quick_ack_gives_exactly_what_the_general_path_gives(frames, version):
 
 
 # --- COMMIT receipts mean "the broker has every message of the transaction" -----------------------
-def commit_transaction(session: Session, sends: int, commit_receipt: str | None = "c1") -> list[ops.Operation]:
+def commit_transaction(
+    session: Session, sends: int, commit_receipt: str | None = "c1"
+) -> list[ops.Operation]:
     run(session, Frame("BEGIN", {"transaction": "tx"}))
     for n in range(sends):
         run(session, Frame("SEND", {"destination": "/topic/t", "transaction": "tx"}, b"m%d" % n))
