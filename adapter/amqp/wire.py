@@ -60,6 +60,7 @@ MAX_TABLE_DEPTH = 100
 class DecodeError(ValueError):
     """Bytes from the broker that do not form a valid AMQP 0-9-1 frame, method or field value."""
 
+
 # method ids (class, method)
 CONNECTION_START = (10, 10)
 CONNECTION_START_OK = (10, 11)

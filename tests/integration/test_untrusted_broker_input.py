@@ -37,9 +37,7 @@ def test_header_name_that_is_not_utf8_is_delivered_byte_for_byte(raw_socket, bro
     broker.track_queue(queue)
     consumer = raw_socket()
     assert connect(consumer)[0].startswith(b"CONNECTED")
-    consumer.sendall(
-        f"SUBSCRIBE\ndestination:/queue/{queue}\nid:c\nack:{ack}\nreceipt:sub\n\n\0".encode()
-    )
+    consumer.sendall(f"SUBSCRIBE\ndestination:/queue/{queue}\nid:c\nack:{ack}\nreceipt:sub\n\n\0".encode())
     frames, _ = read_frames(consumer, timeout=5, count=1)
     assert frames[0].startswith(b"RECEIPT")
 
