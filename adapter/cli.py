@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
+from .server.fdlimit import raise_soft_limit
 from .server.listener import Server, broker_address
 from .session import SessionSettings
 from .stomp.codec import FrameLimits
@@ -87,6 +88,8 @@ def build_server(settings: Settings) -> Server:
         broker=broker,
         listeners=[parse_listener(listener) for listener in settings.listeners],
         login_timeout=settings.login_timeout,
+        frame_timeout=settings.frame_timeout,
+        incomplete_input_budget=settings.incomplete_frames_budget,
         heartbeat_tolerance=settings.heartbeat_tolerance,
         shutdown_timeout=settings.shutdown_timeout,
         backlog=settings.tcp_backlog,
@@ -137,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     log.info("fronting broker %s", redact_url(settings.amqp_url))
+    log.info("file-descriptor limit: %d (two per STOMP client)", raise_soft_limit())
     try:
         import uvloop
 

@@ -300,6 +300,8 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "max_headers": _int_converter(1),
     "max_header_length": _int_converter(1),
     "login_timeout": _float_converter(0, inclusive=False),
+    "frame_timeout": _float_converter(0, inclusive=True),
+    "incomplete_frames_budget": _int_converter(1),
     "heartbeat_tolerance": _float_converter(1, inclusive=True, unit=""),
     "shutdown_timeout": _float_converter(0, inclusive=True),
     "amqp_connect_timeout": _float_converter(0, inclusive=False),
@@ -350,6 +352,10 @@ class Settings(BaseSettings):
     max_header_length: int = 102400
     # Seconds (the ini key stomp.login_timeout is in milliseconds, as in the plugin).
     login_timeout: float = 10.0
+    # Seconds a client has to complete a frame once it has started sending it; 0: no limit.
+    frame_timeout: float = 60.0
+    # Bytes all connections together may hold in frames they have not completed.
+    incomplete_frames_budget: int = 256 * 1024 * 1024
     # Factor applied to the client's heart-beat interval before the connection is declared dead.
     heartbeat_tolerance: float = 1.5
     shutdown_timeout: float = 10.0
@@ -423,6 +429,8 @@ _ADAPTER_KEYS: dict[str, str] = {
         "max_headers",
         "max_header_length",
         "login_timeout",
+        "frame_timeout",
+        "incomplete_frames_budget",
         "heartbeat_tolerance",
         "shutdown_timeout",
         "amqp_connect_timeout",

@@ -30,6 +30,7 @@ from ..mapping.properties import MessageProperties
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
+from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
     from .listener import Server
@@ -92,6 +93,13 @@ class ClientConnection(asyncio.Protocol):
         self._wrote_since_check = False
         self._timers: list[asyncio.TimerHandle] = []
         self._confirm_waiter: asyncio.Future[None] | None = None
+        # incomplete input: the bytes this connection holds that are not yet a whole frame (its
+        # share of server.incomplete_input), and when the frame they start began arriving
+        self._held_input = 0
+        self._frames_read = 0  # frames taken from the parser; a new one restarts the frame clock
+        self._frames_at_start = 0
+        self._frame_started: float | None = None
+        self._frame_timer: asyncio.TimerHandle | None = None
         self.done: asyncio.Future[None] = self._loop.create_future()
 
     # ------------------------------------------------------------------ socket events
@@ -103,6 +111,7 @@ class ClientConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             self._server.tune_socket(sock)
+            self._server.descriptors.accepted(sock.fileno())
         self.session = Session(
             self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=is_loopback(host)
         )
@@ -124,11 +133,78 @@ class ClientConnection(asyncio.Protocol):
         self._in_read = True
         try:
             self._pump()
+            if not self._closed:
+                self._account_input()
         finally:
             self._in_read = False
         if self._amqp is not None:
             self._amqp.flush()
         self.flush()
+
+    def _account_input(self) -> None:
+        """Bound what a client can make the adapter hold in frames it has not finished: the
+        bytes count against one budget shared by all connections, and a frame must be complete
+        within ``frame_timeout`` of the read that started it (docs/behaviour.md, Limits)."""
+        held = self._parser.buffered
+        server = self._server
+        if held != self._held_input:
+            server.incomplete_input += held - self._held_input
+            grew = held > self._held_input
+            self._held_input = held
+            if grew and server.incomplete_input > server.incomplete_input_budget:
+                log.warning(
+                    "peer=%s: incomplete frames of all connections hold %d bytes, over the budget of %d;"
+                    " closing this connection (it holds %d)",
+                    self.peer,
+                    server.incomplete_input,
+                    server.incomplete_input_budget,
+                    held,
+                )
+                self._fail_input(
+                    "Too much incomplete input",
+                    "Incomplete frames of all connections exceed the adapter's budget of "
+                    f"{server.incomplete_input_budget} bytes\n",
+                )
+                return
+        if held and not self._busy:
+            # the clock restarts with every frame taken: a client streaming frames whose reads
+            # end mid-frame is making progress
+            if self._frame_started is None or self._frames_read != self._frames_at_start:
+                self._frame_started = self._loop.time()
+                self._frames_at_start = self._frames_read
+                if self._frame_timer is None and server.frame_timeout:
+                    self._frame_timer = self._loop.call_later(server.frame_timeout, self._check_frame_time)
+        else:
+            # nothing pending, or complete frames waiting for the broker: not the client's delay
+            self._frame_started = None
+
+    def _check_frame_time(self) -> None:
+        self._frame_timer = None
+        started = self._frame_started
+        if self._closed or started is None:
+            return
+        timeout = self._server.frame_timeout
+        waited = self._loop.time() - started
+        if waited < timeout:
+            self._frame_timer = self._loop.call_later(timeout - waited, self._check_frame_time)
+            return
+        log.info(
+            "peer=%s: frame not completed within %g s (%d bytes held)", self.peer, timeout, self._held_input
+        )
+        self._fail_input("Frame timeout", f"A frame was not completed within {timeout:g} s\n")
+
+    def _fail_input(self, message: str, detail: str) -> None:
+        assert self.session is not None
+        self._run_all(self.session.close_with_error(message, detail))
+        self.flush()
+
+    def _release_input(self) -> None:
+        self._server.incomplete_input -= self._held_input
+        self._held_input = 0
+        self._frame_started = None
+        if self._frame_timer is not None:
+            self._frame_timer.cancel()
+            self._frame_timer = None
 
     def eof_received(self) -> bool:
         return False  # the transport closes itself; after our half-close this ends the linger
@@ -170,6 +246,7 @@ class ClientConnection(asyncio.Protocol):
                     return
                 if frame is None:
                     break
+                self._frames_read += 1
                 self._frame = frame
                 # the two frames of the message flow skip the generator when they can
                 if frame.command == "SEND":
@@ -339,6 +416,11 @@ class ClientConnection(asyncio.Protocol):
                 return ops.LoginResult(False, "vhost", error.text)
             return ops.LoginResult(False, "other", error.text)
         except (OSError, TimeoutError) as error:
+            if isinstance(error, OSError) and error.errno in EXHAUSTED:
+                self._server.descriptors.exhausted(f"cannot open an AMQP connection: {error.strerror}")
+                return ops.LoginResult(
+                    False, "other", "The adapter is out of file descriptors, try again later"
+                )
             broker_host.failed()
             log.warning("broker unreachable for peer=%s: %s", self.peer, error or type(error).__name__)
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
@@ -577,6 +659,7 @@ class ClientConnection(asyncio.Protocol):
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+        self._release_input()
         if self._steps is not None:
             self._steps.close()
             self._steps = None

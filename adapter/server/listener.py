@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..session import SessionSettings
 from .connection import BrokerAddress, ClientConnection
+from .fdlimit import EXHAUSTED, DescriptorWatch
 from .resolver import BrokerHost
 
 log = logging.getLogger("adapter.server")
@@ -48,6 +49,8 @@ class Server:
         keepalive: bool = False,
         sndbuf: int | None = None,
         recbuf: int | None = None,
+        frame_timeout: float = 60.0,
+        incomplete_input_budget: int = 256 * 1024 * 1024,
     ) -> None:
         self.session_settings = session_settings
         self.broker = broker
@@ -61,6 +64,12 @@ class Server:
         self._keepalive = keepalive
         self._sndbuf = sndbuf
         self._recbuf = recbuf
+        # a frame must be complete this many seconds after its first byte (0: no limit)
+        self.frame_timeout = frame_timeout
+        # bytes of incomplete frames held across all connections, and their bound
+        self.incomplete_input = 0
+        self.incomplete_input_budget = incomplete_input_budget
+        self.descriptors = DescriptorWatch()
         self.connections: set[ClientConnection] = set()
         # tasks that wait for the broker on a client's behalf; shutdown waits for them too
         self.tasks: set[asyncio.Task[None]] = set()
@@ -69,6 +78,7 @@ class Server:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._report_accept_exhaustion(loop)
         for host, port in self.listeners:
             server = await loop.create_server(
                 lambda: ClientConnection(self), host or None, port, backlog=self._backlog, reuse_address=True
@@ -78,6 +88,29 @@ class Server:
                 address = sock.getsockname()
                 self.addresses.append((address[0], address[1]))
                 log.info("listening on %s:%s", address[0], address[1])
+
+    def _report_accept_exhaustion(self, loop: asyncio.AbstractEventLoop) -> None:
+        """asyncio's own loop (uvloop stays silent) reports an accept() that failed for lack of
+        file descriptors through the loop's exception handler, as an ERROR with a traceback;
+        it is a resource limit, not a bug: make it the rate-limited warning instead.  The loop
+        retries the accept by itself."""
+        previous = loop.get_exception_handler()
+
+        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            error = context.get("exception")
+            if (
+                isinstance(error, OSError)
+                and error.errno in EXHAUSTED
+                and "accept" in context.get("message", "")
+            ):
+                self.descriptors.exhausted(f"accept() failed: {error.strerror}")
+                return
+            if previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(handler)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -1,0 +1,66 @@
+"""The process's file-descriptor limit: raising it at start-up, and telling the operator when
+connections run into it.
+
+Why this exists: at the limit the operating system refuses ``accept()`` with EMFILE/ENFILE.
+uvloop (libuv) then accepts and drops the waiting connections itself and reports nothing, and
+asyncio's own loop logs a traceback; either way the operator learns nothing useful.  File
+descriptors are handed out lowest first, so the number of a freshly accepted socket tells how
+close the process is to its limit, at no cost per connection beyond one comparison.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import resource
+import time
+
+log = logging.getLogger("adapter.server")
+
+EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
+# a warning at most this often, however many connections hit the limit meanwhile
+_WARN_EVERY_SECONDS = 10.0
+
+
+def raise_soft_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (each STOMP client needs two descriptors:
+    its socket and its AMQP connection) and return the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft >= hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as error:  # pragma: no cover - depends on the platform
+        log.debug("could not raise the file-descriptor limit from %d to %d: %s", soft, hard, error)
+        return soft
+    return hard
+
+
+class DescriptorWatch:
+    """Rate-limited warnings about the file-descriptor limit."""
+
+    def __init__(self) -> None:
+        self._limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        # warn once accepted sockets reach the last 5% of the limit (at least 8 descriptors)
+        self._warn_from = self._limit - max(8, self._limit // 20)
+        self._last_warning = float("-inf")
+
+    def accepted(self, fd: int) -> None:
+        """A client socket was accepted as descriptor ``fd``."""
+        if fd >= self._warn_from:
+            self._warn(f"accepted a connection as file descriptor {fd} of a limit of {self._limit}")
+
+    def exhausted(self, what: str) -> None:
+        """An operation failed with EMFILE/ENFILE."""
+        self._warn(what)
+
+    def _warn(self, what: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning < _WARN_EVERY_SECONDS:
+            return
+        self._last_warning = now
+        log.warning(
+            "out of file descriptors (%s): the operating system refuses new connections until some"
+            " close; existing clients are served. Raise the limit (ulimit -n, systemd LimitNOFILE)",
+            what,
+        )
