@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import procstat
-from .scenarios import SCENARIOS, BenchFailure, Config, Run, Side
+from .scenarios import LARGE_SIZES, SCENARIOS, BenchFailure, Config, Run, Side
 from .services import RESULTS, AdapterProcess, QueueCleaner, environment, port_answers, raise_own_nofile
 from .stomp import StompError, connect, header
 
@@ -73,6 +73,25 @@ def metric_list(cfg: Config) -> list[Metric]:
         metrics.append(
             Metric(f"rr{rate}-p99", "reqrep", f"request/reply at {rate}/s, p99", "ms", False, "ratio<=1.5")
         )
+    for label, size in LARGE_SIZES.items():
+        metrics += [
+            Metric(
+                f"queue-{label}",
+                f"queue-{label}",
+                f"queue, {size // 1024} KiB bodies: {cfg.producers} producers -> 1 consumer",
+                "msg/s",
+                True,
+                "ratio>=0.8",
+            ),
+            Metric(
+                f"persistent-{label}",
+                f"persistent-{label}",
+                f"persistent + receipt, {size // 1024} KiB bodies",
+                "msg/s",
+                True,
+                "ratio>=0.8",
+            ),
+        ]
     metrics += [
         Metric("rrsat-p50", "reqrep", "request/reply, 1 outstanding, p50", "ms", False),
         Metric("rrsat-p99", "reqrep", "request/reply, 1 outstanding, p99", "ms", False, "ratio<=1.5"),
@@ -109,6 +128,8 @@ def metric_list(cfg: Config) -> list[Metric]:
 ITEMS = {
     "queue": "delivered",
     "persistent": "receipted",
+    **{f"queue-{label}": "delivered" for label in LARGE_SIZES},
+    **{f"persistent-{label}": "receipted" for label in LARGE_SIZES},
     "client-individual": "acked",
     "topic": "delivered",
     "reqrep": "replies",

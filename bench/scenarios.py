@@ -14,6 +14,7 @@ broker's queue stays short and both sides are measured in the same steady state.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -185,7 +186,7 @@ class Run:
 
 
 # ====================================================================== scenarios
-async def queue_scenario(run: Run) -> None:
+async def queue_scenario(run: Run, metric: str = "queue") -> None:
     """N producers -> one /queue (non-persistent), one auto-ack consumer: delivered msg/s."""
     cfg = run.cfg
     destination = "/queue/" + run.queue("q")
@@ -211,13 +212,14 @@ async def queue_scenario(run: Run) -> None:
     elapsed = loop.time() - t0
     run.stop_meter()
     run.outcome.counts.update(sent=sent[0], delivered=consumer.messages, drained=drained, seconds=elapsed)
-    run.outcome.metrics["queue"] = consumer.messages / elapsed
+    run.outcome.metrics[metric] = consumer.messages / elapsed
 
 
-async def persistent_scenario(run: Run) -> None:
-    """One producer, SEND persistent:true with a receipt on every message, 100 receipts outstanding."""
+async def persistent_scenario(run: Run, metric: str = "persistent") -> None:
+    """One producer, SEND persistent:true with a receipt on every message, 100 receipts outstanding
+    (fewer for large bodies: at most 32 MiB in flight)."""
     cfg = run.cfg
-    window = 100
+    window = min(100, max(4, _LARGE_IN_FLIGHT // cfg.size))
     destination = "/queue/" + run.queue("p")
     producer = await run.client("producer")
     body = b"x" * cfg.size
@@ -256,7 +258,7 @@ async def persistent_scenario(run: Run) -> None:
     elapsed = loop.time() - t0
     run.stop_meter()
     run.outcome.counts.update(sent=final, receipted=receipts[0], drained=drained, seconds=elapsed)
-    run.outcome.metrics["persistent"] = receipts[0] / elapsed
+    run.outcome.metrics[metric] = receipts[0] / elapsed
 
 
 async def client_individual_scenario(run: Run) -> None:
@@ -563,6 +565,23 @@ def _throughput_budget(cfg: Config) -> float:
     return 30 + cfg.duration + cfg.drain_timeout
 
 
+# Large-message scenarios bound the bytes in flight rather than the messages.
+_LARGE_IN_FLIGHT = 32 * 1024 * 1024
+LARGE_SIZES = {"64k": 64 * 1024, "1m": 1024 * 1024}
+
+
+def _with_body_size(base: Callable[..., Coroutine[Any, Any, None]], size: int, metric: str) -> Scenario:
+    """``base`` with ``size``-byte bodies (whatever --size says) and a window of at most 32 MiB."""
+
+    async def scenario(run: Run) -> None:
+        window = max(4, min(run.cfg.window, _LARGE_IN_FLIGHT // size))
+        run.cfg = dataclasses.replace(run.cfg, size=size, window=window)
+        await base(run, metric=metric)
+
+    scenario.__doc__ = f"{base.__doc__} With {size}-byte bodies."
+    return scenario
+
+
 SCENARIOS: dict[str, ScenarioInfo] = {
     info.name: info
     for info in (
@@ -580,5 +599,15 @@ SCENARIOS: dict[str, ScenarioInfo] = {
         ),
         ScenarioInfo("connect", connect_scenario, ("adapter", "plugin"), lambda cfg: 30 + cfg.duration),
         ScenarioInfo("idle", idle_scenario, ("adapter",), lambda cfg: 120),
+        *(
+            ScenarioInfo(
+                f"{kind}-{label}",
+                _with_body_size(base, size, f"{kind}-{label}"),
+                ("adapter", "plugin"),
+                _throughput_budget,
+            )
+            for label, size in LARGE_SIZES.items()
+            for kind, base in (("queue", queue_scenario), ("persistent", persistent_scenario))
+        ),
     )
 }

@@ -31,6 +31,8 @@ from . import wire
 log = logging.getLogger(__name__)
 
 CHANNEL = 1
+# body frames at least this large are kept as views of the read until the body is complete
+_BODY_VIEW_MIN = 16 * 1024
 # publish method frames kept per connection; clients use a handful of destinations
 _PUBLISH_METHOD_CACHE_SIZE = 256
 
@@ -109,7 +111,8 @@ class AmqpConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._partial = b""  # the start of a frame that the last read did not complete
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
+        self._out_large = False  # _out holds a large body: write it with writelines, unjoined
         self._publish_methods: dict[tuple[str, str], bytes] = {}
         self._flush_handle: asyncio.Handle | None = None
         self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[object]] | None = None
@@ -127,7 +130,7 @@ class AmqpConnection(asyncio.Protocol):
         self._delivery: tuple[str, int, bool, str, str] | None = None
         self._delivery_props: MessageProperties | None = None
         self._delivery_size = 0
-        self._delivery_parts: list[bytes] = []
+        self._delivery_parts: list[bytes | memoryview] = []
         self._delivery_received = 0
         self._read_since_check = False
         self._wrote_since_check = False
@@ -221,14 +224,18 @@ class AmqpConnection(asyncio.Protocol):
                     break
                 if data[frame_end] != 0xCE:
                     raise wire.DecodeError(f"frame-end octet is {data[frame_end]:#04x}, not 0xce")
-                payload = data[offset + 7 : frame_end]
+                start = offset + 7
                 offset = frame_end + 1
                 if frame_type == wire.FRAME_BODY:
-                    self._on_body(payload)
+                    # a large body is joined from views of the reads: one copy instead of two
+                    if size >= _BODY_VIEW_MIN:
+                        self._on_body(memoryview(data)[start:frame_end])
+                    else:
+                        self._on_body(data[start:frame_end])
                 elif frame_type == wire.FRAME_METHOD:
-                    self._on_method(channel, payload)
+                    self._on_method(channel, data[start:frame_end])
                 elif frame_type == wire.FRAME_HEADER:
-                    self._on_content_header(payload)
+                    self._on_content_header(data[start:frame_end])
                 # heart-beat frames only prove liveness (_read_since_check above)
                 if self._transport is None:
                     break
@@ -326,10 +333,10 @@ class AmqpConnection(asyncio.Protocol):
         if size == 0:
             self._complete_delivery(b"")
 
-    def _on_body(self, payload: bytes) -> None:
+    def _on_body(self, payload: bytes | memoryview) -> None:
         self._delivery_received += len(payload)
         if self._delivery_received >= self._delivery_size and not self._delivery_parts:
-            self._complete_delivery(payload)
+            self._complete_delivery(payload if isinstance(payload, bytes) else bytes(payload))
             return
         self._delivery_parts.append(payload)
         if self._delivery_received >= self._delivery_size:
@@ -362,7 +369,12 @@ class AmqpConnection(asyncio.Protocol):
             return
         self._out = []
         self._wrote_since_check = True
-        self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if self._out_large:
+            # large bodies go to the socket as the slices they are (one writev, no copy)
+            self._out_large = False
+            self._transport.writelines(out)
+        else:
+            self._transport.write(b"".join(out) if len(out) > 1 else out[0])
 
     def pause_writing(self) -> None:
         self._paused_writing = True
@@ -397,6 +409,8 @@ class AmqpConnection(asyncio.Protocol):
         out = self._out
         out.append(method)
         out += wire.content_frames(CHANNEL, properties, body, self.frame_max)
+        if len(body) >= wire.ZERO_COPY_MIN:
+            self._out_large = True
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
         self._out.append(wire.basic_ack(CHANNEL, delivery_tag, multiple))

@@ -314,28 +314,39 @@ def publish_method(channel: int, exchange: str, routing_key: str) -> bytes:
     )
 
 
-def content_frames(channel: int, properties: MessageProperties, body: bytes, frame_max: int) -> list[bytes]:
+# Bodies at least this large are passed on as memoryview slices, never copied into frames: the
+# connection then writes its buffer with writelines (one writev, no join).
+ZERO_COPY_MIN = 64 * 1024
+
+
+def content_frames(
+    channel: int, properties: MessageProperties, body: bytes, frame_max: int
+) -> list[bytes | memoryview]:
     """The content header frame and the body frames of one message, body split to fit ``frame_max``.
 
-    A body that fits one frame is not copied here: its frame head, the body and the frame end
-    are separate items, joined once with everything else the connection writes."""
+    The body is never copied here: each body frame is its head, a slice of the body (a
+    memoryview) and the frame end, as separate items, joined once with everything else the
+    connection writes, or handed to the socket as they are (ZERO_COPY_MIN)."""
     flags, encoded = encode_properties(properties)
     header_payload = _content_head.pack(60, 0, len(body), flags) + encoded
-    frames = [_frame_head.pack(FRAME_HEADER, channel, len(header_payload)) + header_payload + FRAME_END]
+    frames: list[bytes | memoryview] = [
+        _frame_head.pack(FRAME_HEADER, channel, len(header_payload)) + header_payload + FRAME_END
+    ]
     chunk = frame_max - 8
     if len(body) <= chunk:
         if body:
             frames += (_frame_head.pack(FRAME_BODY, channel, len(body)), body, FRAME_END)
         return frames
+    view = memoryview(body)
     for start in range(0, len(body), chunk):
-        piece = body[start : start + chunk]
-        frames.append(_frame_head.pack(FRAME_BODY, channel, len(piece)) + piece + FRAME_END)
+        piece = view[start : start + chunk]
+        frames += (_frame_head.pack(FRAME_BODY, channel, len(piece)), piece, FRAME_END)
     return frames
 
 
 def basic_publish(
     channel: int, exchange: str, routing_key: str, properties: MessageProperties, body: bytes, frame_max: int
-) -> list[bytes]:
+) -> list[bytes | memoryview]:
     """All frames of one publish (method, content header, body frames)."""
     return [
         publish_method(channel, exchange, routing_key),

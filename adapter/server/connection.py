@@ -76,6 +76,7 @@ class ClientConnection(asyncio.Protocol):
         self._parser = FrameParser(self._settings.unauthenticated_limits)
         self._amqp: AmqpConnection | None = None
         self._out: list[bytes] = []
+        self._out_large = False  # _out holds a large MESSAGE: write with writelines, unjoined
         self._flush_handle: asyncio.Handle | None = None
         # the frame being handled and its operation generator
         self._frame: Frame | None = None
@@ -535,6 +536,8 @@ class ClientConnection(asyncio.Protocol):
                 consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body
             )
         )
+        if len(body) >= wire.ZERO_COPY_MIN:
+            self._out_large = True
 
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
         session = self.session
@@ -600,7 +603,11 @@ class ClientConnection(asyncio.Protocol):
         if self._linger is not None:
             return  # after our half-close (see _close) nothing more goes to the client
         self._wrote_since_check = True
-        self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+        if self._out_large:
+            self._out_large = False  # large MESSAGEs are not copied again into one write
+            self.transport.writelines(out)
+        else:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
 
     def _pause(self, reason: str) -> None:
         if not self._pause_reasons and self.transport is not None:

@@ -79,6 +79,11 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+# bodies at least this large are copied out of the buffer through a memoryview (one copy instead
+# of two); below it, the plain slice is cheaper than setting up the view
+_VIEW_COPY_MIN = 16 * 1024
+
+
 class FrameParser:
     """Incremental parser for the client-to-server byte stream of one connection."""
 
@@ -187,7 +192,11 @@ class FrameParser:
                     "Frame too big",
                     f"Frame exceeds the maximum frame size of {limits.max_frame_size} bytes",
                 )
-        body = bytes(buf[body_start:frame_end])
+        if frame_end - body_start < _VIEW_COPY_MIN:
+            body = bytes(buf[body_start:frame_end])
+        else:  # one copy, where slicing the bytearray first would make two
+            with memoryview(buf) as view:
+                body = bytes(view[body_start:frame_end])
         self._pos = frame_end + 1
         self._scan_from = self._pos
         self._head = None
