@@ -29,10 +29,12 @@ from enum import Enum, auto
 from typing import Any
 
 from .mapping.destinations import (
+    QUEUE_ARGUMENTS,
     Destination,
     DestinationError,
     DestinationKind,
     ProcessingError,
+    QueueParams,
     check_not_temp_queue,
     consumer_tag,
     durable_unsubscribe_queue,
@@ -41,8 +43,9 @@ from .mapping.destinations import (
     message_reply_to,
     parse_destination,
     publish_target,
-    queue_params,
+    reply_to_temp_queue,
     require_id_for_durable,
+    send_queue_declare,
     stream_offset_argument,
     subscribe_target,
 )
@@ -78,6 +81,7 @@ ACK_MODES = ("auto", "client", "client-individual")
 # Transaction limits of the newer plugin (reference §16, [main]); 3.10.8 has none.
 MAX_TRANSACTIONS = 16
 MAX_TRANSACTION_ACTIONS = 1024
+_QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS)
 # Parsed destinations are cached per session: clients reuse a handful of destinations.
 _DESTINATION_CACHE_SIZE = 256
 
@@ -300,9 +304,11 @@ class Session:
         if "message-id" in headers:
             raise DestinationError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
         dest = self._destination(raw)
-        check_not_temp_queue(dest, "SEND")
-        if dest.kind is DestinationKind.QUEUE and dest.name not in self._declared_queues:
-            yield from self._declare_queue_once(dest, headers)
+        # the mapping rule, in the plugin's order: x- arguments checked for every destination
+        # kind, then /temp-queue refused, then a /queue declared once per connection
+        params = send_queue_declare(dest, headers, self._declared_queues)
+        if params is not None:
+            yield from self._declare_queue_once(dest, params)
         # checked after the destination and its declare, in the plugin's order (reference §16)
         transaction = self._transaction_of(headers)
         reply_to = headers.get("reply-to")
@@ -336,6 +342,8 @@ class Session:
         target = self._send_targets.get(headers.get("destination", ""))
         if target is None or "transaction" in headers or "message-id" in headers:
             return None
+        if not _QUEUE_ARGUMENT_HEADERS.isdisjoint(headers):
+            return None  # x- arguments are checked on every SEND: the general path does it
         receipt = headers.get("receipt")
         if receipt is not None and not self._confirming:
             return None
@@ -387,10 +395,9 @@ class Session:
             if receipt is not None:
                 self._pending_receipts[self._publish_seq] = receipt
 
-    def _declare_queue_once(self, dest: Destination, headers: dict[str, str]) -> Steps:
+    def _declare_queue_once(self, dest: Destination, params: QueueParams) -> Steps:
         # /queue declares are nowait and happen once per connection, whatever later frames
         # say (reference §6.3, §22.2)
-        params = queue_params(DestinationKind.QUEUE, headers)
         yield QueueDeclare(
             dest.name,
             durable=params.durable,
@@ -404,7 +411,9 @@ class Session:
     def _resolve_reply_to(self, reply_to: str) -> Generator[Operation, object, str | None]:
         """reference §12.1: a /temp-queue/<name> becomes a private server-named queue."""
         if reply_to.startswith("/temp-queue/"):
-            name = reply_to[len("/temp-queue/") :]
+            # the mapping rule refuses what is not one temp-queue name ("/temp-queue/", "a/b")
+            name = reply_to_temp_queue(reply_to)
+            assert name is not None
             queue = self._temp_queues.get(name)
             if queue is None:
                 declared = yield QueueDeclare("", exclusive=True, auto_delete=True)
@@ -465,7 +474,7 @@ class Session:
         if target.declare is not None:
             if dest.kind is DestinationKind.QUEUE:
                 if dest.name not in self._declared_queues:
-                    yield from self._declare_queue_once(dest, headers)
+                    yield from self._declare_queue_once(dest, target.declare)
             else:
                 params = target.declare
                 declared = yield QueueDeclare(

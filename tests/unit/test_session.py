@@ -639,3 +639,30 @@ def test_disconnect_waits_for_a_commit_receipt():
     commit_transaction(session, 1)
     out = run(session, Frame("DISCONNECT", {"receipt": "d"}))
     assert isinstance(out[0], ops.AwaitConfirms)
+
+
+# --- the session calls the mapping rules (they had drifted apart: docs/architecture.md) -----------
+def send_through_shell(session: Session, frame: Frame) -> list[ops.Operation]:
+    """Like the shell: the quick path first, the generator when it declines."""
+    publish = session.quick_send(frame)
+    return [publish] if publish is not None else run(session, frame)
+
+
+def test_bad_queue_argument_refuses_a_send_to_any_destination_kind():
+    session = connected()
+    assert any(
+        isinstance(op, ops.BasicPublish)
+        for op in send_through_shell(session, Frame("SEND", {"destination": "/topic/k"}, b"ok"))
+    )
+    # the destination is now known to the quick path: the x- header must still be checked
+    out = send_through_shell(session, Frame("SEND", {"destination": "/topic/k", "x-max-length": "abc"}, b"x"))
+    assert not any(isinstance(op, ops.BasicPublish) for op in out)
+    assert header(frames_of(out)[0], "message") == "Processing error"
+
+
+@pytest.mark.parametrize("reply_to", ["/temp-queue/", "/temp-queue/a/b"])
+def test_reply_to_that_is_not_one_temp_queue_name_declares_nothing(reply_to):
+    session = connected()
+    out = run(session, Frame("SEND", {"destination": "/topic/t", "reply-to": reply_to}, b"x"))
+    assert not any(isinstance(op, ops.QueueDeclare | ops.BasicConsume | ops.BasicPublish) for op in out)
+    assert header(frames_of(out)[0], "message") == "Processing error"
