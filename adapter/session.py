@@ -42,6 +42,7 @@ from .mapping.destinations import (
     message_destination,
     message_reply_to,
     parse_destination,
+    plugin_integer,
     publish_target,
     reply_to_temp_queue,
     require_id_for_durable,
@@ -446,10 +447,9 @@ class Session:
         prefetch = headers.get("prefetch-count")
         prefetch_count = None
         if prefetch is not None:
-            try:
-                prefetch_count = int(prefetch.strip())
-            except ValueError:
-                raise ProcessingError(f"prefetch-count must be an integer, got {prefetch!r}") from None
+            prefetch_count = plugin_integer(prefetch, strip=True)
+            if prefetch_count is None:
+                raise ProcessingError(f"prefetch-count must be an integer, got {prefetch!r}")
             if not 0 <= prefetch_count <= 65535:
                 raise ProcessingError(f"prefetch-count must be between 0 and 65535, got {prefetch!r}")
         ack_mode = headers.get("ack", "auto")
@@ -554,10 +554,9 @@ class Session:
         subscription = self._subscriptions.get(parts[0])
         if subscription is None:
             raise DestinationError("Subscription not found", f'Message with id "{value}" has no subscription')
-        try:
-            delivery_tag = int(parts[2])
-        except ValueError:
-            raise ProcessingError(f"Bad delivery tag in {header} {value!r}") from None
+        delivery_tag = plugin_integer(parts[2])
+        if delivery_tag is None:
+            raise ProcessingError(f"Bad delivery tag in {header} {value!r}")
         if not 0 <= delivery_tag < 2**64:
             raise ProcessingError(f"Delivery tag out of range in {header} {value!r}")
         transaction = self._transaction_of(headers)

@@ -341,9 +341,14 @@ _X_OVERFLOW_VALUES: Final = frozenset({"drop-head", "reject-publish", "reject-pu
 _ERLANG_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
 
 
-def _erlang_integer(text: str) -> int | None:
-    # Erlang list_to_integer/binary_to_integer: optional sign, ASCII digits, nothing else
-    # (no whitespace, no underscores — unlike Python's int()).
+def plugin_integer(text: str, *, strip: bool = False) -> int | None:
+    """The one integer parser for header values, with the plugin's rules: Erlang's
+    ``binary_to_integer`` takes an optional sign and ASCII digits, nothing else (no whitespace,
+    no underscores, unlike Python's ``int()``); ``strip`` first removes spaces on both sides, as
+    the plugin does for priority, timestamp, prefetch-count and x- arguments (§7.4, §9.1, §11.3).
+    ``None`` when the text is not such an integer."""
+    if strip:
+        text = _strip(text)
     if _ERLANG_INTEGER.fullmatch(text):
         return int(text)
     return None
@@ -378,7 +383,7 @@ def queue_arguments(headers: Mapping[str, str]) -> dict[str, ArgumentValue]:
             continue
         value = _strip(raw)
         if type_ is AmqpFieldType.LONG:
-            number = _erlang_integer(value)
+            number = plugin_integer(value)
             if number is None:
                 raise ProcessingError(f"header '{name}' must be an integer, got {raw!r}")
             arguments[name] = number
@@ -770,7 +775,7 @@ def stream_offset_argument(value: str | None) -> tuple[AmqpFieldType, str | int]
         return AmqpFieldType.LONGSTR, value
     for prefix, type_ in (("offset=", AmqpFieldType.LONG), ("timestamp=", AmqpFieldType.TIMESTAMP)):
         if value.startswith(prefix):
-            number = _erlang_integer(value[len(prefix) :])
+            number = plugin_integer(value[len(prefix) :])
             if number is None:
                 raise ProcessingError(f"invalid x-stream-offset {value!r}")
             return type_, number

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .destinations import ProcessingError
+from .destinations import ProcessingError, plugin_integer
 
 
 @dataclass(slots=True)
@@ -58,10 +58,10 @@ FRAME_CONTROL_HEADERS = frozenset({"receipt", "transaction", "content-length"})
 
 
 def _integer(name: str, value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise ProcessingError(f"Header '{name}' must be an integer, got {value!r}") from None
+    number = plugin_integer(value, strip=True)
+    if number is None:
+        raise ProcessingError(f"Header '{name}' must be an integer, got {value!r}")
+    return number
 
 
 def properties_from_send(headers: Mapping[str, str], reply_to: str | None) -> MessageProperties:

@@ -893,3 +893,25 @@ def test_queue_params_valid_flags_never_fail(headers: dict[str, str]) -> None:
         if not params.durable:
             # non-durable: auto-delete unless explicitly false
             assert params.auto_delete or headers.get("auto-delete") in ("false", "False")
+
+
+@pytest.mark.parametrize(
+    ("text", "strip", "expected"),
+    [
+        ("5", False, 5),
+        ("-5", False, -5),
+        ("+5", False, 5),
+        (" 5 ", True, 5),
+        (" 5", False, None),
+        ("\t5", True, None),  # Erlang's string:strip removes spaces only
+        ("1_0", False, None),
+        ("1_0", True, None),
+        ("5.0", False, None),
+        ("\u0665", False, None),
+        ("", False, None),
+    ],
+)
+def test_plugin_integer(text, strip, expected):
+    from adapter.mapping.destinations import plugin_integer
+
+    assert plugin_integer(text, strip=strip) == expected

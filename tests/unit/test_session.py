@@ -666,3 +666,26 @@ def test_reply_to_that_is_not_one_temp_queue_name_declares_nothing(reply_to):
     out = run(session, Frame("SEND", {"destination": "/topic/t", "reply-to": reply_to}, b"x"))
     assert not any(isinstance(op, ops.QueueDeclare | ops.BasicConsume | ops.BasicPublish) for op in out)
     assert header(frames_of(out)[0], "message") == "Processing error"
+
+
+@pytest.mark.parametrize(
+    ("command", "headers"),
+    [
+        ("SEND", {"destination": "/topic/t", "priority": "1_0"}),
+        ("SEND", {"destination": "/topic/t", "timestamp": "\u0665"}),  # an Arabic-Indic digit
+        ("SUBSCRIBE", {"destination": "/topic/t", "id": "s", "prefetch-count": "1_0"}),
+    ],
+)
+def test_integers_follow_the_plugins_rule_everywhere(command, headers):
+    """One parser (mapping.destinations.plugin_integer): Python's int() would take these."""
+    session = connected()
+    out = run(session, Frame(command, headers, b""))
+    assert header(frames_of(out)[0], "message") == "Processing error"
+
+
+def test_ack_with_a_delivery_tag_python_would_read_is_refused():
+    session = connected()
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual"}))
+    out = run(session, Frame("ACK", {"id": "T_s@@x@@1_0", "receipt": "r"}))
+    assert not any(isinstance(op, ops.BasicAck) for op in out)
+    assert header(frames_of(out)[0], "message") == "Processing error"
