@@ -241,6 +241,11 @@ class FrameParser:
     def _parse_head(self, head: bytes) -> tuple[str, dict[str, str], int | None]:
         if b"\r" not in head and b"\\" not in head:
             return self._parse_plain_head(head)
+        return self._parse_general_head(head)
+
+    def _parse_general_head(self, head: bytes) -> tuple[str, dict[str, str], int | None]:
+        """Any head: CR LF line ends, escapes, and the one place that decides which ERROR a
+        broken head gets (the plain path hands every broken head over to it)."""
         limits = self._limits
         lines = head.split(b"\n")
         command_raw = lines[0]
@@ -294,21 +299,18 @@ class FrameParser:
         if len(head) > limits.max_header_length and any(
             len(line.encode("utf-8", "surrogateescape")) > limits.max_header_length for line in lines
         ):
-            raise FrameError(
-                "Header too long",
-                f"A header line is longer than the maximum of {limits.max_header_length} bytes",
-            )
+            return self._parse_general_head(head)  # it raises the ERROR, in its order of checks
         trim = self.trim_values
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, colon, value = line.partition(":")
             if not colon:
-                raise FrameError("Bad header", f"Header line without ':' {line[:64]!r}")
+                return self._parse_general_head(head)
             if name in headers:
                 continue  # STOMP 1.2: the first occurrence wins; repeats do not count to limits
             headers[name] = value.lstrip() if trim else value
         if len(headers) > limits.max_headers:
-            raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
+            return self._parse_general_head(head)
         return command, headers, self._content_length(headers)
 
     @staticmethod

@@ -594,7 +594,9 @@ def test_header_line_too_long() -> None:
 def test_command_line_too_long() -> None:
     limits = FrameLimits(max_header_length=10)
     assert parse1(b"X" * 10 + b"\n\n\0", limits=limits).command == "X" * 10
-    error3(b"X" * 11 + b"\n\n\0", limits=limits)
+    # the same ERROR whichever path parses the head (no CR or backslash: the plain path)
+    assert error3(b"X" * 11 + b"\n\n\0", limits=limits).message == "Bad frame"
+    assert error3(b"X" * 11 + b"\r\n\r\n\0", limits=limits).message == "Bad frame"
 
 
 # --------------------------------------------------------------------------------------------
@@ -910,3 +912,28 @@ def test_property_bad_content_length_is_rejected(value: str, version: str) -> No
 def test_test_helpers_agree_with_codec_escape() -> None:
     for text in ["a:b", "\\", "\r\n", "é:\\n"]:
         assert _escape12(text) == escape(text)
+
+
+def _head_outcome(parse, head: bytes) -> object:
+    try:
+        return parse(head)
+    except FrameError as error:
+        return ("error", error.message, error.detail)
+
+
+# heads without CR or backslash, broken in the ways the parser checks: long lines, lines
+# without a colon, many headers
+_plain_head_line = st.binary(max_size=14).map(
+    lambda b: b.replace(b"\r", b"").replace(b"\\", b"").replace(b"\n", b"")
+)
+
+
+@FAST
+@given(st.lists(_plain_head_line, min_size=1, max_size=8))
+def test_plain_and_general_head_paths_agree(lines: list[bytes]) -> None:
+    """The one-decode fast path and the general path give the same frame, or the same ERROR
+    (message and detail), for every head the fast path may see."""
+    head = b"\n".join(lines)
+    plain = FrameParser(FrameLimits(max_header_length=10, max_headers=3))
+    general = FrameParser(FrameLimits(max_header_length=10, max_headers=3))
+    assert _head_outcome(plain._parse_plain_head, head) == _head_outcome(general._parse_general_head, head)
