@@ -1,4 +1,5 @@
-"""The pure core stays pure: stomp/, mapping/ and session.py import no I/O or framework code."""
+"""The pure core stays pure: stomp/, mapping/, session.py and the AMQP framing module
+(amqp/wire.py) import no I/O or framework code."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "adapter"
 PURE = sorted(
-    [*ROOT.joinpath("stomp").glob("*.py"), *ROOT.joinpath("mapping").glob("*.py"), ROOT / "session.py"]
+    [
+        *ROOT.joinpath("stomp").glob("*.py"),
+        *ROOT.joinpath("mapping").glob("*.py"),
+        ROOT / "session.py",
+        ROOT / "amqp" / "wire.py",
+    ]
 )
 FORBIDDEN = {"asyncio", "aio_pika", "aiormq", "pamqp", "pydantic", "pydantic_settings", "socket", "uvloop"}
 
