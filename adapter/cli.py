@@ -14,7 +14,8 @@ import ctypes
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
 from .server.fdlimit import raise_soft_limit
@@ -162,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("fronting broker %s", redact_url(settings.amqp_url))
     log.info("file-descriptor limit: %d (two per STOMP client)", raise_soft_limit())
     tune_malloc()
+    runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
 

@@ -716,7 +716,8 @@ def load_settings(
 
     token = _ACTIVE_INI.set(ini)
     try:
-        return Settings(**given)
+        # the values are raw (strings, lists) on purpose: every field's validator converts them
+        return Settings(**given)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = []
         for error in exc.errors():

@@ -23,7 +23,7 @@ the connection open, as in the plugin.
 from __future__ import annotations
 
 import base64
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
@@ -663,7 +663,8 @@ class Session:
     def _bad_command(self, frame: Frame) -> Steps:
         yield from self._fail("Bad command", f'Could not interpret command "{frame.command}"\n', frame)
 
-    _HANDLERS = {
+    # keyed by str: frame.command is any text the client sent (Command is a StrEnum)
+    _HANDLERS: dict[str, Callable[[Session, Frame], Steps]] = {
         Command.SEND: _send,
         Command.SUBSCRIBE: _subscribe,
         Command.UNSUBSCRIBE: _unsubscribe,

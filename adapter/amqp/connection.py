@@ -23,7 +23,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from ..mapping.properties import MessageProperties
 from . import wire
@@ -115,7 +115,7 @@ class AmqpConnection(asyncio.Protocol):
         self._out_large = False  # _out holds a large body: write it with writelines, unjoined
         self._publish_methods: dict[tuple[str, str], bytes] = {}
         self._flush_handle: asyncio.Handle | None = None
-        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[object]] | None = None
+        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[str | None]] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
         self._phase = "auth"
         self.server_properties: dict[str, object] = {}
@@ -169,13 +169,14 @@ class AmqpConnection(asyncio.Protocol):
         return protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
-        transport.write(wire.PROTOCOL_HEADER)
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same methods
+        self._transport = cast(asyncio.Transport, transport)
+        self._transport.write(wire.PROTOCOL_HEADER)
 
     def _on_handshake_method(self, method: tuple[int, int], payload: bytes) -> None:
         user, password, vhost = self._credentials
         if method == wire.CONNECTION_START:
-            self.server_properties = wire.decode_method_args(method, payload)  # type: ignore[assignment]
+            self.server_properties = wire.decode_connection_start(payload)
             client_properties = {
                 "product": "stomp-amqp-adapter",
                 "information": "STOMP client",
@@ -184,7 +185,7 @@ class AmqpConnection(asyncio.Protocol):
             }
             self._write(wire.connection_start_ok(user, password, client_properties))
         elif method == wire.CONNECTION_TUNE:
-            _, frame_max, server_hb = wire.decode_method_args(method, payload)  # type: ignore[misc]
+            _, frame_max, server_hb = wire.decode_connection_tune(payload)
             self.frame_max = min(frame_max or 131072, 131072)
             wanted = self._requested_heartbeat
             self.heartbeat = min(server_hb, wanted) if server_hb and wanted else 0
@@ -288,7 +289,7 @@ class AmqpConnection(asyncio.Protocol):
             self._events.on_confirm(tag, multiple, ack)
             return
         if method == wire.CHANNEL_CLOSE or method == wire.CONNECTION_CLOSE:
-            code, text = wire.decode_method_args(method, payload)  # type: ignore[misc]
+            code, text = wire.decode_close(payload)
             if method == wire.CHANNEL_CLOSE:
                 self._write(wire.channel_close_ok(channel))
             else:
@@ -299,10 +300,10 @@ class AmqpConnection(asyncio.Protocol):
             self._abort()
             return
         if method == wire.BASIC_CANCEL:
-            tag, nowait = wire.decode_method_args(method, payload)  # type: ignore[misc]
+            consumer_tag, nowait = wire.decode_basic_cancel(payload)
             if not nowait:
-                self._write(wire.basic_cancel_ok(CHANNEL, tag))
-            self._events.on_server_cancel(tag)
+                self._write(wire.basic_cancel_ok(CHANNEL, consumer_tag))
+            self._events.on_server_cancel(consumer_tag)
             return
         if method == wire.CONNECTION_BLOCKED or method == wire.CONNECTION_UNBLOCKED:
             self._blocked = method == wire.CONNECTION_BLOCKED
@@ -315,7 +316,7 @@ class AmqpConnection(asyncio.Protocol):
         if rpc is not None and method in rpc[0]:
             # decode before taking the call off: a reply that does not decode fails the link
             # (data_received), and _fail then rejects the call still waiting for it
-            reply = wire.decode_method_args(method, payload)
+            reply = wire.decode_reply(method, payload)
             self._rpc = None
             if not rpc[1].done():
                 rpc[1].set_result(reply)
@@ -421,13 +422,13 @@ class AmqpConnection(asyncio.Protocol):
     def send_nowait(self, frame: bytes) -> None:
         self._out.append(frame)
 
-    async def call(self, frame: bytes, *replies: tuple[int, int]) -> object:
-        """Send a synchronous method and wait for one of ``replies``; returns the reply's
-        arguments as ``wire.decode_method_args`` gives them.  Raises AmqpError."""
+    async def call(self, frame: bytes, *replies: tuple[int, int]) -> str | None:
+        """Send a synchronous method and wait for one of ``replies``; returns what
+        ``wire.decode_reply`` makes of it (a declared queue's name).  Raises AmqpError."""
         if self._transport is None:
             raise AmqpError(504, "AMQP connection is closed")
         assert self._rpc is None, "synchronous AMQP calls must not overlap"
-        future: asyncio.Future[object] = self._loop.create_future()
+        future: asyncio.Future[str | None] = self._loop.create_future()
         self._rpc = (frozenset(replies), future)
         self._write(frame)
         return await future

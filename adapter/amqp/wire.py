@@ -115,9 +115,9 @@ def field_value(value: object) -> bytes:
     if isinstance(value, tuple):  # (type, value) from the mapping layer, e.g. stream offsets
         kind, inner = value
         if kind == "timestamp":
-            return b"T" + _u64.pack(int(inner))  # type: ignore[call-overload]
+            return b"T" + _u64.pack(int(inner))
         if kind == "long":
-            return b"l" + _i64.pack(int(inner))  # type: ignore[call-overload]
+            return b"l" + _i64.pack(int(inner))
         return b"S" + longstr(str(inner))
     if isinstance(value, str | bytes):
         return b"S" + longstr(value)
@@ -550,48 +550,58 @@ def _decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
 
 # --- the other methods the broker sends us (not per message) ----------------------------------------
 # Each takes the method frame's payload (method id included) and returns only the fields the
-# adapter uses.  Wrapped by decode_method_args, which turns any short read into DecodeError.
-def _start_args(payload: bytes) -> dict[str, object]:
-    # version-major, version-minor, server-properties, mechanisms, locales
-    return decode_table(payload, 6)[0]
+# adapter uses; a short or inconsistent payload raises DecodeError.
+def _truncated(method: str, error: Exception) -> DecodeError:
+    return DecodeError(f"truncated {method} ({error})")
 
 
-def _tune_args(payload: bytes) -> tuple[int, int, int]:
-    return _tune.unpack_from(payload, 4)  # channel-max, frame-max, heartbeat
-
-
-def _close_args(payload: bytes) -> tuple[int, str]:
-    # reply-code, reply-text (then class-id and method-id, which we do not use)
-    text, _ = decode_shortstr(payload, 6)
-    return _close_head.unpack_from(payload, 4)[0], text
-
-
-def _cancel_args(payload: bytes) -> tuple[str, bool]:
-    tag, offset = decode_shortstr(payload, 4)
-    return tag, bool(payload[offset] & 1)  # consumer-tag, nowait
-
-
-def _declare_ok_args(payload: bytes) -> str:
-    return decode_shortstr(payload, 4)[0]  # the queue name (then message and consumer counts)
-
-
-_METHOD_ARGS = {
-    CONNECTION_START: _start_args,
-    CONNECTION_TUNE: _tune_args,
-    CONNECTION_CLOSE: _close_args,
-    CHANNEL_CLOSE: _close_args,
-    BASIC_CANCEL: _cancel_args,
-    QUEUE_DECLARE_OK: _declare_ok_args,
-}
-
-
-def decode_method_args(method: tuple[int, int], payload: bytes) -> object:
-    """The arguments the adapter uses of a method the broker sent; None for methods whose
-    arguments it ignores (Connection.OpenOk, Queue.BindOk ...)."""
-    decoder = _METHOD_ARGS.get(method)
-    if decoder is None:
-        return None
+def decode_connection_start(payload: bytes) -> dict[str, object]:
+    """The server properties (after version-major and -minor; mechanisms and locales unused)."""
     try:
-        return decoder(payload)
+        return decode_table(payload, 6)[0]
     except (struct.error, IndexError) as error:
-        raise DecodeError(f"truncated method {method} ({error})") from None
+        raise _truncated("connection.start", error) from None
+
+
+def decode_connection_tune(payload: bytes) -> tuple[int, int, int]:
+    """channel-max, frame-max, heartbeat."""
+    try:
+        channel_max, frame_max, heartbeat = _tune.unpack_from(payload, 4)
+    except struct.error as error:
+        raise _truncated("connection.tune", error) from None
+    return channel_max, frame_max, heartbeat
+
+
+def decode_close(payload: bytes) -> tuple[int, str]:
+    """Connection.Close or Channel.Close: reply-code, reply-text (class and method unused)."""
+    try:
+        text, _ = decode_shortstr(payload, 6)
+        code: int = _close_head.unpack_from(payload, 4)[0]
+    except (struct.error, IndexError) as error:
+        raise _truncated("close", error) from None
+    return code, text
+
+
+def decode_basic_cancel(payload: bytes) -> tuple[str, bool]:
+    """A broker-initiated Basic.Cancel: consumer-tag, nowait."""
+    try:
+        tag, offset = decode_shortstr(payload, 4)
+        return tag, bool(payload[offset] & 1)
+    except IndexError as error:
+        raise _truncated("basic.cancel", error) from None
+
+
+def decode_queue_declare_ok(payload: bytes) -> str:
+    """The queue name (message and consumer counts unused)."""
+    try:
+        return decode_shortstr(payload, 4)[0]
+    except IndexError as error:
+        raise _truncated("queue.declare-ok", error) from None
+
+
+def decode_reply(method: tuple[int, int], payload: bytes) -> str | None:
+    """The result of a synchronous call's reply: the queue name of Queue.DeclareOk, else None
+    (the other replies the adapter waits for carry nothing it uses)."""
+    if method == QUEUE_DECLARE_OK:
+        return decode_queue_declare_ok(payload)
+    return None

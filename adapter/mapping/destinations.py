@@ -457,10 +457,10 @@ def queue_params(kind: DestinationKind, headers: Mapping[str, str]) -> QueuePara
         auto_delete, exclusive = True, True
     # An explicit exclusive / auto-delete (header or default) wins; an invalid header value is
     # "undefined", which replaces the kind's default and so leaves the durable-rule value.
-    if (value := params.get("exclusive")) is not None:
-        exclusive = value
-    if (value := params.get("auto_delete")) is not None:
-        auto_delete = value
+    if (flag := params.get("exclusive")) is not None:
+        exclusive = flag
+    if (flag := params.get("auto_delete")) is not None:
+        auto_delete = flag
     return QueueParams(durable=durable, auto_delete=auto_delete, exclusive=exclusive, arguments=arguments)
 
 

@@ -205,9 +205,15 @@ def test_arbitrary_bytes_decode_or_raise_decode_error(data):
     ):
         with contextlib.suppress(wire.DecodeError):
             decode(data)
-    for method in (wire.CONNECTION_START, wire.CONNECTION_TUNE, wire.CHANNEL_CLOSE, wire.BASIC_CANCEL):
+    for method_decoder in (
+        wire.decode_connection_start,
+        wire.decode_connection_tune,
+        wire.decode_close,
+        wire.decode_basic_cancel,
+        wire.decode_queue_declare_ok,
+    ):
         with contextlib.suppress(wire.DecodeError):
-            wire.decode_method_args(method, data)
+            method_decoder(data)
 
 
 def test_nesting_is_bounded():
@@ -226,14 +232,14 @@ def test_nesting_is_bounded():
 def test_close_and_cancel_with_invalid_utf8_text_decode():
     close = frame.marshal(commands.Channel.Close(404, "x", 50, 10), 1)[7:-1]
     close = close[:6] + b"\x03\xff\xfez" + close[8:]  # reply text "\xff\xfez" instead of "x"
-    code, text = wire.decode_method_args(wire.CHANNEL_CLOSE, close)
+    code, text = wire.decode_close(close)
     assert code == 404 and text.encode("utf-8", "surrogateescape") == b"\xff\xfez"
     cancel = wire.basic_cancel(1, "s1\udced\udca0\udc80")[7:-1]  # CESU-8 bytes, as a client sent them
-    tag, nowait = wire.decode_method_args(wire.BASIC_CANCEL, cancel)
+    tag, nowait = wire.decode_basic_cancel(cancel)
     assert tag.encode("utf-8", "surrogateescape") == b"s1\xed\xa0\x80" and nowait is False
 
 
 def test_connection_close_cuts_a_long_text_instead_of_failing():
     data = wire.connection_close(501, "é" * 200)
-    code, text = wire.decode_method_args(wire.CONNECTION_CLOSE, data[7:-1])
+    code, text = wire.decode_close(data[7:-1])
     assert code == 501 and len(text.encode("utf-8", "surrogateescape")) <= 255
