@@ -23,16 +23,27 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Protocol, assert_never, cast
 
+from ..mapping.operations import (
+    BasicCancel,
+    BasicConsume,
+    BasicQos,
+    ConfirmSelect,
+    QueueBind,
+    QueueDeclare,
+    QueueDelete,
+)
 from ..mapping.properties import MessageProperties
 from . import wire
+from .framing import FrameReader
+
+# the session's synchronous operations that are one AMQP method and its reply (execute)
+BrokerCall = ConfirmSelect | QueueDeclare | QueueBind | QueueDelete | BasicQos | BasicConsume | BasicCancel
 
 log = logging.getLogger(__name__)
 
 CHANNEL = 1
-# body frames at least this large are kept as views of the read until the body is complete
-_BODY_VIEW_MIN = 16 * 1024
 # publish method frames kept per connection; clients use a handful of destinations
 _PUBLISH_METHOD_CACHE_SIZE = 256
 
@@ -110,7 +121,7 @@ class AmqpConnection(asyncio.Protocol):
         self._connection_name = connection_name
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._partial = b""  # the start of a frame that the last read did not complete
+        self._reader = FrameReader(self._on_method, self._on_content_header, self._on_body)
         self._out: list[bytes | memoryview] = []
         self._out_large = False  # _out holds a large body: write it with writelines, unjoined
         self._publish_methods: dict[tuple[str, str], bytes] = {}
@@ -187,6 +198,7 @@ class AmqpConnection(asyncio.Protocol):
         elif method == wire.CONNECTION_TUNE:
             _, frame_max, server_hb = wire.decode_connection_tune(payload)
             self.frame_max = min(frame_max or 131072, 131072)
+            self._reader.frame_max = self.frame_max
             wanted = self._requested_heartbeat
             self.heartbeat = min(server_hb, wanted) if server_hb and wanted else 0
             self._write(wire.connection_tune_ok(1, self.frame_max, self.heartbeat))
@@ -205,51 +217,14 @@ class AmqpConnection(asyncio.Protocol):
     # --------------------------------------------------------------------- frame loop
     def data_received(self, data: bytes) -> None:
         self._read_since_check = True
-        # Frames are sliced straight out of the bytes read (one copy per payload); only the
-        # unfinished tail of a read is kept, and joined to the next read.
-        if self._partial:
-            data = self._partial + data
-        offset = 0
-        end = len(data)
         try:
-            while end - offset >= 8:
-                frame_type = data[offset]
-                channel = (data[offset + 1] << 8) | data[offset + 2]
-                size = int.from_bytes(data[offset + 3 : offset + 7], "big")
-                if size > self.frame_max:
-                    # AMQP 0-9-1 §4.2.3: a peer must not send frames over the negotiated frame_max;
-                    # refusing it bounds what one connection can make us buffer
-                    raise wire.DecodeError(f"frame of {size} bytes exceeds frame_max {self.frame_max}")
-                frame_end = offset + 7 + size
-                if frame_end >= end:
-                    break
-                if data[frame_end] != 0xCE:
-                    raise wire.DecodeError(f"frame-end octet is {data[frame_end]:#04x}, not 0xce")
-                start = offset + 7
-                offset = frame_end + 1
-                if frame_type == wire.FRAME_BODY:
-                    # a large body is joined from views of the reads: one copy instead of two
-                    if size >= _BODY_VIEW_MIN:
-                        self._on_body(memoryview(data)[start:frame_end])
-                    else:
-                        self._on_body(data[start:frame_end])
-                elif frame_type == wire.FRAME_METHOD:
-                    self._on_method(channel, data[start:frame_end])
-                elif frame_type == wire.FRAME_HEADER:
-                    self._on_content_header(data[start:frame_end])
-                # heart-beat frames only prove liveness (_read_since_check above)
-                if self._transport is None:
-                    break
+            self._reader.feed(data)
         except wire.DecodeError as error:
             # the broker sent bytes we cannot read: bad input, not a bug, so no traceback
             self._broker_input_failed(501, f"undecodable frame from the broker: {error}", error)
-            offset = end
         except Exception as error:  # a bug: report it, but end only this client's link
             log.exception("internal error on a frame from the broker%s", self._delivery_context())
             self._broker_input_failed(541, f"internal error on a frame from the broker: {error}", error)
-            offset = end
-        finally:
-            self._partial = data[offset:] if offset < end else b""
         # deliveries and receipts of this read go to the client now, in one write
         self._events.on_read_done()
         self.flush()
@@ -396,7 +371,7 @@ class AmqpConnection(asyncio.Protocol):
             self._transport.resume_reading()
 
     # --------------------------------------------------------------------- operations
-    # publish, ack, nack and send_nowait only buffer: the client connection that owns this link
+    # publish, ack, nack and declare_nowait only buffer: the client connection that owns this link
     # calls flush() after every batch of STOMP frames it handles.  Scheduling a flush per call
     # instead would cost an extra event-loop turn (a zero-timeout poll) for every read.
     def publish(self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes) -> None:
@@ -419,8 +394,38 @@ class AmqpConnection(asyncio.Protocol):
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
         self._out.append(wire.basic_nack(CHANNEL, delivery_tag, multiple, requeue))
 
-    def send_nowait(self, frame: bytes) -> None:
-        self._out.append(frame)
+    def declare_nowait(self, op: QueueDeclare) -> None:
+        """queue.declare with nowait (a /queue on SEND): buffered like a publish, no reply."""
+        self._out.append(_queue_declare(op))
+
+    async def execute(
+        self,
+        op: ConfirmSelect | QueueDeclare | QueueBind | QueueDelete | BasicQos | BasicConsume | BasicCancel,
+    ) -> str | None:
+        """One of the session's synchronous operations as its AMQP method, waiting for the
+        reply: the queue name for a QueueDeclare (the server-named one when asked), else None.
+        Raises AmqpError."""
+        if isinstance(op, QueueDeclare):
+            reply = await self.call(_queue_declare(op), wire.QUEUE_DECLARE_OK)
+            return reply if reply is not None else op.queue
+        if isinstance(op, BasicConsume):
+            frame = wire.basic_consume(CHANNEL, op.queue, op.consumer_tag, op.no_ack, op.arguments)
+            await self.call(frame, wire.BASIC_CONSUME_OK)
+        elif isinstance(op, QueueBind):
+            await self.call(
+                wire.queue_bind(CHANNEL, op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
+            )
+        elif isinstance(op, BasicQos):
+            await self.call(wire.basic_qos(CHANNEL, op.prefetch_count), wire.BASIC_QOS_OK)
+        elif isinstance(op, BasicCancel):
+            await self.call(wire.basic_cancel(CHANNEL, op.consumer_tag), wire.BASIC_CANCEL_OK)
+        elif isinstance(op, QueueDelete):
+            await self.call(wire.queue_delete(CHANNEL, op.queue), wire.QUEUE_DELETE_OK)
+        elif isinstance(op, ConfirmSelect):
+            await self.call(wire.confirm_select(CHANNEL), wire.CONFIRM_SELECT_OK)
+        else:
+            assert_never(op)
+        return None
 
     async def call(self, frame: bytes, *replies: tuple[int, int]) -> str | None:
         """Send a synchronous method and wait for one of ``replies``; returns what
@@ -477,6 +482,7 @@ class AmqpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        self._reader.stop()
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
         reason = str(exc) if exc else "connection closed by the broker"
@@ -526,6 +532,19 @@ class AmqpConnection(asyncio.Protocol):
     def is_open(self) -> bool:
         """The socket is up and nobody has asked the broker to close the connection yet."""
         return self._transport is not None and not self._close_sent
+
+
+def _queue_declare(op: QueueDeclare) -> bytes:
+    return wire.queue_declare(
+        CHANNEL,
+        op.queue,
+        passive=op.passive,
+        durable=op.durable,
+        exclusive=op.exclusive,
+        auto_delete=op.auto_delete,
+        nowait=op.nowait,
+        arguments=op.arguments,
+    )
 
 
 def monotonic() -> float:

@@ -146,6 +146,10 @@ class AwaitConfirms:
     """Synchronous: wait until the broker has confirmed every publish sent so far."""
 
 
+# The synchronous operations that are one AMQP method and its reply (AmqpConnection.execute);
+# the other synchronous ones (login, close, waiting for confirms) belong to the shell.
+BROKER_CALLS = (ConfirmSelect, QueueDeclare, QueueBind, QueueDelete, BasicQos, BasicConsume, BasicCancel)
+
 SYNCHRONOUS_OPS = (
     OpenConnection,
     CloseAmqp,

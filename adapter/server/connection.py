@@ -135,18 +135,22 @@ class ClientConnection(asyncio.Protocol):
         try:
             self._pump()
             if not self._closed:
-                self._account_input()
+                held = self._parser.buffered
+                if held or self._held_input:
+                    self._account_input(held)
+                else:  # the common case: every byte read was a whole frame
+                    self._frame_started = None
         finally:
             self._in_read = False
         if self._amqp is not None:
             self._amqp.flush()
         self.flush()
 
-    def _account_input(self) -> None:
-        """Bound what a client can make the adapter hold in frames it has not finished: the
-        bytes count against one budget shared by all connections, and a frame must be complete
-        within ``frame_timeout`` of the read that started it (docs/behaviour.md, Limits)."""
-        held = self._parser.buffered
+    def _account_input(self, held: int) -> None:
+        """Bound what a client can make the adapter hold in frames it has not finished (``held``
+        bytes now): the bytes count against one budget shared by all connections, and a frame
+        must be complete within ``frame_timeout`` of the read that started it (docs/behaviour.md,
+        Limits)."""
         server = self._server
         if held != self._held_input:
             server.incomplete_input += held - self._held_input
@@ -314,7 +318,7 @@ class ClientConnection(asyncio.Protocol):
             amqp.nack(op.delivery_tag, op.multiple, op.requeue)
         elif isinstance(op, ops.QueueDeclare) and op.nowait:
             assert amqp is not None
-            amqp.send_nowait(_queue_declare(op))
+            amqp.declare_nowait(op)
         elif isinstance(op, ops.Established):
             self._established(op)
         elif isinstance(op, ops.CloseClient):
@@ -356,27 +360,9 @@ class ClientConnection(asyncio.Protocol):
             return await self._open_amqp(op)
         amqp = self._amqp
         assert amqp is not None
-        if isinstance(op, ops.QueueDeclare):
-            reply = await amqp.call(_queue_declare(op), wire.QUEUE_DECLARE_OK)
-            return reply if isinstance(reply, str) else op.queue
-        if isinstance(op, ops.BasicConsume):
-            await amqp.call(
-                wire.basic_consume(wire_channel(), op.queue, op.consumer_tag, op.no_ack, op.arguments),
-                wire.BASIC_CONSUME_OK,
-            )
-        elif isinstance(op, ops.QueueBind):
-            await amqp.call(
-                wire.queue_bind(wire_channel(), op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
-            )
-        elif isinstance(op, ops.BasicQos):
-            await amqp.call(wire.basic_qos(wire_channel(), op.prefetch_count), wire.BASIC_QOS_OK)
-        elif isinstance(op, ops.BasicCancel):
-            await amqp.call(wire.basic_cancel(wire_channel(), op.consumer_tag), wire.BASIC_CANCEL_OK)
-        elif isinstance(op, ops.QueueDelete):
-            await amqp.call(wire.queue_delete(wire_channel(), op.queue), wire.QUEUE_DELETE_OK)
-        elif isinstance(op, ops.ConfirmSelect):
-            await amqp.call(wire.confirm_select(wire_channel()), wire.CONFIRM_SELECT_OK)
-        elif isinstance(op, ops.AwaitConfirms):
+        if isinstance(op, ops.BROKER_CALLS):
+            return await amqp.execute(op)
+        if isinstance(op, ops.AwaitConfirms):
             assert self.session is not None
             if self.session.confirms_outstanding:
                 self._confirm_waiter = self._loop.create_future()
@@ -702,25 +688,6 @@ class ClientConnection(asyncio.Protocol):
         self._server.connections.discard(self)
         if not self.done.done():
             self.done.set_result(None)
-
-
-def wire_channel() -> int:
-    from ..amqp.connection import CHANNEL
-
-    return CHANNEL
-
-
-def _queue_declare(op: ops.QueueDeclare) -> bytes:
-    return wire.queue_declare(
-        wire_channel(),
-        op.queue,
-        passive=op.passive,
-        durable=op.durable,
-        exclusive=op.exclusive,
-        auto_delete=op.auto_delete,
-        nowait=op.nowait,
-        arguments=op.arguments,
-    )
 
 
 def _text(value: object) -> str:

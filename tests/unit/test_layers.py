@@ -1,5 +1,5 @@
 """The pure core stays pure: stomp/, mapping/, session.py and the AMQP framing module
-(amqp/wire.py) import no I/O or framework code."""
+(amqp/wire.py, amqp/framing.py) import no I/O or framework code."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ PURE = sorted(
         *ROOT.joinpath("mapping").glob("*.py"),
         ROOT / "session.py",
         ROOT / "amqp" / "wire.py",
+        ROOT / "amqp" / "framing.py",
     ]
 )
 FORBIDDEN = {"asyncio", "aio_pika", "aiormq", "pamqp", "pydantic", "pydantic_settings", "socket", "uvloop"}
