@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
 
+from .errors import StompError
 from .mapping.destinations import (
     QUEUE_ARGUMENTS,
     Destination,
@@ -195,10 +196,8 @@ class Session:
                     yield from self._implicit_connect(frame)
                 else:
                     yield from self._fail("Illegal command", "You must log in using CONNECT first", frame)
-        except DestinationError as error:
-            yield from self._fail(error.message, error.body, frame)
-        except ProcessingError as error:
-            yield from self._fail("Processing error", error.detail, frame)
+        except StompError as error:  # DestinationError, ProcessingError
+            yield from self._fail(error.message, error.detail, frame)
 
     def on_frame_error(self, error: FrameError) -> list[Operation]:
         """The byte stream broke the grammar or a limit: ERROR, then close (the plugin is silent)."""

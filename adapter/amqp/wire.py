@@ -25,6 +25,7 @@ import decimal
 import struct
 from collections.abc import Mapping
 
+from ..mapping.destinations import ProcessingError
 from ..mapping.properties import MessageProperties
 
 FRAME_METHOD = 1
@@ -100,7 +101,7 @@ CONFIRM_SELECT_OK = (85, 11)
 def shortstr(value: str) -> bytes:
     raw = value.encode("utf-8", "surrogateescape")
     if len(raw) > 255:
-        raise ValueError(f"name longer than 255 bytes: {value[:40]!r}...")
+        raise ProcessingError(f"name longer than 255 bytes: {value[:40]!r}...")
     return bytes((len(raw),)) + raw
 
 
@@ -115,15 +116,19 @@ def field_value(value: object) -> bytes:
     if isinstance(value, tuple):  # (type, value) from the mapping layer, e.g. stream offsets
         kind, inner = value
         if kind == "timestamp":
+            if not 0 <= int(inner) < 2**64:
+                raise ProcessingError(f"timestamp out of range: {inner}")
             return b"T" + _u64.pack(int(inner))
         if kind == "long":
-            return b"l" + _i64.pack(int(inner))
+            return field_value(int(inner))
         return b"S" + longstr(str(inner))
     if isinstance(value, str | bytes):
         return b"S" + longstr(value)
     if isinstance(value, bool):
         return b"t" + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise ProcessingError(f"integer out of the range of an AMQP long: {value}")
         return b"l" + _i64.pack(value)
     if isinstance(value, float):
         return b"d" + struct.pack(">d", value)

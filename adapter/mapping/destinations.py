@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from ..errors import StompError
+
 __all__ = [
     "ADAPTER_EXTRA_QUEUE_ARGUMENTS",
     "AMQ_TOPIC",
@@ -77,26 +79,22 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
-class DestinationError(Exception):
+class DestinationError(StompError):
     """An ERROR frame with a specific ``message`` header (§6.2, §18.2).
 
     The plugin leaves the connection open after these; the session closes it, as STOMP asks.
 
-    ``message`` is the ERROR ``message`` header, ``body`` the ERROR body exactly as the plugin
+    ``message`` is the ERROR ``message`` header, ``detail`` the ERROR body exactly as the plugin
     sends it (including a trailing LF where the plugin has one).
     """
 
-    def __init__(self, message: str, body: str) -> None:
-        super().__init__(message, body)
-        self.message = message
-        self.body = body
-
     def __str__(self) -> str:
-        return f"{self.message}: {self.body!r}"
+        return f"{self.message}: {self.detail!r}"
 
 
-class ProcessingError(Exception):
-    """The plugin's generic ``Processing error`` (an Erlang crash while handling a frame, §18.2).
+class ProcessingError(StompError):
+    """The plugin's generic ``Processing error`` (an Erlang crash while handling a frame, §18.2),
+    also raised for a value AMQP cannot carry (a name over 255 bytes, an integer out of range).
 
     The ERROR ``message`` header is always ``Processing error``; ``detail`` says what was wrong.
     """
@@ -104,12 +102,10 @@ class ProcessingError(Exception):
     MESSAGE: Final = "Processing error"
 
     def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
+        super().__init__(self.MESSAGE, detail)
 
-    @property
-    def message(self) -> str:
-        return self.MESSAGE
+    def __str__(self) -> str:
+        return self.detail
 
 
 # ---------------------------------------------------------------------------------------------

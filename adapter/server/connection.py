@@ -18,7 +18,6 @@ import ipaddress
 import logging
 import os
 import socket
-import struct
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 from ..amqp import wire
 from ..amqp.connection import AmqpConnection, AmqpError
 from ..mapping import operations as ops
+from ..mapping.destinations import ProcessingError
 from ..mapping.properties import MessageProperties
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
@@ -133,7 +133,10 @@ class ClientConnection(asyncio.Protocol):
         client, one write per socket."""
         self._in_read = True
         try:
-            self._pump()
+            try:
+                self._pump()
+            except Exception:  # a bug must not take the server down: report it, close this client
+                self._internal_error()
             if not self._closed:
                 held = self._parser.buffered
                 if held or self._held_input:
@@ -262,7 +265,7 @@ class ClientConnection(asyncio.Protocol):
                             self._amqp.publish(
                                 publish.exchange, publish.routing_key, publish.properties, publish.body
                             )
-                        except (ValueError, OverflowError, struct.error) as error:
+                        except ProcessingError as error:  # a value AMQP cannot carry
                             self._processing_error(error)
                             return
                         self._frame = None
@@ -290,8 +293,8 @@ class ClientConnection(asyncio.Protocol):
                     for data in held:
                         self._write(data)
                 continue
-            except (ValueError, OverflowError, struct.error) as error:
-                # a value AMQP cannot carry (a name over 255 bytes, a tag out of range ...)
+            except ProcessingError as error:
+                # a value AMQP cannot carry (a name over 255 bytes, an integer out of range ...)
                 self._processing_error(error)
                 return
         if not self._closed:
@@ -337,7 +340,7 @@ class ClientConnection(asyncio.Protocol):
         except AmqpError:
             # on_amqp_closed has already sent the ERROR and closed the client
             return
-        except (ValueError, OverflowError, struct.error) as error:
+        except ProcessingError as error:
             self._processing_error(error)
             return
         except (OSError, TimeoutError) as error:
@@ -345,9 +348,7 @@ class ClientConnection(asyncio.Protocol):
             self._run_all(self.session.on_connection_lost(str(error) or type(error).__name__))
             return
         except Exception:  # a bug must not take the server down: report and close this client
-            log.exception("internal error peer=%s", self.peer)
-            assert self.session is not None
-            self._run_all(self.session.close_with_error("Internal error", "Internal error", self._frame))
+            self._internal_error()
             return
         self._busy = False
         if self._closed:
@@ -422,10 +423,17 @@ class ClientConnection(asyncio.Protocol):
         server = f"{product}/{version}" if version else product
         return ops.LoginResult(True, server_version=server)
 
-    def _processing_error(self, error: Exception) -> None:
+    def _internal_error(self) -> None:
+        """Called from an ``except`` block: log the traceback (a bug), answer ERROR, close."""
+        log.exception("internal error peer=%s", self.peer)
+        self._steps = None
+        if self.session is not None and not self._closed:
+            self._run_all(self.session.close_with_error("Internal error", "Internal error", self._frame))
+
+    def _processing_error(self, error: ProcessingError) -> None:
         assert self.session is not None
-        log.info("processing error peer=%s: %s", self.peer, error)
-        self._run_all(self.session.close_with_error("Processing error", f"{error}\n", self._frame))
+        log.info("processing error peer=%s: %s", self.peer, error.detail)
+        self._run_all(self.session.close_with_error(error.message, f"{error.detail}\n", self._frame))
 
     def _run_all(self, operations: list[ops.Operation]) -> None:
         for op in operations:

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..errors import StompError
 from .frame import Frame
 
 NUL = 0
@@ -35,17 +36,12 @@ class FrameLimits:
     max_header_length: int = 100 * 1024
 
 
-class FrameError(Exception):
+class FrameError(StompError):
     """The byte stream is not valid STOMP or breaks a limit; the connection must close.
 
     ``message`` becomes the ERROR frame's ``message`` header and ``detail`` its body.  The
     plugin closes silently here (reference §3.2); we send the ERROR first, as STOMP asks.
     """
-
-    def __init__(self, message: str, detail: str) -> None:
-        super().__init__(f"{message}: {detail}")
-        self.message = message
-        self.detail = detail
 
 
 # STOMP 1.1 "Value Encoding" and STOMP 1.2 "Value Encoding" (1.2 adds \r).  STOMP 1.0 has no

@@ -111,3 +111,27 @@ def test_client_still_sending_an_oversized_frame_reads_the_error(raw_socket):
     sock.sendall(b"SEND\ndestination:/queue/x\ncontent-length:%d\n\n" % len(body) + body + b"\0")
     headers, body = _assert_error_then_close(sock)
     assert headers["message"] == "Frame too big"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"SEND\ndestination:/queue/" + b"q" * 300 + b"\nreceipt:r\n\nx\0",
+        b"SUBSCRIBE\ndestination:/queue/huge-arg\nid:s\nx-max-length:99999999999999999999\n\n\0",
+    ],
+    ids=["name over 255 bytes", "integer over 64 bits"],
+)
+def test_values_amqp_cannot_carry_get_processing_error(raw_socket, stomp_client, broker, frame):
+    broker.track_queue("huge-arg")
+    sock = raw_socket()
+    sock.sendall(CONNECT)
+    frames, _ = read_frames(sock, timeout=5, count=1)
+    assert frames[0].startswith(b"CONNECTED")
+    sock.sendall(frame)
+    headers, body = _assert_error_then_close(sock)
+    assert headers["message"] == "Processing error"
+    client = stomp_client("1.2")
+    queue = unique("after-processing-error")
+    client.conn.subscribe(f"/topic/{queue}", id="s")
+    client.conn.send(f"/topic/{queue}", "ok")
+    assert client.next("MESSAGE").body == "ok"

@@ -14,6 +14,7 @@ PURE = sorted(
         *ROOT.joinpath("stomp").glob("*.py"),
         *ROOT.joinpath("mapping").glob("*.py"),
         ROOT / "session.py",
+        ROOT / "errors.py",
         ROOT / "amqp" / "wire.py",
         ROOT / "amqp" / "framing.py",
     ]

@@ -243,3 +243,21 @@ def test_connection_close_cuts_a_long_text_instead_of_failing():
     data = wire.connection_close(501, "é" * 200)
     code, text = wire.decode_close(data[7:-1])
     assert code == 501 and len(text.encode("utf-8", "surrogateescape")) <= 255
+
+
+def test_values_amqp_cannot_carry_are_processing_errors():
+    """One error class for them (adapter/errors.py), answered with ERROR Processing error."""
+    from adapter.errors import StompError
+    from adapter.mapping.destinations import ProcessingError
+
+    for encode in (
+        lambda: wire.shortstr("q" * 256),
+        lambda: wire.table({"x-max-length": 2**63}),
+        lambda: wire.table({"x-stream-offset": ("timestamp", -1)}),
+    ):
+        try:
+            encode()
+        except ProcessingError as error:
+            assert isinstance(error, StompError) and error.message == "Processing error" and error.detail
+        else:
+            raise AssertionError("encoded a value AMQP cannot carry")
