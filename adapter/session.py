@@ -63,6 +63,7 @@ from .mapping.operations import (
     CloseClient,
     ConfirmSelect,
     DeleteQueueOnClose,
+    Delivery,
     Established,
     LoginResult,
     OpenConnection,
@@ -676,17 +677,9 @@ class Session:
     }
 
     # ------------------------------------------------------------------ broker events
-    def on_delivery(
-        self,
-        consumer_tag: str,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties: MessageProperties,
-        body: bytes,
-    ) -> bytes:
+    def on_delivery(self, delivery: Delivery) -> bytes:
         """Render one AMQP delivery as a MESSAGE frame (reference §10)."""
+        consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body = delivery
         subscription = self._subscriptions.get(consumer_tag)
         if subscription is None:
             return self._error_frame(

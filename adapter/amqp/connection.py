@@ -30,6 +30,7 @@ from ..mapping.operations import (
     BasicConsume,
     BasicQos,
     ConfirmSelect,
+    Delivery,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -92,16 +93,7 @@ class AmqpError(Exception):
 
 
 class BrokerEvents(Protocol):
-    def on_deliver(
-        self,
-        consumer_tag: str,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties: MessageProperties,
-        body: bytes,
-    ) -> None: ...
+    def on_deliver(self, delivery: Delivery) -> None: ...
 
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None: ...
 
@@ -326,7 +318,7 @@ class AmqpConnection(asyncio.Protocol):
         self._delivery_parts = []
         if delivery is None or properties is None:
             return
-        self._events.on_deliver(*delivery, properties, body)
+        self._events.on_deliver(Delivery(*delivery, properties, body))
 
     # --------------------------------------------------------------------- writing
     def _write(self, data: bytes) -> None:

@@ -10,6 +10,7 @@ free of futures.  Pure data: imports neither asyncio, aio-pika, pamqp nor pydant
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .properties import MessageProperties
 
@@ -88,6 +89,22 @@ class BasicCancel:
 
 
 # --- asynchronous methods: buffered, no reply awaited -------------------------------------------
+class Delivery(NamedTuple):
+    """One message the broker delivered to a consumer of this connection (basic.deliver, its
+    content header and body), as it travels from the AMQP link through the shell to the session.
+
+    A NamedTuple, not a dataclass: one is made per delivered message, and a tuple is the cheapest
+    object that still names its fields."""
+
+    consumer_tag: str
+    delivery_tag: int
+    redelivered: bool
+    exchange: str
+    routing_key: str
+    properties: MessageProperties
+    body: bytes
+
+
 @dataclass(frozen=True, slots=True)
 class BasicPublish:
     exchange: str

@@ -26,7 +26,6 @@ from ..amqp import wire
 from ..amqp.connection import AmqpConnection, AmqpError
 from ..mapping import operations as ops
 from ..mapping.destinations import ProcessingError
-from ..mapping.properties import MessageProperties
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
@@ -502,35 +501,18 @@ class ClientConnection(asyncio.Protocol):
         self._run_all(session.close_with_error("Login timeout", "No successful CONNECT in time\n"))
 
     # ------------------------------------------------------------------ broker events
-    def on_deliver(
-        self,
-        consumer_tag: str,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        properties: MessageProperties,
-        body: bytes,
-    ) -> None:
+    def on_deliver(self, delivery: ops.Delivery) -> None:
         if self._closed or self.session is None:
             return
         if self._steps is not None:
             # A frame is still being handled (e.g. a SUBSCRIBE waiting for its bind): its
             # RECEIPT must reach the client before the messages its consume let through, as
             # with the plugin, which finishes a frame before it handles deliveries.
-            self._held.append(
-                self.session.on_delivery(
-                    consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body
-                )
-            )
+            self._held.append(self.session.on_delivery(delivery))
             return
         # called from AmqpConnection.data_received, whose on_read_done flushes: no scheduling
-        self._out.append(
-            self.session.on_delivery(
-                consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body
-            )
-        )
-        if len(body) >= wire.ZERO_COPY_MIN:
+        self._out.append(self.session.on_delivery(delivery))
+        if len(delivery.body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
 
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:

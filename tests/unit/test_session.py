@@ -240,7 +240,7 @@ def test_temp_queue_reply_to_declares_consumes_and_rewrites():
     again = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-queue/r"}, b"y"))
     assert [type(op) for op in again] == [ops.BasicPublish]
     message = session.on_delivery(
-        "T_/temp-queue/r", 1, False, "", "amq.gen-test", MessageProperties(), b"reply"
+        ops.Delivery("T_/temp-queue/r", 1, False, "", "amq.gen-test", MessageProperties(), b"reply")
     )
     assert header(message, "subscription") == "/temp-queue/r"
 
@@ -264,7 +264,7 @@ def test_delivery_becomes_message_with_plugin_header_order():
     session = connected()
     run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s1", "ack": "client-individual"}))
     props = MessageProperties(content_type="text/plain", delivery_mode=2, headers={"n": 7, "flag": True})
-    data = session.on_delivery("T_s1", 9, True, "", "q", props, b"hi")
+    data = session.on_delivery(ops.Delivery("T_s1", 9, True, "", "q", props, b"hi"))
     message_id = f"T_s1@@{SESSION_ID}@@9"
     assert (
         data
