@@ -272,6 +272,7 @@ class BrokerProbe:
         self._connection: Any = self._loop.run_until_complete(aio_pika.connect(amqp_url))
         self._queues: list[str] = []
         self._exchanges: list[str] = []
+        self._vhosts: list[str] = []
 
     # -- plumbing
     def run(self, work: Callable[[Any], Any]) -> Any:
@@ -299,6 +300,11 @@ class BrokerProbe:
             for name in self._exchanges:
                 with contextlib.suppress(Exception):
                     self.delete_exchange(name)
+            for name in self._vhosts:
+                from urllib.parse import quote
+
+                with contextlib.suppress(Exception):
+                    self._management(f"/api/vhosts/{quote(name, safe='')}", "DELETE")
         finally:
             self._loop.run_until_complete(self._connection.close())
             self._loop.close()
@@ -447,14 +453,32 @@ class BrokerProbe:
         self.run(work)
 
     # -- management HTTP API (queue flags, arguments, bindings)
-    def _management(self, path: str, method: str = "GET") -> Any:
+    def scratch_vhost(self, prefix: str) -> str:
+        """A new virtual host that guest may use, deleted (with everything in it) by close():
+        for tests whose clients create queues nobody can predict (fuzzing)."""
+        from urllib.parse import quote
+
+        name = unique(prefix)
+        self._management(f"/api/vhosts/{quote(name, safe='')}", "PUT")
+        self._management(
+            f"/api/permissions/{quote(name, safe='')}/guest",
+            "PUT",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+        )
+        self._vhosts.append(name)
+        return name
+
+    def _management(self, path: str, method: str = "GET", body: Any = None) -> Any:
         import base64
         import json
         import urllib.error
         import urllib.request
 
-        request = urllib.request.Request(self.management_url + path, method=method)
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.management_url + path, data=data, method=method)
         request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 data = response.read()
