@@ -435,6 +435,8 @@ class ClientConnection(asyncio.Protocol):
         self._run_all(self.session.close_with_error(error.message, f"{error.detail}\n", self._frame))
 
     def _run_all(self, operations: list[ops.Operation]) -> None:
+        """The operations of an answer outside a frame's generator (an error, a timeout): only
+        frames to write, queues to delete and the close; anything else is a bug, never dropped."""
         for op in operations:
             if isinstance(op, ops.DeleteQueueOnClose):
                 self._delete_on_close.append(op.queue)
@@ -442,6 +444,8 @@ class ClientConnection(asyncio.Protocol):
                 self._write(op.data)
             elif isinstance(op, ops.CloseClient):
                 self._close(op.reason)
+            else:
+                raise AssertionError(f"operation {op!r} cannot run outside a frame's handling")
 
     # ------------------------------------------------------------------ login and heart-beats
     def _established(self, op: ops.Established) -> None:
