@@ -26,7 +26,7 @@ import base64
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, auto
-from typing import Any
+from typing import Any, Literal
 
 from .errors import StompError
 from .mapping.destinations import (
@@ -80,7 +80,8 @@ from .stomp.frame import SUPPORTED_VERSIONS, Command, Frame
 
 Steps = Generator[Operation, object, None]
 
-ACK_MODES = ("auto", "client", "client-individual")
+AckMode = Literal["auto", "client", "client-individual"]
+ACK_MODES: tuple[AckMode, ...] = ("auto", "client", "client-individual")
 # Transaction limits of the newer plugin (reference §16, [main]); 3.10.8 has none.
 MAX_TRANSACTIONS = 16
 MAX_TRANSACTION_ACTIONS = 1024
@@ -126,7 +127,7 @@ class Subscription:
     id: str | None  # the SUBSCRIBE id header; None for id-less (Q_) subscriptions
     destination: str  # the destination header as sent
     parsed: Destination | None  # None for the implicit temp-queue subscriptions
-    ack_mode: str
+    ack_mode: AckMode
     # filled on the first delivery, reused for every MESSAGE: the command and subscription
     # lines, and the escaped message-id up to its delivery tag
     message_head: str = ""

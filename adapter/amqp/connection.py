@@ -23,7 +23,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
-from typing import Protocol, assert_never, cast
+from typing import Literal, Protocol, assert_never, cast
 
 from ..mapping.operations import (
     BasicCancel,
@@ -76,10 +76,14 @@ CLIENT_CAPABILITIES = {
 }
 
 
+# Where the connection is: logging in, opening the vhost, opening the channel, or open ("").
+Phase = Literal["auth", "vhost", "channel", ""]
+
+
 class AmqpError(Exception):
     """The broker closed the channel or connection with a reply code, or the link died."""
 
-    def __init__(self, code: int, text: str, *, phase: str = "", channel_only: bool = False) -> None:
+    def __init__(self, code: int, text: str, *, phase: Phase = "", channel_only: bool = False) -> None:
         super().__init__(f"{code} {text}")
         self.code = code
         self.text = text
@@ -120,7 +124,7 @@ class AmqpConnection(asyncio.Protocol):
         self._flush_handle: asyncio.Handle | None = None
         self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[str | None]] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
-        self._phase = "auth"
+        self._phase: Phase = "auth"
         self.server_properties: dict[str, object] = {}
         self.frame_max = 131072
         self.heartbeat = 0

@@ -10,7 +10,7 @@ free of futures.  Pure data: imports neither asyncio, aio-pika, pamqp nor pydant
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from .properties import MessageProperties
 
@@ -25,11 +25,14 @@ class OpenConnection:
     vhost: str
 
 
+LoginFailure = Literal["", "auth", "vhost", "other"]
+
+
 @dataclass(frozen=True, slots=True)
 class LoginResult:
     ok: bool
-    # "auth" (bad user/password), "vhost" (missing vhost or no access), "other"
-    failure: str = ""
+    # "auth" (bad user/password), "vhost" (missing vhost or no access), "other"; "" on success
+    failure: LoginFailure = ""
     detail: str = ""
     server_version: str = ""
 
