@@ -1,15 +1,20 @@
 """STOMP destinations and everything derived from them, as RabbitMQ's STOMP plugin 3.10.8 does it.
 
-Owns (section numbers refer to /work/shared/reference/rabbitmq-stomp-behaviour.md):
+Owns, as docs/destinations.md describes them (the plugin's code: rabbitmq-server 3.10.8,
+deps/rabbitmq_stomp/src/rabbit_stomp_processor.erl and rabbit_stomp_util.erl, and
+deps/amqp_client/src/rabbit_routing_util.erl for destination parsing):
 
-* parsing of ``destination`` / ``reply-to`` values and the exact ERROR texts for bad ones (§6.1, §6.2);
-* the ``basic.publish`` exchange / routing key of a SEND (§6.3, §8);
-* ``queue.declare`` flags and arguments built from frame headers (§7);
-* durable-subscription detection and the ``Missing Header`` check (§7.3);
-* subscription queue names for ``/topic`` and ``/exchange`` (§6.5) and the SUBSCRIBE plan (§6.4);
-* consumer tags (§11.1), stream offsets (§11.6);
-* the ``destination`` and ``reply-to`` headers of MESSAGE frames (§10.3, §12.2);
-* the queue removed by a durable UNSUBSCRIBE (§14).
+* parsing of ``destination`` / ``reply-to`` values and the exact ERROR texts for bad ones;
+* the ``basic.publish`` exchange / routing key of a SEND;
+* ``queue.declare`` flags and arguments built from frame headers;
+* durable-subscription detection and the ``Missing Header`` check;
+* subscription queue names for ``/topic`` and ``/exchange`` and the SUBSCRIBE plan;
+* consumer tags, stream offsets;
+* the ``destination`` and ``reply-to`` headers of MESSAGE frames;
+* the queue removed by a durable UNSUBSCRIBE.
+
+The section numbers (§) in comments below are those of the plugin-behaviour notes the module
+was first written from; docs/destinations.md and docs/behaviour.md state the same rules.
 
 It is pure: standard library only.  It must not import asyncio, aio-pika, aiormq, pamqp or
 pydantic.  It never performs I/O; callers turn the returned plans into AMQP methods.

@@ -1,5 +1,5 @@
-"""Unit tests for adapter.mapping.destinations, from the tables of the behaviour reference
-(/work/shared/reference/rabbitmq-stomp-behaviour.md §6, §7, §8, §10.3, §11, §12, §14)."""
+"""Unit tests for adapter.mapping.destinations: the plugin's destination, queue-parameter,
+consumer-tag and MESSAGE-header rules as docs/destinations.md describes them."""
 
 import ast
 import base64
