@@ -82,7 +82,7 @@ Steps = Generator[Operation, object, None]
 
 AckMode = Literal["auto", "client", "client-individual"]
 ACK_MODES: tuple[AckMode, ...] = ("auto", "client", "client-individual")
-# Transaction limits of the newer plugin (reference §16, [main]); 3.10.8 has none.
+# Transaction limits of the newer plugin (docs/behaviour.md#limits, [main]); 3.10.8 has none.
 MAX_TRANSACTIONS = 16
 MAX_TRANSACTION_ACTIONS = 1024
 _QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS)
@@ -135,7 +135,8 @@ class Subscription:
 
 
 def new_session_id(random16: bytes) -> str:
-    """``session-`` + base64url (no padding) of 16 random bytes, as the plugin does (§5.6)."""
+    """``session-`` + base64url (no padding) of 16 random bytes, as the plugin does
+    (docs/behaviour.md#authentication)."""
     return "session-" + base64.urlsafe_b64encode(random16).rstrip(b"=").decode("ascii")
 
 
@@ -163,7 +164,8 @@ class Session:
         self._send_targets: dict[str, tuple[str, str]] = {}
         self._message_destinations: dict[tuple[str, str], str] = {}
         # publisher confirms: once confirm mode is on, every publish takes the next sequence
-        # number; receipts wait here until the broker's basic.ack covers their number (§15)
+        # number; receipts wait here until the broker's basic.ack covers their number
+        # (docs/behaviour.md#receipts)
         self._confirming = False
         self._publish_seq = 0
         self._pending_receipts: dict[int, str] = {}
@@ -172,7 +174,8 @@ class Session:
         self._pending_commits: list[tuple[str, set[int]]] = []
         self._ack_header = "message-id"
         # the subscription queue a SUBSCRIBE has declared but not yet consumed and bound: if
-        # the broker refuses the consume or the bind, the plugin deletes it (reference §6.4)
+        # the broker refuses the consume or the bind, the plugin deletes it
+        # (docs/destinations.md#common-steps)
         self._unfinished_subscription_queue: str | None = None
         self._prefix = b""
 
@@ -217,12 +220,12 @@ class Session:
             )
             return
         if version == "1.0":
-            # 1.0 header values are left-trimmed, the CONNECT frame included (reference §3.1)
+            # 1.0 header values are left-trimmed, the CONNECT frame included (docs/behaviour.md#limits)
             headers = {k: v.lstrip() for k, v in headers.items()}
         yield from self._login(version, headers, frame, send_connected=True)
 
     def _implicit_connect(self, frame: Frame) -> Steps:
-        # reference §5.9: log in with no headers as a 1.0 client, send no CONNECTED, then
+        # docs/behaviour.md#authentication: log in with no headers as a 1.0 client, send no CONNECTED, then
         # process the frame as usual
         yield from self._login("1.0", {}, frame, send_connected=False)
         if self.state is State.CONNECTED:
@@ -230,13 +233,13 @@ class Session:
 
     @staticmethod
     def _negotiate_version(accept: str | None) -> str | None:
-        # split on "," without trimming; the highest supported version wins (reference §5.2)
+        # split on "," without trimming; the highest supported version wins (docs/behaviour.md#authentication)
         offered = ["1.0"] if accept is None else accept.split(",")
         common = [v for v in SUPPORTED_VERSIONS if v in offered]
         return common[-1] if common else None
 
     def _credentials(self, headers: dict[str, str]) -> tuple[str | None, str | None]:
-        # reference §5.3: a missing passcode falls back to the default passcode, a missing
+        # docs/behaviour.md#authentication: a missing passcode falls back to the default passcode, a missing
         # login to the default user
         settings = self.settings
         login = headers.get("login")
@@ -311,7 +314,7 @@ class Session:
         params = send_queue_declare(dest, headers, self._declared_queues)
         if params is not None:
             yield from self._declare_queue_once(dest, params)
-        # checked after the destination and its declare, in the plugin's order (reference §16)
+        # checked after the destination and its declare, in the plugin's order (docs/behaviour.md#limits)
         transaction = self._transaction_of(headers)
         reply_to = headers.get("reply-to")
         resolved_reply_to = None
@@ -379,7 +382,7 @@ class Session:
         delivery_tag = int(parts[2])
         if subscription is None or delivery_tag >= 2**64:
             return None
-        # 'client' acks are cumulative: AMQP multiple=true (reference §13)
+        # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         return BasicAck(delivery_tag, subscription.ack_mode == "client")
 
     def _publish(self, publish: BasicPublish, receipt: str | None) -> Steps:
@@ -399,7 +402,7 @@ class Session:
 
     def _declare_queue_once(self, dest: Destination, params: QueueParams) -> Steps:
         # /queue declares are nowait and happen once per connection, whatever later frames
-        # say (reference §6.3, §22.2)
+        # say (docs/destinations.md#common-steps)
         yield QueueDeclare(
             dest.name,
             durable=params.durable,
@@ -411,7 +414,8 @@ class Session:
         self._declared_queues.add(dest.name)
 
     def _resolve_reply_to(self, reply_to: str) -> Generator[Operation, object, str | None]:
-        """reference §12.1: a /temp-queue/<name> becomes a private server-named queue."""
+        """docs/destinations.md#temporary-queues: a /temp-queue/<name> becomes a private server-named
+        queue."""
         if reply_to.startswith("/temp-queue/"):
             # the mapping rule refuses what is not one temp-queue name ("/temp-queue/", "a/b")
             name = reply_to_temp_queue(reply_to)
@@ -561,7 +565,7 @@ class Session:
         if not 0 <= delivery_tag < 2**64:
             raise ProcessingError(f"Delivery tag out of range in {header} {value!r}")
         transaction = self._transaction_of(headers)
-        # 'client' acks are cumulative: AMQP multiple=true (reference §13)
+        # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
         op: Operation
         if nack:
@@ -608,7 +612,7 @@ class Session:
     def _begin(self, frame: Frame) -> Steps:
         name = self._transaction_name(frame)
         if name in self._transactions:
-            # the plugin silently resets the open transaction (reference §16); we refuse
+            # the plugin silently resets the open transaction (docs/behaviour.md#limits); we refuse
             raise DestinationError("Bad transaction", f'Transaction "{name}" is already open\n')
         if len(self._transactions) >= MAX_TRANSACTIONS:
             raise DestinationError(
@@ -652,7 +656,7 @@ class Session:
     # ------------------------------------------------------------------ DISCONNECT
     def _disconnect(self, frame: Frame) -> Steps:
         # Unlike the plugin, which drops SEND receipts still waiting for their confirm
-        # (reference §15), we wait for the confirms so that every receipt asked for is sent.
+        # (docs/behaviour.md#receipts), we wait for the confirms so that every receipt asked for is sent.
         if self.confirms_outstanding:
             yield AwaitConfirms()
         self._transactions.clear()
@@ -679,7 +683,7 @@ class Session:
 
     # ------------------------------------------------------------------ broker events
     def on_delivery(self, delivery: Delivery) -> bytes:
-        """Render one AMQP delivery as a MESSAGE frame (reference §10)."""
+        """Render one AMQP delivery as a MESSAGE frame (docs/destinations.md#amqp--message)."""
         consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body = delivery
         subscription = self._subscriptions.get(consumer_tag)
         if subscription is None:
@@ -784,7 +788,7 @@ class Session:
         return bool(self._pending_receipts or self._pending_commits)
 
     def on_server_cancel(self, consumer_tag: str) -> bytes:
-        """The broker cancelled a consumer (e.g. its queue was deleted): reference §11.5."""
+        """The broker cancelled a consumer (e.g. its queue was deleted): docs/behaviour.md#error-handling."""
         subscription = self._subscriptions.pop(consumer_tag, None)
         if subscription is None:
             return b""
@@ -800,12 +804,13 @@ class Session:
         )
 
     def on_broker_error(self, name: str, text: str, frame: Frame | None) -> list[Operation]:
-        """The broker closed the channel or connection (reference §19).
+        """The broker closed the channel or connection (docs/behaviour.md#error-handling).
 
         ``frame`` is the client frame whose synchronous AMQP call was waiting, if any: the plugin
         then sends ERROR, the frame's RECEIPT, and closes; we do the same.  Except for SEND: its
         RECEIPT only ever means "confirmed by the broker", so a SEND whose declare, temp-queue
-        or confirm.select failed gets none (the plugin's do_receipt ignores SEND too, §19).
+        or confirm.select failed gets none (the plugin's do_receipt ignores SEND too,
+        docs/behaviour.md#error-handling).
         """
         also_receipt = frame is not None and frame.command != Command.SEND
         operations: list[Operation] = []
@@ -842,7 +847,7 @@ class Session:
         receipt: str | None = None,
         extra: Iterable[tuple[str, str]] = (),
     ) -> bytes:
-        # header order of the plugin (reference §18.1), plus receipt-id as STOMP 1.2 asks
+        # header order of the plugin (docs/behaviour.md#error-catalogue), plus receipt-id as STOMP 1.2 asks
         headers = [
             ("message", message),
             ("content-type", "text/plain"),
@@ -862,7 +867,7 @@ class Session:
         """ERROR (with receipt-id if the frame asked for a receipt), then close the connection.
 
         ``also_receipt`` additionally sends the RECEIPT frame the plugin sends after ERROR when a
-        synchronous AMQP call failed (reference §15), so plugin clients see what they expect.
+        synchronous AMQP call failed (docs/behaviour.md#receipts), so plugin clients see what they expect.
         """
         if self.state is State.CLOSED:
             return
@@ -880,7 +885,7 @@ _PERSISTENT_TEXT = {2: "true"}
 
 
 def _append_property_headers(lines: list[str], p: MessageProperties) -> None:
-    # the plugin's fixed order (reference §10.1, item 7)
+    # the plugin's fixed order (docs/destinations.md#message-header-order, item 7)
     if p.app_id is not None:
         lines.append(f"app-id:{escape(p.app_id)}\n")
     if p.user_id is not None:

@@ -11,7 +11,7 @@ Why not aio-pika's connection here: it costs ~115 µs of CPU and one socket writ
 bridge, because delivery tags the STOMP client still holds would silently point at nothing after
 a reconnect.  aio-pika is still a dependency: the tests use it as the independent AMQP client.
 
-One channel per STOMP connection, as the plugin has (reference §1): delivery tags are one
+One channel per STOMP connection, as the plugin has (docs/architecture.md): delivery tags are one
 counter per connection, ``basic.qos`` persists across subscriptions, a ``client`` ack is
 ``multiple=true`` over the whole channel, and any channel error ends the STOMP session.
 """
@@ -48,7 +48,8 @@ CHANNEL = 1
 # publish method frames kept per connection; clients use a handful of destinations
 _PUBLISH_METHOD_CACHE_SIZE = 256
 
-# AMQP reply codes -> the snake_case names the plugin puts in ERROR's message header (§19).
+# AMQP reply codes -> the snake_case names the plugin puts in ERROR's message header
+# (docs/behaviour.md#error-handling).
 REPLY_CODE_NAMES = {
     320: "connection_forced",
     402: "invalid_path",

@@ -73,7 +73,7 @@ class FrameReader:
                 frame_type = data[offset]
                 size = int.from_bytes(data[offset + 3 : offset + 7], "big")
                 if size > frame_max:
-                    # §4.2.3: no frame may exceed the negotiated frame_max; refusing it also
+                    # AMQP 0-9-1 §4.2.3: no frame may exceed the negotiated frame_max; refusing it also
                     # bounds what one connection can make us hold
                     raise DecodeError(f"frame of {size} bytes exceeds frame_max {frame_max}")
                 frame_end = offset + 7 + size

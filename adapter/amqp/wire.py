@@ -2,7 +2,7 @@
 
 Why by hand and not through pamqp's command classes: (1) pamqp validates queue and exchange
 names against ``[a-zA-Z0-9-_.:]`` and friends, while RabbitMQ and its STOMP plugin accept any
-UTF-8 name (``/queue/a%2fb`` declares a queue literally named ``a%2fb``, reference §6.1, §22.5);
+UTF-8 name (``/queue/a%2fb`` declares a queue literally named ``a%2fb``, docs/destinations.md#parsing);
 (2) the per-message path (publish, ack, deliver) costs a few microseconds here against tens
 through pamqp's generic, attribute-by-attribute marshalling; (3) pamqp decodes strings and
 field-table keys as strict UTF-8 and raises on anything else, while RabbitMQ passes any bytes

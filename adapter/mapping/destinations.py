@@ -13,9 +13,6 @@ deps/amqp_client/src/rabbit_routing_util.erl for destination parsing):
 * the ``destination`` and ``reply-to`` headers of MESSAGE frames;
 * the queue removed by a durable UNSUBSCRIBE.
 
-The section numbers (§) in comments below are those of the plugin-behaviour notes the module
-was first written from; docs/destinations.md and docs/behaviour.md state the same rules.
-
 It is pure: standard library only.  It must not import asyncio, aio-pika, aiormq, pamqp or
 pydantic.  It never performs I/O; callers turn the returned plans into AMQP methods.
 
@@ -85,7 +82,8 @@ __all__ = [
 
 
 class DestinationError(StompError):
-    """An ERROR frame with a specific ``message`` header (§6.2, §18.2).
+    """An ERROR frame with a specific ``message`` header (docs/destinations.md#parsing;
+    docs/behaviour.md#error-catalogue).
 
     The plugin leaves the connection open after these; the session closes it, as STOMP asks.
 
@@ -98,7 +96,8 @@ class DestinationError(StompError):
 
 
 class ProcessingError(StompError):
-    """The plugin's generic ``Processing error`` (an Erlang crash while handling a frame, §18.2),
+    """The plugin's generic ``Processing error`` (an Erlang crash while handling a frame,
+    docs/behaviour.md#error-catalogue),
     also raised for a value AMQP cannot carry (a name over 255 bytes, an integer out of range).
 
     The ERROR ``message`` header is always ``Processing error``; ``detail`` says what was wrong.
@@ -114,13 +113,13 @@ class ProcessingError(StompError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Destinations (§6.1, §6.2)
+# Destinations (docs/destinations.md#parsing)
 # ---------------------------------------------------------------------------------------------
 
 
 class DestinationKind(StrEnum):
     """Destination types.  The values are the plugin's internal atoms, which appear verbatim in
-    ``'<x>' is not a valid <type> destination`` error bodies (§6.2)."""
+    ``'<x>' is not a valid <type> destination`` error bodies (docs/destinations.md#parsing)."""
 
     QUEUE = "queue"
     AMQ_QUEUE = "amqqueue"
@@ -130,7 +129,8 @@ class DestinationKind(StrEnum):
     REPLY_QUEUE = "reply_queue"
 
 
-# Prefixes (§6.1; prefixes are case-sensitive).  Note the trailing slash of /reply-queue/.
+# Prefixes (docs/destinations.md#parsing; prefixes are case-sensitive).  Note the trailing slash of
+# /reply-queue/.
 QUEUE_PREFIX: Final = "/queue"
 TOPIC_PREFIX: Final = "/topic"
 EXCHANGE_PREFIX: Final = "/exchange"
@@ -138,12 +138,13 @@ AMQQUEUE_PREFIX: Final = "/amq/queue"
 TEMP_QUEUE_PREFIX: Final = "/temp-queue"
 REPLY_QUEUE_PREFIX: Final = "/reply-queue/"
 
-# Order matters: it is the order of the "Valid destination types are: ..." list (§6.2) and the
-# set of prefixes that a MESSAGE reply-to may start with (§12.2).
+# Order matters: it is the order of the "Valid destination types are: ..." list
+# (docs/destinations.md#parsing) and the
+# set of prefixes that a MESSAGE reply-to may start with (docs/destinations.md#temporary-queues).
 DEST_PREFIXES: Final = (EXCHANGE_PREFIX, TOPIC_PREFIX, QUEUE_PREFIX, AMQQUEUE_PREFIX, REPLY_QUEUE_PREFIX)
 ALL_DEST_PREFIXES: Final = (TEMP_QUEUE_PREFIX, *DEST_PREFIXES)
 
-# The 1-segment types "/<type>/<name>" (§6.1).
+# The 1-segment types "/<type>/<name>" (docs/destinations.md#parsing).
 _SIMPLE_TYPES: Final = {
     "queue": DestinationKind.QUEUE,
     "topic": DestinationKind.TOPIC,
@@ -151,16 +152,17 @@ _SIMPLE_TYPES: Final = {
     "temp-queue": DestinationKind.TEMP_QUEUE,
 }
 
-# §11.1: subscription ids may not start with this.
+# docs/destinations.md#common-steps: subscription ids may not start with this.
 TEMP_QUEUE_ID_PREFIX: Final = "/temp-queue/"
 
-# §8: the literal exchange name replaced by the configured default topic exchange.
+# docs/destinations.md#topicpattern: the literal exchange name replaced by the configured default topic
+# exchange.
 AMQ_TOPIC: Final = "amq.topic"
 
 
 @dataclass(frozen=True, slots=True)
 class Destination:
-    """A parsed destination (§6.1).
+    """A parsed destination (docs/destinations.md#parsing).
 
     ``name``: queue name (QUEUE, AMQ_QUEUE, REPLY_QUEUE), temp-queue id (TEMP_QUEUE), routing key
     (TOPIC) or exchange name (EXCHANGE); ``%2F`` already decoded.  ``routing_key`` is only used for
@@ -175,30 +177,32 @@ class Destination:
 
     @property
     def routing_name(self) -> str:
-        """The routing-key part (`parse_routing`): what §6.5 hashes and what is bound/published."""
+        """The routing-key part (`parse_routing`): what docs/destinations.md#durable-subscriptions hashes and
+        what is bound/published."""
         if self.kind is DestinationKind.EXCHANGE:
             return self.routing_key or ""
         return self.name
 
 
 def _unescape(segment: str) -> str:
-    # §6.1: only the exact 3-character sequence "%2F" (upper-case F) is decoded.  A left-to-right,
+    # docs/destinations.md#parsing: only the exact 3-character sequence "%2F" (upper-case F) is decoded.  A
+    # left-to-right,
     # non-overlapping replacement, like the plugin's scan.
     return segment.replace("%2F", "/")
 
 
 def _to_url(rest: list[str]) -> str:
-    # §6.2: the offending segments, re-joined; "" when there were none.
+    # docs/destinations.md#parsing: the offending segments, re-joined; "" when there were none.
     return "/" + "/".join(rest) if rest else ""
 
 
 def _invalid(kind: DestinationKind, rest: list[str]) -> DestinationError:
-    # §6.2 rows 1-3
+    # docs/destinations.md#parsing rows 1-3
     return DestinationError("Invalid destination", f"'{_to_url(rest)}' is not a valid {kind} destination\n")
 
 
 def _unknown(value: str) -> DestinationError:
-    # §6.2 row 4
+    # docs/destinations.md#parsing row 4
     return DestinationError(
         "Unknown destination",
         f"'{value}' is not a valid destination.\n"
@@ -207,7 +211,8 @@ def _unknown(value: str) -> DestinationError:
 
 
 def _parse_endpoint(value: str) -> Destination:
-    """§6.1 without the blank check (the plugin does that later, and not for reply-to)."""
+    """docs/destinations.md#parsing without the blank check (the plugin does that later, and not for
+    reply-to)."""
     parts = value.split("/")
     if len(parts) == 1:
         # no "/" at all: a queue name
@@ -235,15 +240,16 @@ def _parse_endpoint(value: str) -> Destination:
             return Destination(kind, _unescape(rest[0]), key, value)
         raise _invalid(kind, rest)
     # Every other type: exactly one non-empty segment.
-    # NB (deviation from the reference text, following routing_util.erl at v3.10.8): the
-    # /reply-queue/ remainder goes through the same %2F decoding as every other name.
+    # NB (following amqp_client's rabbit_routing_util.erl at v3.10.8): the /reply-queue/
+    # remainder goes through the same %2F decoding as every other name.
     if len(rest) == 1 and rest[0] != "":
         return Destination(kind, _unescape(rest[0]), None, value)
     raise _invalid(kind, rest)
 
 
 def parse_destination(value: str) -> Destination:
-    """Parse a SEND/SUBSCRIBE ``destination`` header value (after the 1.0 left-trim) — §6.1/§6.2.
+    """Parse a SEND/SUBSCRIBE ``destination`` header value (after the 1.0 left-trim) —
+    docs/destinations.md#parsing.
 
     Raises :class:`DestinationError` (``Invalid destination`` / ``Unknown destination``).  A
     ``/temp-queue/<id>`` parses fine here; SEND and SUBSCRIBE reject it with
@@ -251,13 +257,14 @@ def parse_destination(value: str) -> Destination:
     """
     dest = _parse_endpoint(value)
     if dest.kind is DestinationKind.QUEUE and dest.name == "":
-        # §6.2: blank destination (body without LF)
+        # docs/destinations.md#parsing: blank destination (body without LF)
         raise DestinationError("Invalid destination", "Destination cannot be blank")
     return dest
 
 
 def require_destination(headers: Mapping[str, str], command: str) -> str:
-    """The ``destination`` header, or the ``Missing destination`` error (§6.2 last row)."""
+    """The ``destination`` header, or the ``Missing destination`` error (docs/destinations.md#parsing last
+    row)."""
     value = headers.get("destination")
     if value is None:
         raise DestinationError("Missing destination", f"\"{command}\" must include a 'destination' header\n")
@@ -265,7 +272,8 @@ def require_destination(headers: Mapping[str, str], command: str) -> str:
 
 
 def check_not_temp_queue(dest: Destination, command: str) -> None:
-    """§6.2: ``/temp-queue/x`` is only meaningful in ``reply-to``; as SEND/SUBSCRIBE destination
+    """docs/destinations.md#parsing: ``/temp-queue/x`` is only meaningful in ``reply-to``; as SEND/SUBSCRIBE
+    destination
     it is ``Invalid destination``."""
     if dest.kind is DestinationKind.TEMP_QUEUE:
         raise DestinationError(
@@ -274,17 +282,19 @@ def check_not_temp_queue(dest: Destination, command: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# SEND (§6.3, §8)
+# SEND (docs/destinations.md#common-steps; docs/destinations.md#topicpattern)
 # ---------------------------------------------------------------------------------------------
 
 
 def _apply_default_topic_exchange(exchange: str, default_topic_exchange: str) -> str:
-    # §8: whenever the parsed exchange is literally amq.topic (/topic/k and /exchange/amq.topic/k).
+    # docs/destinations.md#topicpattern: whenever the parsed exchange is literally amq.topic (/topic/k and
+    # /exchange/amq.topic/k).
     return default_topic_exchange if exchange == AMQ_TOPIC else exchange
 
 
 def publish_target(dest: Destination, default_topic_exchange: str) -> tuple[str, str]:
-    """``basic.publish`` (exchange, routing key) for a SEND to ``dest`` (§6.3, §8)."""
+    """``basic.publish`` (exchange, routing key) for a SEND to ``dest`` (docs/destinations.md#common-steps;
+    docs/destinations.md#topicpattern)."""
     match dest.kind:
         case DestinationKind.QUEUE | DestinationKind.AMQ_QUEUE | DestinationKind.REPLY_QUEUE:
             return "", dest.name
@@ -297,7 +307,7 @@ def publish_target(dest: Destination, default_topic_exchange: str) -> tuple[str,
 
 
 # ---------------------------------------------------------------------------------------------
-# queue.declare parameters (§7)
+# queue.declare parameters (docs/destinations.md#queue-flag-headers)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -312,7 +322,8 @@ class AmqpFieldType(StrEnum):
 
 ArgumentValue = str | int | bool
 
-# §7.4: the only x- headers the 3.10.8 plugin turns into queue.declare arguments.
+# docs/destinations.md#queue-arguments-x--headers: the only x- headers the 3.10.8 plugin turns into
+# queue.declare arguments.
 PLUGIN_QUEUE_ARGUMENTS: Final[Mapping[str, AmqpFieldType]] = {
     "x-dead-letter-exchange": AmqpFieldType.LONGSTR,
     "x-dead-letter-routing-key": AmqpFieldType.LONGSTR,
@@ -325,7 +336,8 @@ PLUGIN_QUEUE_ARGUMENTS: Final[Mapping[str, AmqpFieldType]] = {
 }
 
 # ADAPTER-ONLY (product request; a documented difference from 3.10.8, which ignores these
-# headers, §7.4): also pass these x- headers as queue.declare arguments.
+# headers, docs/destinations.md#queue-arguments-x--headers): also pass these x- headers as queue.declare
+# arguments.
 ADAPTER_EXTRA_QUEUE_ARGUMENTS: Final[Mapping[str, AmqpFieldType]] = {
     "x-overflow": AmqpFieldType.LONGSTR,  # drop-head | reject-publish | reject-publish-dlx
     "x-max-age": AmqpFieldType.LONGSTR,  # stream retention, e.g. "7D" (validated by the broker)
@@ -346,7 +358,9 @@ def plugin_integer(text: str, *, strip: bool = False) -> int | None:
     """The one integer parser for header values, with the plugin's rules: Erlang's
     ``binary_to_integer`` takes an optional sign and ASCII digits, nothing else (no whitespace,
     no underscores, unlike Python's ``int()``); ``strip`` first removes spaces on both sides, as
-    the plugin does for priority, timestamp, prefetch-count and x- arguments (§7.4, §9.1, §11.3).
+    the plugin does for priority, timestamp, prefetch-count and x- arguments
+    (docs/destinations.md#queue-arguments-x--headers; docs/destinations.md#send--amqp;
+    docs/destinations.md#common-steps).
     ``None`` when the text is not such an integer."""
     if strip:
         text = _strip(text)
@@ -356,12 +370,13 @@ def plugin_integer(text: str, *, strip: bool = False) -> int | None:
 
 
 def _strip(value: str) -> str:
-    # Erlang string:strip/1 removes spaces only (not tabs), on both sides (§7.4).
+    # Erlang string:strip/1 removes spaces only (not tabs), on both sides
+    # (docs/destinations.md#queue-arguments-x--headers).
     return value.strip(" ")
 
 
 def _string_to_boolean(value: str) -> bool | None:
-    # §7.1: true/True, false/False; anything else is "undefined" (None).
+    # docs/destinations.md#queue-flag-headers: true/True, false/False; anything else is "undefined" (None).
     if value in ("true", "True"):
         return True
     if value in ("false", "False"):
@@ -370,7 +385,8 @@ def _string_to_boolean(value: str) -> bool | None:
 
 
 def queue_arguments(headers: Mapping[str, str]) -> dict[str, ArgumentValue]:
-    """``queue.declare`` arguments from the x- headers (§7.4 plus the adapter extras), in frame order.
+    """``queue.declare`` arguments from the x- headers (docs/destinations.md#queue-arguments-x--headers plus
+    the adapter extras), in frame order.
 
     Raises :class:`ProcessingError` for a non-integer long argument (and for invalid values of
     the adapter-only extras).  NB the plugin evaluates this for *every* SEND and SUBSCRIBE, whatever
@@ -403,7 +419,8 @@ def queue_arguments(headers: Mapping[str, str]) -> dict[str, ArgumentValue]:
 
 @dataclass(frozen=True, slots=True)
 class QueueParams:
-    """The flags and arguments of a ``queue.declare`` (§7.2, §7.4), as sent on the wire."""
+    """The flags and arguments of a ``queue.declare`` (docs/destinations.md#queue-flag-headers;
+    docs/destinations.md#queue-arguments-x--headers), as sent on the wire."""
 
     durable: bool
     auto_delete: bool
@@ -411,7 +428,8 @@ class QueueParams:
     arguments: dict[str, ArgumentValue] = field(default_factory=dict, hash=False)
 
 
-# §7.2 defaults per kind (src: util.erl default_params).  Types that are never declared
+# docs/destinations.md#queue-flag-headers defaults per kind (src: util.erl default_params).  Types that are
+# never declared
 # (amq/queue, reply-queue, temp-queue) get the plugin's catch-all default.
 _DEFAULT_PARAMS: Final[Mapping[DestinationKind, Mapping[str, bool]]] = {
     DestinationKind.QUEUE: {"durable": True},
@@ -420,7 +438,7 @@ _DEFAULT_PARAMS: Final[Mapping[DestinationKind, Mapping[str, bool]]] = {
 }
 _CATCH_ALL_DEFAULT_PARAMS: Final[Mapping[str, bool]] = {"durable": False}
 
-# §7.1 flag headers; durable and persistent both set "durable".
+# docs/destinations.md#queue-flag-headers flag headers; durable and persistent both set "durable".
 _FLAG_HEADERS: Final = {
     "durable": "durable",
     "persistent": "durable",
@@ -430,13 +448,15 @@ _FLAG_HEADERS: Final = {
 
 
 def queue_params(kind: DestinationKind, headers: Mapping[str, str]) -> QueueParams:
-    """``queue.declare`` flags and arguments for a declare of a ``kind`` destination (§7.1, §7.2, §7.4).
+    """``queue.declare`` flags and arguments for a declare of a ``kind`` destination
+    (docs/destinations.md#queue-flag-headers; docs/destinations.md#queue-arguments-x--headers).
 
     Raises :class:`ProcessingError` for a bad long argument (checked first, as in the plugin) or a
     ``durable``/``persistent`` value other than true/True/false/False.
 
     The flags are those the plugin *sends*: e.g. ``/queue/q`` + ``exclusive:true`` is declared
-    ``durable=true, exclusive=true`` and the broker itself makes it non-durable (§7.2 table).
+    ``durable=true, exclusive=true`` and the broker itself makes it non-durable
+    (docs/destinations.md#queue-flag-headers table).
     """
     arguments = queue_arguments(headers)
 
@@ -448,7 +468,7 @@ def queue_params(kind: DestinationKind, headers: Mapping[str, str]) -> QueuePara
         if key is not None:
             params[key] = _string_to_boolean(value)
 
-    # §7.2 algorithm (src: routing_util.erl queue_declare_method).
+    # docs/destinations.md#queue-flag-headers algorithm (src: routing_util.erl queue_declare_method).
     durable = params.get("durable", False)
     if durable is None:
         raise ProcessingError("header 'durable'/'persistent' must be true or false")
@@ -468,7 +488,8 @@ def queue_params(kind: DestinationKind, headers: Mapping[str, str]) -> QueuePara
 def send_queue_declare(
     dest: Destination, headers: Mapping[str, str], declared_queues: Container[str] = ()
 ) -> QueueParams | None:
-    """What a SEND to ``dest`` declares before publishing (§6.3), in the plugin's order of checks.
+    """What a SEND to ``dest`` declares before publishing (docs/destinations.md#common-steps), in the
+    plugin's order of checks.
 
     1. x- arguments are validated for every destination type (``ProcessingError``);
     2. ``/temp-queue/…`` → ``Invalid destination … for 'SEND'``;
@@ -484,7 +505,8 @@ def send_queue_declare(
 
 
 # ---------------------------------------------------------------------------------------------
-# Durable subscriptions (§7.3) and subscription queue names (§6.5)
+# Durable subscriptions (docs/destinations.md#durable-subscriptions) and subscription queue names
+# (docs/destinations.md#durable-subscriptions)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -492,7 +514,9 @@ def is_durable(headers: Mapping[str, str]) -> bool:
     """Whether a SUBSCRIBE/UNSUBSCRIBE is durable: ``durable`` or ``persistent`` is true.
 
     This is the plugin's ``has_durable_header`` (boolean header: ``true`` or ``True``), which picks
-    the §6.5 naming scheme and triggers §14 deletion.  The ``Missing Header`` check of §7.3 is
+    the docs/destinations.md#durable-subscriptions naming scheme and triggers
+    docs/destinations.md#durable-subscriptions deletion.  The ``Missing Header`` check of
+    docs/destinations.md#durable-subscriptions is
     stricter (literal ``true`` only): see :func:`require_id_for_durable`.
     """
     return _string_to_boolean(headers.get("durable", "")) is True or (
@@ -501,7 +525,8 @@ def is_durable(headers: Mapping[str, str]) -> bool:
 
 
 def require_id_for_durable(headers: Mapping[str, str]) -> None:
-    """§7.3: SUBSCRIBE/UNSUBSCRIBE with ``durable:true`` or ``persistent:true`` (the literal value
+    """docs/destinations.md#durable-subscriptions: SUBSCRIBE/UNSUBSCRIBE with ``durable:true`` or
+    ``persistent:true`` (the literal value
     ``true`` only) and no ``id`` → ``Missing Header`` (no LF).  Validated before anything else."""
     if "id" not in headers and (headers.get("durable") == "true" or headers.get("persistent") == "true"):
         raise DestinationError("Missing Header", "Header 'id' is required for durable subscriptions")
@@ -529,14 +554,15 @@ def _etf_string(data: bytes) -> bytes:
 
 
 def subscription_queue_name(routing_name: str, durable_id: str | None) -> str:
-    """§6.5 hashed subscription queue name.
+    """docs/destinations.md#durable-subscriptions hashed subscription queue name.
 
     ``routing_name`` is the routing-key part of the destination (``k`` of ``/topic/k`` or
     ``/exchange/x/k``, ``""`` for ``/exchange/x``), ``durable_id`` the ``id`` header of a durable
     subscription, or ``None`` for a non-durable one (then the name is random on every call).
 
-    The hashed term is the 2-tuple ``{Name, SubId}`` in that order — verified with the reference
-    vector: Name ``durable`` (i.e. ``/topic/durable``), SubId ``test.subscription`` →
+    The hashed term is the 2-tuple ``{Name, SubId}`` in that order — verified against a queue the
+    plugin created (tests/compat, test_durable_topic_subscription): Name ``durable`` (i.e.
+    ``/topic/durable``), SubId ``test.subscription`` →
     ``stomp-subscription-tMbeqL30tjlgaXMmaFM6Ew`` (the other order gives a different name).
     """
     if durable_id is None:
@@ -554,7 +580,7 @@ def subscription_queue_name(routing_name: str, durable_id: str | None) -> str:
 def subscription_queue(
     dest: Destination, headers: Mapping[str, str], sub_id: str | None, durable: bool
 ) -> str:
-    """Queue name of a ``/topic`` or ``/exchange`` subscription (§6.5).
+    """Queue name of a ``/topic`` or ``/exchange`` subscription (docs/destinations.md#durable-subscriptions).
 
     ``x-queue-name`` (verbatim; an empty value lets the broker name the queue) overrides the hash.
     A durable subscription without ``id`` is a ``ProcessingError`` (only reachable with
@@ -572,13 +598,13 @@ def subscription_queue(
 
 
 # ---------------------------------------------------------------------------------------------
-# SUBSCRIBE (§6.4)
+# SUBSCRIBE (docs/destinations.md#common-steps)
 # ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class SubscribeTarget:
-    """What a SUBSCRIBE declares, consumes and binds (§6.4).
+    """What a SUBSCRIBE declares, consumes and binds (docs/destinations.md#common-steps).
 
     ``queue``: the queue to consume from (and to declare if ``declare`` is set).  ``""`` only
     with an empty ``x-queue-name`` on ``/topic``/``/exchange``: the broker names the queue, use the
@@ -602,10 +628,11 @@ def subscribe_target(
     default_topic_exchange: str,
     declared_queues: Container[str] = (),
 ) -> SubscribeTarget:
-    """The SUBSCRIBE plan for ``dest`` (§6.4), with the plugin's order of checks.
+    """The SUBSCRIBE plan for ``dest`` (docs/destinations.md#common-steps), with the plugin's order of checks.
 
     ``sub_id`` is the SUBSCRIBE ``id`` header (``None`` if absent); ``declared_queues`` the
-    per-connection cache of ``/queue`` names already declared (§6.3: never redeclared).
+    per-connection cache of ``/queue`` names already declared (docs/destinations.md#common-steps: never
+    redeclared).
 
     Raises ``ProcessingError`` (bad x- argument — for every destination type —, bad
     durable/persistent on an actual declare, durable without id) or ``DestinationError``
@@ -633,7 +660,8 @@ def subscribe_target(
 
 
 # ---------------------------------------------------------------------------------------------
-# Consumer tags (§11.1, §12.1, §14)
+# Consumer tags (docs/destinations.md#common-steps; docs/destinations.md#temporary-queues;
+# docs/destinations.md#durable-subscriptions)
 # ---------------------------------------------------------------------------------------------
 
 INTERNAL_TAG_PREFIX: Final = "T_"
@@ -641,7 +669,8 @@ QUEUE_TAG_PREFIX: Final = "Q_"
 
 
 def consumer_tag(headers: Mapping[str, str], destination_header_value: str) -> str:
-    """SUBSCRIBE consumer tag (§11.1): ``T_<id>`` or, without ``id``, ``Q_<destination header>``.
+    """SUBSCRIBE consumer tag (docs/destinations.md#common-steps): ``T_<id>`` or, without ``id``,
+    ``Q_<destination header>``.
 
     An ``id`` starting with ``/temp-queue/`` → ``ProcessingError`` (in the plugin this happens
     after the declare).
@@ -655,7 +684,8 @@ def consumer_tag(headers: Mapping[str, str], destination_header_value: str) -> s
 
 
 def unsubscribe_consumer_tag(headers: Mapping[str, str]) -> str:
-    """UNSUBSCRIBE consumer tag (§14, §11.1), or the ``Invalid id`` /
+    """UNSUBSCRIBE consumer tag (docs/destinations.md#durable-subscriptions;
+    docs/destinations.md#common-steps), or the ``Invalid id`` /
     ``Missing destination or id`` errors."""
     sub_id = headers.get("id")
     if sub_id is not None:
@@ -674,7 +704,8 @@ def unsubscribe_consumer_tag(headers: Mapping[str, str]) -> str:
 
 def subscription_description(headers: Mapping[str, str]) -> str:
     """``id='<id>'`` or ``destination='<dest>'`` — the subscription description used in the
-    UNSUBSCRIBE and server-cancel error bodies (§11.5, §14).  The caller quotes it (Erlang ``~p``)."""
+    UNSUBSCRIBE and server-cancel error bodies (docs/behaviour.md#error-handling;
+    docs/destinations.md#durable-subscriptions).  The caller quotes it (Erlang ``~p``)."""
     sub_id = headers.get("id")
     if sub_id is not None:
         return f"id='{sub_id}'"
@@ -682,12 +713,14 @@ def subscription_description(headers: Mapping[str, str]) -> str:
 
 
 def reply_consumer_tag(temp_queue_id: str) -> str:
-    """Consumer tag of the implicit temp-queue reply subscription (§12.1): ``T_/temp-queue/<id>``."""
+    """Consumer tag of the implicit temp-queue reply subscription (docs/destinations.md#temporary-queues):
+    ``T_/temp-queue/<id>``."""
     return INTERNAL_TAG_PREFIX + TEMP_QUEUE_ID_PREFIX + temp_queue_id
 
 
 # ---------------------------------------------------------------------------------------------
-# MESSAGE destination (§10.3) and reply-to (§12)
+# MESSAGE destination (docs/destinations.md#amqp--message) and reply-to
+# (docs/destinations.md#temporary-queues)
 # ---------------------------------------------------------------------------------------------
 
 _HEX: Final = "0123456789ABCDEF"
@@ -698,7 +731,8 @@ def _as_bytes(value: str | bytes) -> bytes:
 
 
 def _escape_component(data: bytes) -> str:
-    # §10.3, byte-wise: "/" → %2F, "%" → %25, bytes < 0x20 or > 0x7F → %XX (upper-case hex);
+    # docs/destinations.md#amqp--message, byte-wise: "/" → %2F, "%" → %25, bytes < 0x20 or > 0x7F → %XX
+    # (upper-case hex);
     # everything else (including space, "~", 0x7F) unchanged.
     out: list[str] = []
     for byte in data:
@@ -710,10 +744,12 @@ def _escape_component(data: bytes) -> str:
 
 
 def message_destination(exchange: str | bytes, routing_key: str | bytes) -> str:
-    """MESSAGE ``destination`` from the delivery's exchange and routing key (§10.3).
+    """MESSAGE ``destination`` from the delivery's exchange and routing key
+    (docs/destinations.md#amqp--message).
 
     ``""`` → ``/queue/<rk>``; exactly ``amq.topic`` → ``/topic/<rk>`` (not the configured default
-    topic exchange, §8); other exchange with empty key → ``/exchange/<x>``; else
+    topic exchange, docs/destinations.md#topicpattern); other exchange with empty key → ``/exchange/<x>``;
+    else
     ``/exchange/<x>/<rk>``.  ``str`` inputs are turned back into bytes with surrogateescape.  The
     result is pure ASCII.
     """
@@ -728,7 +764,8 @@ def message_destination(exchange: str | bytes, routing_key: str | bytes) -> str:
 
 
 def message_reply_to(amqp_reply_to: str | None) -> str | None:
-    """MESSAGE ``reply-to`` header from the AMQP ``reply_to`` property (§12.2); ``None`` = no header.
+    """MESSAGE ``reply-to`` header from the AMQP ``reply_to`` property
+    (docs/destinations.md#temporary-queues); ``None`` = no header.
 
     Values starting with ``/exchange``, ``/topic``, ``/queue``, ``/amq/queue`` or ``/reply-queue/``
     (plain prefix test) pass unchanged; anything else gets ``/reply-queue/`` prepended.  An absent
@@ -743,7 +780,8 @@ def message_reply_to(amqp_reply_to: str | None) -> str | None:
 
 
 def parse_reply_to(value: str) -> Destination:
-    """Parse a SEND ``reply-to`` value (§12.1).  Unparsable → ``ProcessingError``; an empty value is
+    """Parse a SEND ``reply-to`` value (docs/destinations.md#temporary-queues).  Unparsable →
+    ``ProcessingError``; an empty value is
     accepted (it is simply copied to the AMQP property)."""
     try:
         return _parse_endpoint(value)
@@ -752,19 +790,21 @@ def parse_reply_to(value: str) -> Destination:
 
 
 def reply_to_temp_queue(value: str) -> str | None:
-    """The temp-queue id of a ``reply-to:/temp-queue/<id>`` (§12.1), ``None`` for any other
+    """The temp-queue id of a ``reply-to:/temp-queue/<id>`` (docs/destinations.md#temporary-queues), ``None``
+    for any other
     (copied unchanged) value; ``ProcessingError`` if it does not parse."""
     dest = parse_reply_to(value)
     return dest.name if dest.kind is DestinationKind.TEMP_QUEUE else None
 
 
 # ---------------------------------------------------------------------------------------------
-# Streams (§11.6)
+# Streams (docs/destinations.md#stream-offsets)
 # ---------------------------------------------------------------------------------------------
 
 
 def stream_offset_argument(value: str | None) -> tuple[AmqpFieldType, str | int] | None:
-    """The ``x-stream-offset`` consume argument (type, value) for an ``x-stream-offset`` header (§11.6).
+    """The ``x-stream-offset`` consume argument (type, value) for an ``x-stream-offset`` header
+    (docs/destinations.md#stream-offsets).
 
     ``first``/``last``/``next`` → (longstr, value); ``offset=<int>`` → (long, n);
     ``timestamp=<int>`` → (timestamp, seconds); absent or anything else → ``None`` (no argument).
@@ -784,14 +824,15 @@ def stream_offset_argument(value: str | None) -> tuple[AmqpFieldType, str | int]
 
 
 # ---------------------------------------------------------------------------------------------
-# UNSUBSCRIBE (§14)
+# UNSUBSCRIBE (docs/destinations.md#durable-subscriptions)
 # ---------------------------------------------------------------------------------------------
 
 
 def durable_unsubscribe_queue(
     subscribe_destination: Destination, unsubscribe_headers: Mapping[str, str], sub_id: str | None
 ) -> str | None:
-    """Queue to ``queue.delete`` after a successful UNSUBSCRIBE (§14), or ``None``.
+    """Queue to ``queue.delete`` after a successful UNSUBSCRIBE (docs/destinations.md#durable-subscriptions),
+    or ``None``.
 
     Only when the UNSUBSCRIBE is durable (``durable``/``persistent`` true) and the stored
     SUBSCRIBE destination is ``/topic/…``.  The name comes from that destination, the

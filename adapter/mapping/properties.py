@@ -1,6 +1,7 @@
 """STOMP headers <-> AMQP 0-9-1 basic properties and headers table.
 
-Owns the translation in both directions (reference §9 for SEND, §10 for MESSAGE) and the text
+Owns the translation in both directions (docs/destinations.md#send--amqp for SEND,
+docs/destinations.md#amqp--message for MESSAGE) and the text
 form of AMQP field values that STOMP cannot carry natively.  Pure: imports neither asyncio,
 aio-pika, pamqp nor pydantic.
 """
@@ -36,8 +37,8 @@ class MessageProperties:
     cluster_id: str | None = None
 
 
-# STOMP header -> attribute, for the headers that become AMQP properties (reference §9.1).
-# Everything else, protocol headers included, goes into the headers table (§9.2).
+# STOMP header -> attribute, for the headers that become AMQP properties (docs/destinations.md#send--amqp).
+# Everything else, protocol headers included, goes into the headers table (docs/destinations.md#send--amqp).
 _TEXT_PROPERTIES = {
     "content-type": "content_type",
     "content-encoding": "content_encoding",
@@ -51,7 +52,8 @@ _TEXT_PROPERTIES = {
 }
 NOT_IN_HEADERS_TABLE = frozenset({*_TEXT_PROPERTIES, "persistent", "priority", "timestamp", "destination"})
 
-# STOMP frame-control headers that the plugin copies into the AMQP headers table (reference §9.2)
+# STOMP frame-control headers that the plugin copies into the AMQP headers table
+# (docs/destinations.md#send--amqp)
 # although they describe the SEND frame, not the message.  We leave them out: a consumer should
 # not receive the publisher's receipt id or transaction name.  Listed in docs/compatibility.md.
 FRAME_CONTROL_HEADERS = frozenset({"receipt", "transaction", "content-length"})
@@ -68,7 +70,7 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None) -> Me
     """Build the publish properties for a SEND frame's headers.
 
     ``reply_to`` is the already-resolved reply address (a temp-queue reference replaced by the
-    real queue name, §12.1), or None to use the header as given.
+    real queue name, docs/destinations.md#temporary-queues), or None to use the header as given.
     """
     props = MessageProperties()
     table: dict[str, object] = {}
@@ -77,7 +79,8 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None) -> Me
         if attribute is not None:
             setattr(props, attribute, value)
         elif name == "persistent":
-            # only true/True means persistent; anything else leaves delivery-mode absent (§9.1)
+            # only true/True means persistent; anything else leaves delivery-mode absent
+            # (docs/destinations.md#send--amqp)
             if value in ("true", "True"):
                 props.delivery_mode = 2
         elif name == "priority":
@@ -95,7 +98,7 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None) -> Me
     if reply_to is not None:
         props.reply_to = reply_to
     # The plugin's parser prepends each header, so its table lists them in reverse frame order
-    # (reference §9.2); RabbitMQ keeps the order it is given, so consumers see that order.
+    # (docs/destinations.md#send--amqp); RabbitMQ keeps the order it is given, so consumers see that order.
     props.headers = dict(reversed(table.items())) if len(table) > 1 else table
     return props
 

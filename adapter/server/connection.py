@@ -543,7 +543,8 @@ class ClientConnection(asyncio.Protocol):
         if session is None or self._closed:
             return
         if error.code:
-            # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close (§19)
+            # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close
+            # (docs/behaviour.md#error-handling)
             frame = self._frame if self._busy else None
             self._run_all(session.on_broker_error(error.name, error.text, frame))
         else:

@@ -29,7 +29,7 @@ CR = 13
 
 @dataclass(frozen=True, slots=True)
 class FrameLimits:
-    """Per-frame limits.  Defaults follow the newer plugin (reference §3.3)."""
+    """Per-frame limits.  Defaults follow the newer plugin (docs/behaviour.md#limits)."""
 
     max_frame_size: int = 4 * 1024 * 1024
     max_headers: int = 100
@@ -40,7 +40,7 @@ class FrameError(StompError):
     """The byte stream is not valid STOMP or breaks a limit; the connection must close.
 
     ``message`` becomes the ERROR frame's ``message`` header and ``detail`` its body.  The
-    plugin closes silently here (reference §3.2); we send the ERROR first, as STOMP asks.
+    plugin closes silently here (docs/behaviour.md#limits); we send the ERROR first, as STOMP asks.
     """
 
 
@@ -91,7 +91,7 @@ class FrameParser:
         self._limits = limits or FrameLimits()
         self._unescape_table: dict[bytes, bytes] | None = None
         # STOMP 1.0 connections get leading whitespace trimmed from header values, as the
-        # plugin does (reference §3.1, util.erl trim_headers).
+        # plugin does (docs/behaviour.md#limits, util.erl trim_headers).
         self.trim_values = False
         # where the search for the end of the current header block / body resumes, so a frame
         # trickling in byte by byte is not rescanned from its start on every feed
@@ -133,7 +133,7 @@ class FrameParser:
         pos = self._pos
         end = len(buf)
         # Skip heart-beat EOLs and stray NULs between frames (STOMP 1.2 "Heart-beating",
-        # reference §3.1).  A CR must be followed by LF.
+        # docs/behaviour.md#limits).  A CR must be followed by LF.
         while pos < end:
             byte = buf[pos]
             if byte in (LF, NUL):
@@ -332,7 +332,7 @@ class FrameParser:
 def escape(value: str) -> str:
     """Escape a header name or value for the wire (STOMP 1.2 "Value Encoding").
 
-    Applied for every version, 1.0 included, exactly as the plugin does (reference §4): a raw
+    Applied for every version, 1.0 included, exactly as the plugin does (docs/compatibility.md): a raw
     LF in a 1.0 header would otherwise break the frame.
     """
     if _needs_escape(value) is None:
@@ -350,7 +350,7 @@ def encode_frame(
 ) -> bytes:
     """Serialise one server frame.
 
-    ``content-length`` is added, as the last header, iff the body is non-empty (reference §4);
+    ``content-length`` is added, as the last header, iff the body is non-empty (docs/compatibility.md);
     a ``content-length`` in ``headers`` is dropped so it can never disagree with the body.
     """
     if escape_headers:

@@ -4,7 +4,7 @@ Owns nothing but plain data. Must not import asyncio, aio-pika, pamqp or pydanti
 
 Header names and values are ``str`` decoded from UTF-8 with ``errors="surrogateescape"``, so any
 byte sequence a client sends survives a decode/encode round trip unchanged (the plugin does no
-UTF-8 validation, reference §3.1).
+UTF-8 validation, docs/behaviour.md#limits).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Frame:
     """One STOMP frame.
 
     ``command`` is kept as the raw text the client sent: an unknown command is not a parse
-    error but a ``Bad command`` ERROR (reference §3.4), so the session, not the codec, decides
+    error but a ``Bad command`` ERROR (docs/behaviour.md#limits), so the session, not the codec, decides
     what it means.  ``headers`` keeps the first occurrence of
     each name in arrival order (STOMP 1.2 "Repeated Header Entries").
     """

@@ -1,7 +1,7 @@
 """Heart-beat header parsing and negotiation (STOMP 1.1/1.2 "Heart-beating").  Pure.
 
 Negotiation is in milliseconds as the spec defines it.  The plugin rounds both intervals down to
-whole seconds (reference §5.7); we keep the client's milliseconds but never go below
+whole seconds (docs/behaviour.md#timeouts); we keep the client's milliseconds but never go below
 ``MIN_INTERVAL_MS`` so that a client cannot make the server spin on tiny timers.  The CONNECTED
 frame always states the intervals actually used, so a spec-following client stays in step.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 MIN_INTERVAL_MS = 100
-# the plugin accepts signed integers and treats negative values as 0 (reference §5.7)
+# the plugin accepts signed integers and treats negative values as 0 (docs/behaviour.md#timeouts)
 _HEART_BEAT = re.compile(r"(-?[0-9]{1,18}),(-?[0-9]{1,18})", re.ASCII)
 
 

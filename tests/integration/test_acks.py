@@ -1,4 +1,5 @@
-"""ACK / NACK and ack modes against the real broker (reference §11.2, §11.3, §13).
+"""ACK / NACK and ack modes against the real broker (docs/destinations.md#common-steps;
+docs/behaviour.md#receipts).
 
 Whether a delivery was settled is observed from the broker: unacknowledged messages go back to
 the queue when the STOMP connection closes, so the queue depth after a disconnect tells which
@@ -76,7 +77,8 @@ def test_client_individual_ack_is_per_message(stomp_client, broker, queue):
 
 
 def test_client_ack_is_cumulative_across_subscriptions(stomp_client, broker):
-    """One channel per connection: a 'client' ACK covers every earlier delivery (§13)."""
+    """One channel per connection: a 'client' ACK covers every earlier delivery
+    (docs/behaviour.md#receipts)."""
     q1, q2 = unique("acks"), unique("acks")
     broker.track_queue(q1, q2)
     client = stomp_client()
@@ -171,7 +173,8 @@ def test_prefetch_count_limits_unacked_deliveries(stomp_client, broker, queue):
 
 
 def test_prefetch_count_also_limits_later_subscriptions_of_the_connection(stomp_client, broker):
-    """basic.qos is channel state: a later SUBSCRIBE without prefetch-count inherits it (§11.3)."""
+    """basic.qos is channel state: a later SUBSCRIBE without prefetch-count inherits it
+    (docs/destinations.md#common-steps)."""
     q1, q2 = unique("acks"), unique("acks")
     broker.track_queue(q1, q2)
     client = stomp_client()

@@ -1,4 +1,5 @@
-"""Broker-side refusals reach the STOMP client as the plugin reports them (reference §19, §20).
+"""Broker-side refusals reach the STOMP client as the plugin reports them (docs/behaviour.md#error-handling;
+docs/behaviour.md#authentication).
 
 RabbitMQ's own permission checks apply because every client acts with its own credentials: a
 user with limited permissions is created through the management API for these tests.
@@ -97,7 +98,8 @@ def test_queue_deleted_under_a_subscription(stomp_client, amqp_url):
 
 
 def test_failed_bind_deletes_the_subscription_queue(adapter, broker):
-    # reference §6.4: when consume or bind fails, the plugin deletes the subscription queue it
+    # docs/destinations.md#common-steps: when consume or bind fails, the plugin deletes the subscription
+    # queue it
     # declared (on a fresh channel); a durable one would otherwise stay forever
     from adapter.mapping.destinations import subscription_queue_name
 

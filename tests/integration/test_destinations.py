@@ -1,4 +1,6 @@
-"""Destinations against the real broker (reference §6–§8, §10.3, §12, §14).
+"""Destinations against the real broker (docs/destinations.md#parsing–docs/destinations.md#topicpattern;
+docs/destinations.md#amqp--message; docs/destinations.md#temporary-queues;
+docs/destinations.md#durable-subscriptions).
 
 STOMP is spoken through stomp.py; what the adapter did to the broker is checked through aio-pika
 (passive declares, basic.get, publishes) and the management HTTP API (queue flags, arguments,
@@ -36,7 +38,8 @@ def flags(info: dict) -> tuple[bool, bool, bool]:
     [
         ({}, (True, False, False)),
         ({"durable": "false"}, (False, True, True)),
-        ({"persistent": "false"}, (False, True, True)),  # even on a SEND (§7.2)
+        ({"persistent": "false"}, (False, True, True)),  # even on a SEND
+        # (docs/destinations.md#queue-flag-headers)
         ({"auto-delete": "true"}, (True, True, False)),
         ({"exclusive": "true"}, (False, False, True)),  # the broker makes exclusive non-durable
     ],
@@ -142,7 +145,8 @@ def test_amq_queue_missing_on_subscribe_is_not_found(stomp_client, broker):
     assert error.command == "ERROR"
     assert error.headers["message"] == "not_found"
     assert error.body == f"NOT_FOUND - no queue '{queue}' in vhost '/'"
-    # a synchronous AMQP failure: ERROR, then the RECEIPT, then close (reference §15, §19)
+    # a synchronous AMQP failure: ERROR, then the RECEIPT, then close (docs/behaviour.md#receipts;
+    # docs/behaviour.md#error-handling)
     expect_receipt(client, "sub")
     assert client.wait_disconnected()
     assert not broker.queue_exists(queue)
@@ -236,7 +240,8 @@ def test_exchange_direct_with_key(stomp_client, broker):
     assert len(bindings) == 1
     queue = bindings[0]["destination"]
     assert queue.startswith("stomp-subscription-")
-    # 3.10.8 defaults for /exchange: non-durable, auto-delete, not exclusive (§7.2)
+    # 3.10.8 defaults for /exchange: non-durable, auto-delete, not exclusive
+    # (docs/destinations.md#queue-flag-headers)
     assert flags(broker.queue_info(queue)) == (False, True, False)
 
     broker.publish("amq.direct", key, b"from-amqp")
@@ -263,7 +268,7 @@ def test_exchange_fanout_without_key(stomp_client, broker):
     expect_receipt(a, "r")
     for client, sub in ((a, "fa"), (b, "fb")):
         message = message_with_body(client, body)
-        # exchange with an empty routing key → /exchange/<x> (§10.3)
+        # exchange with an empty routing key → /exchange/<x> (docs/destinations.md#amqp--message)
         assert message.headers["destination"] == "/exchange/amq.fanout"
         assert message.headers["subscription"] == sub
 
@@ -410,7 +415,8 @@ def test_reply_to_other_values_copied(stomp_client, broker):
     expect_receipt(client, "r")
     assert broker.get(queue).properties.reply_to == "/queue/answers"
     assert broker.get(queue).properties.reply_to == "plain-name"
-    # on MESSAGE frames a bare AMQP reply_to is shown as /reply-queue/<name> (§12.2)
+    # on MESSAGE frames a bare AMQP reply_to is shown as /reply-queue/<name>
+    # (docs/destinations.md#temporary-queues)
     client.conn.send(f"/queue/{queue}", "c", headers={"reply-to": "/queue/answers"})
     client.conn.send(f"/queue/{queue}", "d", headers={"reply-to": "plain-name"})
     client.conn.subscribe(f"/queue/{queue}", id="s")
@@ -424,7 +430,7 @@ DURABLE = {"durable": "true", "auto-delete": "false"}
 
 
 def test_durable_topic_subscription_lifecycle(stomp_client, broker):
-    # the name scheme reproduces the broker's (reference §6.5 vector)
+    # the name scheme reproduces the broker's (docs/destinations.md#durable-subscriptions vector)
     assert (
         subscription_queue_name("durable", "test.subscription") == "stomp-subscription-tMbeqL30tjlgaXMmaFM6Ew"
     )
@@ -509,7 +515,8 @@ def test_durable_unsubscribe_of_exchange_subscription_keeps_queue(stomp_client, 
     assert flags(broker.queue_info(queue)) == (True, False, False)
     client.conn.unsubscribe(id=sub_id, headers={"durable": "true", "receipt": "u"})
     expect_receipt(client, "u")
-    assert broker.queue_exists(queue)  # only /topic durable subscriptions are deleted (§14)
+    assert broker.queue_exists(queue)  # only /topic durable subscriptions are deleted
+    # (docs/destinations.md#durable-subscriptions)
 
 
 def test_durable_subscription_with_x_queue_name(stomp_client, broker):
@@ -521,7 +528,8 @@ def test_durable_subscription_with_x_queue_name(stomp_client, broker):
     client.conn.subscribe(f"/topic/{key}", id="d", headers={**headers, "receipt": "s"})
     expect_receipt(client, "s")
     assert flags(broker.queue_info(queue)) == (True, False, False)
-    # the UNSUBSCRIBE must repeat x-queue-name for the queue to be deleted (§14)
+    # the UNSUBSCRIBE must repeat x-queue-name for the queue to be deleted
+    # (docs/destinations.md#durable-subscriptions)
     client.conn.unsubscribe(id="d", headers={**headers, "receipt": "u"})
     expect_receipt(client, "u")
     assert not broker.queue_exists(queue)
@@ -574,7 +582,8 @@ def test_x_max_length(stomp_client, broker):
     assert broker.depth(queue) == 2
     first = broker.get(queue)
     assert first.body == b"m1"  # the head was dropped
-    # the x- header is also copied into the message headers (§7.4, §9.2)
+    # the x- header is also copied into the message headers (docs/destinations.md#queue-arguments-x--headers;
+    # docs/destinations.md#send--amqp)
     assert first.headers["x-max-length"] == " 2 "
 
 

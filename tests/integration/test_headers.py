@@ -1,4 +1,5 @@
-"""STOMP headers <-> AMQP properties and headers table, against the real broker (reference §9, §10).
+"""STOMP headers <-> AMQP properties and headers table, against the real broker
+(docs/destinations.md#send--amqp; docs/destinations.md#amqp--message).
 
 SEND side: what the adapter published is read back with aio-pika's basic.get (raw properties as
 they were on the wire).  MESSAGE side: messages are published with aio-pika and the MESSAGE
@@ -77,14 +78,15 @@ def test_send_headers_become_amqp_properties(stomp_client, broker, queue):
 def test_minimal_send_has_empty_headers_table_and_no_properties(stomp_client, broker, queue):
     broker.declare_queue(queue, durable=True, track=False)
     client = stomp_client()
-    # /amq/queue: persistent:false would also make a new /queue exclusive (§7.2)
+    # /amq/queue: persistent:false would also make a new /queue exclusive
+    # (docs/destinations.md#queue-flag-headers)
     client.conn.send(f"/amq/queue/{queue}", "", headers={"persistent": "false", "receipt": "r"})
     expect_receipt(client, "r")
     got = broker.get(queue)
     assert got.body == b""
     p = got.properties
-    assert p.headers == {}  # present but empty (§9.2)
-    assert p.delivery_mode is None  # persistent:false → absent (§9.1)
+    assert p.headers == {}  # present but empty (docs/destinations.md#send--amqp)
+    assert p.delivery_mode is None  # persistent:false → absent (docs/destinations.md#send--amqp)
     for name in ("content_type", "priority", "correlation_id", "expiration", "message_id", "timestamp"):
         assert getattr(p, name) is None, name
 
@@ -236,7 +238,8 @@ def test_amqp_properties_and_headers_become_message_headers(stomp_client, broker
         "timestamp": "1700000000",
         "amqp-message-id": "mid-1",
         "expiration": "60000",
-        "reply-to": "/reply-queue/reply-here",  # a bare queue name gets the prefix (§12.2)
+        "reply-to": "/reply-queue/reply-here",  # a bare queue name gets the prefix
+        # (docs/destinations.md#temporary-queues)
         "correlation-id": "c-1",
         "priority": "3",
         "persistent": "true",
@@ -244,7 +247,8 @@ def test_amqp_properties_and_headers_become_message_headers(stomp_client, broker
         "content-type": "application/json",
     }
     names = list(h)
-    # table entries come before the properties, which come in the plugin's fixed order (§10.1)
+    # table entries come before the properties, which come in the plugin's fixed order
+    # (docs/destinations.md#message-header-order)
     assert max(names.index(n) for n in table) < names.index("app-id")
     assert [n for n in names if n in PROPERTY_ORDER] == PROPERTY_ORDER
     assert names[-1] == "content-length" and h["content-length"] == "7"
@@ -257,7 +261,8 @@ def test_delivery_mode_other_than_2_and_missing_properties(stomp_client, broker,
     expect_receipt(client, "sub")
     broker.publish("", queue, b"", delivery_mode=1)
     h = client.next("MESSAGE").headers
-    assert h["persistent"] == "1"  # any other value is shown as the number (§10.5)
+    assert h["persistent"] == "1"  # any other value is shown as the number
+    # (docs/destinations.md#amqp--message)
     assert "content-length" not in h  # empty body
     for absent in ("content-type", "correlation-id", "reply-to", "expiration", "type", "app-id", "user-id"):
         assert absent not in h, absent

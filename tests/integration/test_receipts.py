@@ -1,4 +1,4 @@
-"""Receipts against the real broker (reference §15, §19).
+"""Receipts against the real broker (docs/behaviour.md#receipts; docs/behaviour.md#error-handling).
 
 A SEND's RECEIPT is a publisher confirm: once it arrives the message is in the queue.  Other
 frames get their RECEIPT after their work is done.  Broker state is checked through aio-pika.
@@ -114,7 +114,7 @@ def test_synchronous_failure_sends_error_then_receipt(stomp_client, broker):
     assert error.command == "ERROR"
     assert error.headers["message"] == "not_found"
     assert error.body == f"NOT_FOUND - no exchange '{exchange}' in vhost '/'"
-    expect_receipt(client, "sub")  # after the ERROR, as the plugin does (§15)
+    expect_receipt(client, "sub")  # after the ERROR, as the plugin does (docs/behaviour.md#receipts)
     assert client.wait_disconnected()
 
 

@@ -1,4 +1,4 @@
-"""BEGIN / COMMIT / ABORT against the real broker (reference §16).
+"""BEGIN / COMMIT / ABORT against the real broker (docs/behaviour.md#limits).
 
 Transactions are buffers in the adapter: SENDs and ACKs inside one reach the broker only at
 COMMIT.  Whether they did is checked through aio-pika (queue depth) and through what a

@@ -86,7 +86,7 @@ def test_module_imports_only_stdlib() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 parsing
+# docs/destinations.md#parsing parsing
 # ---------------------------------------------------------------------------------------------
 
 
@@ -145,7 +145,7 @@ def test_routing_name() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.2 errors
+# docs/destinations.md#parsing errors
 # ---------------------------------------------------------------------------------------------
 
 
@@ -226,7 +226,7 @@ def test_missing_destination(command: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.3 / §8 publish target
+# docs/destinations.md#common-steps / docs/destinations.md#topicpattern publish target
 # ---------------------------------------------------------------------------------------------
 
 
@@ -277,14 +277,15 @@ def test_send_queue_declare() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §7 queue.declare parameters
+# docs/destinations.md#queue-flag-headers queue.declare parameters
 # ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("kind", "headers", "flags"),
     [
-        # §7.2 table rows: (durable, auto_delete, exclusive) as sent in queue.declare
+        # docs/destinations.md#queue-flag-headers table rows: (durable, auto_delete, exclusive) as sent in
+        # queue.declare
         (K.QUEUE, {}, (True, False, False)),
         (K.QUEUE, {"durable": "false"}, (False, True, True)),
         (K.QUEUE, {"persistent": "false"}, (False, True, True)),
@@ -299,7 +300,7 @@ def test_send_queue_declare() -> None:
         (K.TOPIC, {"exclusive": "true"}, (False, True, True)),
         (K.EXCHANGE, {}, (False, True, False)),
         (K.EXCHANGE, {"persistent": "true", "auto-delete": "false"}, (True, False, False)),
-        # §7.1 value spellings
+        # docs/destinations.md#queue-flag-headers value spellings
         (K.QUEUE, {"durable": "False"}, (False, True, True)),
         (K.TOPIC, {"durable": "True"}, (True, True, False)),
         (K.QUEUE, {"durable": "true", "exclusive": "True"}, (True, False, True)),
@@ -418,7 +419,7 @@ def test_queue_params_bad_argument_checked_before_flags() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §7.3 durable subscriptions
+# docs/destinations.md#durable-subscriptions durable subscriptions
 # ---------------------------------------------------------------------------------------------
 
 
@@ -467,7 +468,7 @@ def test_require_id_for_durable_ok(headers: dict[str, str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.5 subscription queue names
+# docs/destinations.md#durable-subscriptions subscription queue names
 # ---------------------------------------------------------------------------------------------
 
 
@@ -550,7 +551,7 @@ def test_subscription_queue() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.4 SUBSCRIBE plan
+# docs/destinations.md#common-steps SUBSCRIBE plan
 # ---------------------------------------------------------------------------------------------
 
 
@@ -607,7 +608,7 @@ def test_subscribe_target_exchange() -> None:
     no_key = subscribe_target(parse_destination("/exchange/amq.fanout"), {}, None, "amq.topic")
     assert no_key.bind_exchange == "amq.fanout" and no_key.bind_key == ""
     assert no_key.declare == QueueParams(False, True, False, {})
-    # §8: /exchange/amq.topic is bound to the configured default topic exchange
+    # docs/destinations.md#topicpattern: /exchange/amq.topic is bound to the configured default topic exchange
     assert subscribe_target(
         parse_destination("/exchange/amq.topic/k"), {}, None, "my.topic"
     ).bind_exchange == ("my.topic")
@@ -631,7 +632,8 @@ def test_subscribe_target_errors() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §11.1 consumer tags, §14 UNSUBSCRIBE identification
+# docs/destinations.md#common-steps consumer tags, docs/destinations.md#durable-subscriptions UNSUBSCRIBE
+# identification
 # ---------------------------------------------------------------------------------------------
 
 
@@ -665,7 +667,7 @@ def test_subscription_description() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §10.3 MESSAGE destination
+# docs/destinations.md#amqp--message MESSAGE destination
 # ---------------------------------------------------------------------------------------------
 
 
@@ -700,7 +702,7 @@ def test_message_destination(exchange: str | bytes, routing_key: str | bytes, ex
 
 
 # ---------------------------------------------------------------------------------------------
-# §12 reply-to
+# docs/destinations.md#temporary-queues reply-to
 # ---------------------------------------------------------------------------------------------
 
 
@@ -740,7 +742,7 @@ def test_reply_to_on_send() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §11.6 stream offsets
+# docs/destinations.md#stream-offsets stream offsets
 # ---------------------------------------------------------------------------------------------
 
 
@@ -786,7 +788,7 @@ def test_stream_offset_types_are_str_enums() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# §14 durable UNSUBSCRIBE
+# docs/destinations.md#durable-subscriptions durable UNSUBSCRIBE
 # ---------------------------------------------------------------------------------------------
 
 
