@@ -13,13 +13,16 @@ import contextlib
 import ctypes
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
+from .server.brokers import BrokerNodes, parse_nodes
+from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
-from .server.listener import Server, broker_address
+from .server.listener import Server
 from .session import SessionSettings
 from .stomp.codec import FrameLimits
 
@@ -76,18 +79,45 @@ def session_settings(settings: Settings) -> SessionSettings:
     )
 
 
+_TLS_VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+def broker_tls_context(settings: Settings) -> ssl.SSLContext:
+    """The TLS client context for amqps:// nodes.  Without a CA file the broker is verified
+    against Python's default trust store (so SSL_CERT_FILE works as for any Python client)."""
+    try:
+        context = ssl.create_default_context(cafile=settings.amqp_tls_cafile)
+        if settings.amqp_tls_certfile:
+            context.load_cert_chain(settings.amqp_tls_certfile, settings.amqp_tls_keyfile)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"TLS to the broker: cannot load certificates: {error}") from None
+    context.minimum_version = _TLS_VERSIONS[settings.amqp_tls_min_version]
+    if not settings.amqp_tls_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        log.warning(
+            "adapter.amqp_tls_verify = false: the broker's certificate is NOT checked; anyone on the "
+            "network path can read and change the traffic, passwords included"
+        )
+    return context
+
+
 def build_server(settings: Settings) -> Server:
     if settings.proxy_protocol:
         raise ConfigError(
             "stomp.proxy_protocol = true: the PROXY protocol is not supported by the adapter yet"
         )
-    try:
-        broker = broker_address(settings.amqp_url, settings.amqp_heartbeat, settings.amqp_connect_timeout)
-    except ValueError as error:
-        raise ConfigError(f"amqp_url = {redact_url(settings.amqp_url)!r}: {error}") from None
+    nodes = parse_nodes(settings.amqp_url)
+    broker = BrokerSettings(
+        heartbeat=settings.amqp_heartbeat,
+        connect_timeout=settings.amqp_connect_timeout,
+        tls=broker_tls_context(settings) if any(node.tls for node in nodes) else None,
+        tls_server_name=settings.amqp_tls_server_name,
+    )
     return Server(
         session_settings=session_settings(settings),
         broker=broker,
+        nodes=BrokerNodes(nodes, settings.amqp_node_order),
         listeners=[parse_listener(listener) for listener in settings.listeners],
         login_timeout=settings.login_timeout,
         frame_timeout=settings.frame_timeout,

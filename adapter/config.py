@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, ValidationError, field_validator
@@ -160,7 +160,10 @@ def _log_level(value: object) -> str:
 
 
 def redact_url(url: str) -> str:
-    """Return *url* with any password replaced by ``***`` (for logs and error messages)."""
+    """Return *url* with any password replaced by ``***`` (for logs and error messages); a
+    comma-separated list of URLs (several broker nodes) URL by URL."""
+    if "," in url:
+        return ",".join(redact_url(part) for part in url.split(","))
     try:
         parts = urlsplit(url)
         if parts.password is None:
@@ -173,20 +176,43 @@ def redact_url(url: str) -> str:
 
 
 def _amqp_url(value: object) -> str:
-    allowed = "must be an amqp:// or amqps:// URL with a host, e.g. amqp://guest:guest@localhost:5672/"
+    """One amqp:// or amqps:// URL, or several separated by commas (the nodes of a cluster)."""
+    allowed = (
+        "must be amqp:// or amqps:// URLs with a host, comma-separated for several nodes, "
+        "e.g. amqp://guest:guest@localhost:5672/"
+    )
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(allowed)
+    urls = []
+    for item in value.split(","):
+        url = item.strip()
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # raises ValueError on a non-numeric or out-of-range port
+        except ValueError:
+            raise ValueError(allowed) from None
+        if parts.scheme.lower() not in ("amqp", "amqps") or not parts.hostname or port == 0:
+            raise ValueError(allowed)
+        urls.append(url)
+    return ",".join(urls)
+
+
+def _one_of(*choices: str) -> Callable[[object], str]:
+    def convert(value: object) -> str:
+        text = str(value).strip().lower() if isinstance(value, str) else ""
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return text
+
+    return convert
+
+
+def _optional_path(value: object) -> str | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
     if not isinstance(value, str):
-        raise ValueError(allowed)
-    url = value.strip()
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # raises ValueError on a non-numeric or out-of-range port
-    except ValueError:
-        raise ValueError(allowed) from None
-    if parts.scheme.lower() not in ("amqp", "amqps") or not parts.hostname:
-        raise ValueError(allowed)
-    if port == 0:
-        raise ValueError(allowed)
-    return url
+        raise ValueError("must be a file path")
+    return value.strip()
 
 
 def parse_listener(value: str) -> tuple[str, int]:
@@ -287,6 +313,13 @@ def _user_list(value: object) -> tuple[str, ...]:
 _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "listeners": _listeners,
     "amqp_url": _amqp_url,
+    "amqp_node_order": _one_of("round_robin", "shuffle"),
+    "amqp_tls_cafile": _optional_path,
+    "amqp_tls_certfile": _optional_path,
+    "amqp_tls_keyfile": _optional_path,
+    "amqp_tls_verify": _to_bool,
+    "amqp_tls_server_name": _optional_path,
+    "amqp_tls_min_version": _one_of("tlsv1.2", "tlsv1.3"),
     "default_user": _credential,
     "default_pass": _credential,
     "default_vhost": _non_empty_str,
@@ -337,6 +370,17 @@ class Settings(BaseSettings):
     listeners: Annotated[tuple[str, ...], NoDecode] = ("0.0.0.0:61613",)
     # Where the broker is.  STOMP sessions log in with the CONNECT frame's credentials (or the defaults).
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
+    # With several nodes: the order a login tries them in (docs/behaviour.md, "Broker nodes").
+    amqp_node_order: Literal["round_robin", "shuffle"] = "round_robin"
+    # TLS to amqps:// nodes: CA file (None: Python's default trust store), client certificate
+    # and key (brokers that require mutual TLS), peer verification, the name the certificate
+    # must carry (None: the node's host name), the lowest protocol version accepted.
+    amqp_tls_cafile: str | None = None
+    amqp_tls_certfile: str | None = None
+    amqp_tls_keyfile: str | None = None
+    amqp_tls_verify: bool = True
+    amqp_tls_server_name: str | None = None
+    amqp_tls_min_version: str = "tlsv1.2"
     # Used when CONNECT has no login/passcode (and for implicit connect); None disables.
     default_user: str | None = "guest"
     default_pass: str | None = Field(default="guest", repr=False)
@@ -425,6 +469,13 @@ _ADAPTER_KEYS: dict[str, str] = {
     for name in (
         "listeners",
         "amqp_url",
+        "amqp_node_order",
+        "amqp_tls_cafile",
+        "amqp_tls_certfile",
+        "amqp_tls_keyfile",
+        "amqp_tls_verify",
+        "amqp_tls_server_name",
+        "amqp_tls_min_version",
         "max_frame_size_unauthenticated",
         "max_headers",
         "max_header_length",
@@ -444,6 +495,7 @@ _ADAPTER_KEYS: dict[str, str] = {
 _KEYS = {**_STOMP_KEYS, **_ADAPTER_KEYS}
 
 _TCP_LISTENER_PREFIX = "stomp.listeners.tcp."
+_AMQP_NODE_PREFIX = "adapter.amqp_url."  # one broker node per key, like stomp.listeners.tcp.<name>
 _SSL_LISTENER_PREFIX = "stomp.listeners.ssl."
 _ACCEPTORS_PREFIX = "stomp.num_acceptors."
 
@@ -524,6 +576,7 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
 
     ini = IniFile(path=shown_path)
     tcp_listeners: dict[str, tuple[str, _Origin]] = {}
+    amqp_nodes: dict[str, tuple[str, _Origin]] = {}
     tcp_none: _Origin | None = None
     adapter_listeners: _Origin | None = None
 
@@ -561,6 +614,15 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
                 raise fail(str(exc)) from None
             tcp_listeners[key] = (listener, origin)  # a repeated name replaces, as in rabbitmq.conf
             continue
+        if key.startswith(_AMQP_NODE_PREFIX) and len(key) > len(_AMQP_NODE_PREFIX):
+            try:
+                url = _amqp_url(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {key} = {redact_url(raw)!r}: {exc}") from None
+            if "," in url:
+                raise ConfigError(f"{where}: {key}: one node per key (a comma separates nodes elsewhere)")
+            amqp_nodes[key] = (url, origin)  # a repeated name replaces, as for listeners
+            continue
         if key.startswith(_SSL_LISTENER_PREFIX) or key in _UNSUPPORTED_KEYS or key == "stomp.listeners.ssl":
             if key == "stomp.ssl_cert_login":
                 try:
@@ -593,6 +655,16 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         ini.values[name] = value
         ini.origins[name] = origin
 
+    if amqp_nodes:
+        previous = ini.origins.get("amqp_url")
+        first = next(iter(amqp_nodes.values()))[1]
+        if previous is not None:
+            raise ConfigError(
+                f"{first.where}: {first.key} and {previous.key} ({previous.where}) both name the broker; "
+                "keep one form"
+            )
+        ini.values["amqp_url"] = ",".join(url for url, _origin in amqp_nodes.values())
+        ini.origins["amqp_url"] = first
     if tcp_listeners and adapter_listeners is not None:
         first = next(iter(tcp_listeners.values()))[1]
         raise ConfigError(

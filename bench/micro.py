@@ -32,8 +32,9 @@ from adapter.amqp import wire
 from adapter.cli import session_settings
 from adapter.config import Settings
 from adapter.mapping.properties import MessageProperties
-from adapter.server.connection import ClientConnection
-from adapter.server.listener import Server, broker_address
+from adapter.server.brokers import BrokerNodes, parse_nodes
+from adapter.server.connection import BrokerSettings, ClientConnection
+from adapter.server.listener import Server
 
 BODY = b"x" * 1024
 
@@ -132,7 +133,8 @@ async def measure(amqp_url: str, messages: int, repeat: int) -> dict[str, float]
     settings = Settings(amqp_url=amqp_url)
     server = Server(
         session_settings=session_settings(settings),
-        broker=broker_address(amqp_url, settings.amqp_heartbeat, settings.amqp_connect_timeout),
+        broker=BrokerSettings(settings.amqp_heartbeat, settings.amqp_connect_timeout),
+        nodes=BrokerNodes(parse_nodes(amqp_url)),
         listeners=[],
     )
     client = Recorder()

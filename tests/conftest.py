@@ -69,11 +69,13 @@ def adapter(amqp_url: str) -> Iterator[AdapterProcess]:
 
 @pytest.fixture
 def start_adapter(amqp_url: str) -> Iterator[Callable[..., AdapterProcess]]:
-    """Factory for an adapter with particular settings, e.g. ``start_adapter(login_timeout=1)``."""
+    """Factory for an adapter with particular settings, e.g. ``start_adapter(login_timeout=1)``
+    (``amqp_url=...`` replaces the test broker's URL, e.g. with several nodes)."""
     started: list[AdapterProcess] = []
 
     def start(**settings: object) -> AdapterProcess:
-        server = AdapterProcess(amqp_url, **settings)
+        url = str(settings.pop("amqp_url", amqp_url))
+        server = AdapterProcess(url, **settings)
         server.start()
         started.append(server)
         return server

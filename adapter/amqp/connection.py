@@ -162,13 +162,16 @@ class AmqpConnection(asyncio.Protocol):
         timeout: float,
         connection_name: str,
         ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> AmqpConnection:
         """Connect, authenticate, open the vhost and channel 1.  Raises AmqpError or OSError."""
         loop = asyncio.get_running_loop()
         protocol = cls(events, heartbeat=heartbeat, connection_name=connection_name)
         protocol._credentials = (user, password, vhost)
         async with asyncio.timeout(timeout):
-            await loop.create_connection(lambda: protocol, host, port, ssl=ssl_context)
+            await loop.create_connection(
+                lambda: protocol, host, port, ssl=ssl_context, server_hostname=server_hostname
+            )
             try:
                 await protocol._handshake
             except BaseException:

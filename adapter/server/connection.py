@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,11 +48,15 @@ _CONFIRM_WAIT_ON_DISCONNECT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerAddress:
-    host: str
-    port: int
+class BrokerSettings:
+    """How AMQP connections are opened (the nodes themselves are in server.nodes)."""
+
     heartbeat: int
     connect_timeout: float
+    # for amqps:// nodes: the TLS context (CA, client certificate, verification, minimum
+    # version) and the name to check the certificate against (None: the node's host name)
+    tls: ssl.SSLContext | None = None
+    tls_server_name: str | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -379,39 +384,72 @@ class ClientConnection(asyncio.Protocol):
         return None
 
     async def _open_amqp(self, op: ops.OpenConnection) -> ops.LoginResult:
+        """Log in on the first broker node that answers, in the order server.nodes gives, all
+        within the login timeout.  A refusing, unreachable or timing-out node is skipped (and
+        rested); a login the broker refuses is final (docs/behaviour.md, "Broker nodes")."""
         broker = self._server.broker
-        broker_host = self._server.broker_host
-        target = broker_host.target()
-        try:
-            amqp = await AmqpConnection.open(
-                self,
-                host=target,
-                port=broker.port,
-                user=op.user,
-                password=op.password,
-                vhost=op.vhost,
-                heartbeat=broker.heartbeat,
-                timeout=broker.connect_timeout,
-                connection_name=f"STOMP {self.peer}",
-            )
-        except AmqpError as error:
-            log.info("login refused peer=%s user=%s vhost=%s: %s", self.peer, op.user, op.vhost, error.text)
-            if error.code == 403 or (error.phase == "auth" and error.code == 0):
-                # RabbitMQ closes the socket on a failed login (authentication_failure_close)
-                return ops.LoginResult(False, "auth", error.text)
-            if error.code in (530, 402) or error.phase == "vhost":
-                return ops.LoginResult(False, "vhost", error.text)
-            return ops.LoginResult(False, "other", error.text)
-        except (OSError, TimeoutError) as error:
-            if isinstance(error, OSError) and error.errno in EXHAUSTED:
-                self._server.descriptors.exhausted(f"cannot open an AMQP connection: {error.strerror}")
-                return ops.LoginResult(
-                    False, "other", "The adapter is out of file descriptors, try again later"
+        nodes = self._server.nodes
+        deadline = self._loop.time() + self._server.login_timeout
+        problems: list[str] = []
+        amqp: AmqpConnection | None = None
+        for node in nodes.attempt_order():
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                problems.append(f"{node.label}: not tried, login timeout reached")
+                break
+            target = node.resolver.target()
+            try:
+                amqp = await AmqpConnection.open(
+                    self,
+                    host=target,
+                    port=node.port,
+                    user=op.user,
+                    password=op.password,
+                    vhost=op.vhost,
+                    heartbeat=broker.heartbeat,
+                    timeout=min(broker.connect_timeout, remaining),
+                    connection_name=f"STOMP {self.peer}",
+                    ssl_context=broker.tls if node.tls else None,
+                    server_hostname=(broker.tls_server_name or node.host) if node.tls else None,
                 )
-            broker_host.failed()
-            log.warning("broker unreachable for peer=%s: %s", self.peer, error or type(error).__name__)
+            except AmqpError as error:
+                log.info(
+                    "login refused peer=%s user=%s vhost=%s node=%s: %s",
+                    self.peer,
+                    op.user,
+                    op.vhost,
+                    node.label,
+                    error.text,
+                )
+                if error.code == 403 or (error.phase == "auth" and error.code == 0):
+                    # RabbitMQ closes the socket on a failed login (authentication_failure_close)
+                    return ops.LoginResult(False, "auth", error.text)
+                if error.code in (530, 402) or error.phase == "vhost":
+                    return ops.LoginResult(False, "vhost", error.text)
+                return ops.LoginResult(False, "other", error.text)
+            except ssl.SSLCertVerificationError as error:
+                nodes.failed(node)
+                problem = f"TLS certificate verification failed for {node.label}: {error.verify_message}"
+                log.warning("peer=%s: %s (%s)", self.peer, problem, error)
+                problems.append(problem)
+            except (OSError, TimeoutError) as error:
+                if isinstance(error, OSError) and error.errno in EXHAUSTED:
+                    self._server.descriptors.exhausted(f"cannot open an AMQP connection: {error.strerror}")
+                    return ops.LoginResult(
+                        False, "other", "The adapter is out of file descriptors, try again later"
+                    )
+                nodes.failed(node)
+                reason = str(error) or type(error).__name__
+                log.warning("broker node unreachable for peer=%s: %s: %s", self.peer, node.label, reason)
+                problems.append(f"{node.label}: {reason}")
+            else:
+                nodes.connected(node, target, amqp.peer_address)
+                break
+        if amqp is None:
+            tls_problems = [p for p in problems if p.startswith("TLS certificate")]
+            if tls_problems:
+                return ops.LoginResult(False, "other", "; ".join(tls_problems))
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
-        broker_host.connected(target, amqp.peer_address)
         if self._closed:
             amqp.close_nowait()
             return ops.LoginResult(False, "other", "closed")

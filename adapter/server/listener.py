@@ -12,26 +12,13 @@ import logging
 import socket
 from collections.abc import Coroutine
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from ..session import SessionSettings
-from .connection import BrokerAddress, ClientConnection
+from .brokers import BrokerNodes
+from .connection import BrokerSettings, ClientConnection
 from .fdlimit import EXHAUSTED, DescriptorWatch
-from .resolver import BrokerHost
 
 log = logging.getLogger("adapter.server")
-
-
-def broker_address(amqp_url: str, heartbeat: int, connect_timeout: float) -> BrokerAddress:
-    parts = urlsplit(amqp_url)
-    if parts.scheme == "amqps":
-        raise ValueError("amqps:// (TLS to the broker) is not supported yet")
-    return BrokerAddress(
-        host=unquote(parts.hostname or "localhost"),
-        port=parts.port or 5672,
-        heartbeat=heartbeat,
-        connect_timeout=connect_timeout,
-    )
 
 
 class Server:
@@ -39,7 +26,8 @@ class Server:
         self,
         *,
         session_settings: SessionSettings,
-        broker: BrokerAddress,
+        broker: BrokerSettings,
+        nodes: BrokerNodes,
         listeners: list[tuple[str, int]],
         login_timeout: float = 10.0,
         heartbeat_tolerance: float = 1.5,
@@ -54,7 +42,7 @@ class Server:
     ) -> None:
         self.session_settings = session_settings
         self.broker = broker
-        self.broker_host = BrokerHost(broker.host)
+        self.nodes = nodes
         self.listeners = listeners
         self.login_timeout = login_timeout
         self.heartbeat_tolerance = heartbeat_tolerance

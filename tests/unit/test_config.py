@@ -294,7 +294,7 @@ def test_listeners_tcp_accepts_only_none(tmp_path: Path) -> None:
 @pytest.mark.parametrize("url", ["http://localhost/", "amqp://", "localhost:5672", "amqp://h:notaport/"])
 def test_bad_url(tmp_path: Path, url: str) -> None:
     message = config_error(tmp_path, f"adapter.amqp_url = {url}\n")
-    assert f"adapter.amqp_url = {url!r}: must be an amqp:// or amqps:// URL" in message
+    assert f"adapter.amqp_url = {url!r}: must be amqp:// or amqps:// URLs" in message
 
 
 def test_bad_url_does_not_show_the_password(tmp_path: Path) -> None:
@@ -395,3 +395,31 @@ def test_parse_listener_rejects(value: str) -> None:
 def test_redact_url() -> None:
     assert redact_url("amqp://guest:guest@localhost:5672/") == "amqp://guest:***@localhost:5672/"
     assert redact_url("amqp://localhost/") == "amqp://localhost/"
+
+
+def test_several_broker_nodes_comma_separated_or_one_key_each(tmp_path: Path) -> None:
+    s = load_settings(None, {"amqp_url": "amqp://a:1/, amqps://b/"})
+    assert s.amqp_url == "amqp://a:1/,amqps://b/"
+    path = tmp_path / "nodes.ini"
+    path.write_text(
+        "adapter.amqp_url.one = amqps://u:p@r1:5671/\nadapter.amqp_url.two = amqps://u:p@r2:5671/\n"
+    )
+    assert load_settings(path, {}).amqp_url == "amqps://u:p@r1:5671/,amqps://u:p@r2:5671/"
+    message = config_error(tmp_path, "adapter.amqp_url.one = amqp://a/\nadapter.amqp_url = amqp://b/\n")
+    assert "both name the broker" in message
+    message = config_error(tmp_path, "adapter.amqp_url.one = http://u:secret@a/\n")
+    assert "must be amqp:// or amqps:// URLs" in message and "secret" not in message
+
+
+def test_broker_tls_settings(tmp_path: Path) -> None:
+    s = load_settings(None, {})
+    assert (s.amqp_tls_verify, s.amqp_tls_cafile, s.amqp_tls_min_version, s.amqp_node_order) == (
+        True,
+        None,
+        "tlsv1.2",
+        "round_robin",
+    )
+    message = config_error(tmp_path, "adapter.amqp_tls_min_version = sslv3\n")
+    assert "must be one of tlsv1.2, tlsv1.3" in message
+    message = config_error(tmp_path, "adapter.amqp_node_order = random\n")
+    assert "must be one of round_robin, shuffle" in message

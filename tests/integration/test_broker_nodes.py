@@ -1,0 +1,193 @@
+"""TLS to the broker and several broker nodes, with real components in between.
+
+* TLS: Debian's stunnel terminates TLS in front of the broker's plain AMQP port, with
+  certificates made by trustme for this test run (never committed), so the adapter's TLS client
+  meets a real TLS server; ``amqps://`` URLs point at it.
+* Nodes: TCP relays in front of the one broker stand for the nodes of a cluster; a test stops a
+  relay to take its node away (a second RabbitMQ node would cost a minute of start-up and a
+  cluster join for the same observable behaviour: a node that refuses or drops connections).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+import trustme
+
+from tests.support import StompClient, TcpRelay, read_frames, unique
+
+CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def stunnel(amqp_url: str, ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A TLS front for the broker (certificate for "localhost" and 127.0.0.1); its port."""
+    binary = shutil.which("stunnel4") or shutil.which("stunnel")
+    assert binary, "stunnel is not installed: .ci/run installs Debian's stunnel4"
+    directory = tmp_path_factory.mktemp("stunnel")
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(directory / "server.pem"))
+    broker = urlsplit(amqp_url)
+    port = free_port()
+    config = directory / "stunnel.conf"
+    config.write_text(
+        "foreground = yes\n"
+        f"pid = {directory / 'stunnel.pid'}\n"
+        "debug = 4\n"
+        "[amqps]\n"
+        f"accept = 127.0.0.1:{port}\n"
+        f"connect = {broker.hostname or '127.0.0.1'}:{broker.port or 5672}\n"
+        f"cert = {directory / 'server.pem'}\n"
+    )
+    log = (directory / "stunnel.log").open("wb")
+    process = subprocess.Popen([binary, str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, (directory / "stunnel.log").read_text()
+                assert time.monotonic() < deadline, "stunnel did not start"
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+def amqps_url(amqp_url: str, port: int, host: str = "localhost") -> str:
+    parts = urlsplit(amqp_url)
+    return f"amqps://{parts.username or 'guest'}:{parts.password or 'guest'}@{host}:{port}/"
+
+
+def round_trip(port: int) -> None:
+    client = StompClient(port, "1.2")
+    try:
+        destination = f"/topic/{unique('node')}"
+        client.conn.subscribe(destination, id="s")
+        client.conn.send(destination, "over the node")
+        assert client.next("MESSAGE").body == "over the node"
+    finally:
+        client.close()
+
+
+def connect_error(port: int) -> dict[str, str]:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(CONNECT)
+        frames, closed = read_frames(sock, timeout=15, count=1)
+    assert frames and frames[0].startswith(b"ERROR"), frames
+    head, _, body = frames[0].partition(b"\n\n")
+    headers = dict(line.split(":", 1) for line in head.decode().split("\n")[1:] if ":" in line)
+    headers["body"] = body.decode()
+    return headers
+
+
+def test_amqps_with_the_ca_file(start_adapter, amqp_url, stunnel, ca, tmp_path):
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    adapter = start_adapter(amqp_url=amqps_url(amqp_url, stunnel), amqp_tls_cafile=str(tmp_path / "ca.pem"))
+    round_trip(adapter.port)
+
+
+def test_amqps_verifies_against_the_default_trust_store(
+    start_adapter, amqp_url, stunnel, ca, tmp_path, monkeypatch
+):
+    """No CA file: Python's default trust store, so SSL_CERT_FILE works (the contract)."""
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    adapter = start_adapter(amqp_url=amqps_url(amqp_url, stunnel))
+    round_trip(adapter.port)
+
+
+def test_a_certificate_problem_fails_connect_with_an_error_naming_it(
+    start_adapter, amqp_url, stunnel, tmp_path
+):
+    other = trustme.CA()  # not the CA that signed stunnel's certificate
+    other.cert_pem.write_to_path(str(tmp_path / "other.pem"))
+    adapter = start_adapter(
+        amqp_url=amqps_url(amqp_url, stunnel), amqp_tls_cafile=str(tmp_path / "other.pem")
+    )
+    headers = connect_error(adapter.port)
+    # as for an unreachable broker (docs/behaviour.md, ERROR catalogue); the body names the cause
+    assert headers["message"] == "Processing error"
+    assert "TLS certificate verification failed" in headers["body"], headers
+    assert "certificate" in headers["body"]
+
+
+def test_host_name_mismatch_is_a_certificate_problem(start_adapter, amqp_url, stunnel, ca, tmp_path):
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    adapter = start_adapter(
+        amqp_url=amqps_url(amqp_url, stunnel),
+        amqp_tls_cafile=str(tmp_path / "ca.pem"),
+        amqp_tls_server_name="rabbit.example",  # the certificate names localhost only
+    )
+    assert "TLS certificate verification failed" in connect_error(adapter.port)["body"]
+
+
+def test_verification_off_still_encrypts(start_adapter, amqp_url, stunnel, caplog):
+    adapter = start_adapter(amqp_url=amqps_url(amqp_url, stunnel), amqp_tls_verify=False)
+    round_trip(adapter.port)
+
+
+def test_a_node_that_refuses_is_skipped(start_adapter, amqp_url, broker_host_port):
+    dead = free_port()  # nothing listens there
+    parts = urlsplit(amqp_url)
+    live = f"amqp://{parts.netloc}/"
+    adapter = start_adapter(amqp_url=f"amqp://guest:guest@127.0.0.1:{dead}/,{live}")
+    for _ in range(3):  # round robin: some logins start with the dead node
+        round_trip(adapter.port)
+
+
+def test_a_session_whose_node_goes_away_gets_an_error_and_reconnects_elsewhere(
+    start_adapter, broker_host_port
+):
+    host, port = broker_host_port
+    first, second = TcpRelay(host, port), TcpRelay(host, port)
+    first.start()
+    second.start()
+    try:
+        adapter = start_adapter(
+            amqp_url=f"amqp://guest:guest@127.0.0.1:{first.port}/,amqp://guest:guest@127.0.0.1:{second.port}/"
+        )
+        client = StompClient(adapter.port, "1.2")  # round robin: the first login uses the first node
+        assert first.connections, "the first login did not go through the first node"
+        first.stop()  # the node goes away under the session
+        error = client.next("ERROR", timeout=15)
+        assert error.headers["message"] == "AMQP connection died"
+        assert client.wait_disconnected()
+        client.close()
+        # the next CONNECTs land on the live node, whatever their turn in the rotation
+        for _ in range(2):
+            round_trip(adapter.port)
+        assert second.connections
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_all_nodes_down_is_a_clear_error(start_adapter):
+    adapter = start_adapter(
+        amqp_url=f"amqp://guest:guest@127.0.0.1:{free_port()}/,amqp://guest:guest@127.0.0.1:{free_port()}/"
+    )
+    headers = connect_error(adapter.port)
+    assert headers["message"] == "Processing error"
+    assert "unreachable" in headers["body"]
