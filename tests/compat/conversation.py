@@ -332,13 +332,20 @@ class Broker:
         request = urllib.request.Request(
             self.api + path, method=method, headers={"Authorization": self._auth}
         )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                data = response.read()
-        except urllib.error.HTTPError as error:
-            if error.code == 404:
-                return None
-            raise
+        for attempt in range(3):
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    data = response.read()
+                break
+            except urllib.error.HTTPError as error:
+                if error.code == 404:
+                    return None
+                # the management API answers 500 now and then for a queue that another test
+                # (or this conversation's cleanup) is deleting at that moment: ask again
+                if error.code < 500 or attempt == 2:
+                    raise
+                error.close()
+                time.sleep(0.2)
         return json.loads(data) if data else None
 
     def _vq(self, name: str) -> str:
