@@ -102,6 +102,29 @@ def broker_tls_context(settings: Settings) -> ssl.SSLContext:
     return context
 
 
+def listener_tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The server-side TLS context of stomp.listeners.ssl.<name>, from rabbitmq.conf's
+    ssl_options.* keys (verify_peer asks for a client certificate; fail_if_no_peer_cert makes it
+    mandatory; versions bound the protocol versions offered)."""
+    if not settings.ssl_listeners:
+        return None
+    if not settings.ssl_certfile:
+        raise ConfigError("stomp.listeners.ssl.<name> needs ssl_options.certfile (and its key)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile, settings.ssl_password)
+        if settings.ssl_cacertfile:
+            context.load_verify_locations(settings.ssl_cacertfile)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"TLS listeners: cannot load ssl_options certificates: {error}") from None
+    if settings.ssl_verify == "verify_peer":
+        context.verify_mode = ssl.CERT_REQUIRED if settings.ssl_fail_if_no_peer_cert else ssl.CERT_OPTIONAL
+    if settings.ssl_versions:
+        versions = sorted(_TLS_VERSIONS[v] for v in settings.ssl_versions)
+        context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    return context
+
+
 def build_server(settings: Settings) -> Server:
     if settings.proxy_protocol:
         raise ConfigError(
@@ -119,6 +142,8 @@ def build_server(settings: Settings) -> Server:
         broker=broker,
         nodes=BrokerNodes(nodes, settings.amqp_node_order),
         listeners=[parse_listener(listener) for listener in settings.listeners],
+        tls_listeners=[parse_listener(listener) for listener in settings.ssl_listeners],
+        tls_context=listener_tls_context(settings),
         login_timeout=settings.login_timeout,
         frame_timeout=settings.frame_timeout,
         incomplete_input_budget=settings.incomplete_frames_budget,

@@ -207,6 +207,18 @@ def _one_of(*choices: str) -> Callable[[object], str]:
     return convert
 
 
+def _tls_versions(value: object) -> tuple[str, ...]:
+    allowed = ("tlsv1.2", "tlsv1.3")
+    items = _split_list(value) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError("must be a list of tlsv1.2, tlsv1.3")
+    versions = tuple(str(item).strip().lower().strip("'") for item in items if str(item).strip())
+    for version in versions:
+        if version not in allowed:
+            raise ValueError(f"TLS versions must be among {', '.join(allowed)}, got {version!r}")
+    return versions
+
+
 def _optional_path(value: object) -> str | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None
@@ -313,6 +325,14 @@ def _user_list(value: object) -> tuple[str, ...]:
 _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "listeners": _listeners,
     "amqp_url": _amqp_url,
+    "ssl_listeners": _listeners,
+    "ssl_cacertfile": _optional_path,
+    "ssl_certfile": _optional_path,
+    "ssl_keyfile": _optional_path,
+    "ssl_password": _optional_path,
+    "ssl_verify": _one_of("verify_none", "verify_peer"),
+    "ssl_fail_if_no_peer_cert": _to_bool,
+    "ssl_versions": _tls_versions,
     "amqp_node_order": _one_of("round_robin", "shuffle"),
     "amqp_tls_cafile": _optional_path,
     "amqp_tls_certfile": _optional_path,
@@ -368,6 +388,15 @@ class Settings(BaseSettings):
 
     # Listening sockets, normalised "host:port" ("[v6]:port" for IPv6).  Empty: listen nowhere.
     listeners: Annotated[tuple[str, ...], NoDecode] = ("0.0.0.0:61613",)
+    # TLS listeners (stomp.listeners.ssl.<name>) and the rabbitmq.conf ssl_options.* they use.
+    ssl_listeners: Annotated[tuple[str, ...], NoDecode] = ()
+    ssl_cacertfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = Field(default=None, repr=False)
+    ssl_verify: Literal["verify_none", "verify_peer"] = "verify_none"
+    ssl_fail_if_no_peer_cert: bool = False
+    ssl_versions: Annotated[tuple[str, ...], NoDecode] = ()
     # Where the broker is.  STOMP sessions log in with the CONNECT frame's credentials (or the defaults).
     amqp_url: str = "amqp://guest:guest@localhost:5672/"
     # With several nodes: the order a login tries them in (docs/behaviour.md, "Broker nodes").
@@ -463,6 +492,17 @@ _STOMP_KEYS: dict[str, str] = {
     "stomp.tcp_listen_options.recbuf": "tcp_recbuf",
 }
 
+# rabbitmq.conf's TLS options (used by stomp.listeners.ssl.<name>), accepted unchanged.
+_SSL_OPTION_KEYS: dict[str, str] = {
+    "ssl_options.cacertfile": "ssl_cacertfile",
+    "ssl_options.certfile": "ssl_certfile",
+    "ssl_options.keyfile": "ssl_keyfile",
+    "ssl_options.password": "ssl_password",
+    "ssl_options.verify": "ssl_verify",
+    "ssl_options.fail_if_no_peer_cert": "ssl_fail_if_no_peer_cert",
+}
+_SSL_VERSIONS_PREFIX = "ssl_options.versions."
+
 # The adapter's own keys.
 _ADAPTER_KEYS: dict[str, str] = {
     f"adapter.{name}": name
@@ -492,7 +532,7 @@ _ADAPTER_KEYS: dict[str, str] = {
     )
 }
 
-_KEYS = {**_STOMP_KEYS, **_ADAPTER_KEYS}
+_KEYS = {**_STOMP_KEYS, **_SSL_OPTION_KEYS, **_ADAPTER_KEYS}
 
 _TCP_LISTENER_PREFIX = "stomp.listeners.tcp."
 _AMQP_NODE_PREFIX = "adapter.amqp_url."  # one broker node per key, like stomp.listeners.tcp.<name>
@@ -510,6 +550,13 @@ _IGNORED_KEYS = {
 
 # Valid plugin keys for features the adapter does not have: refused so nobody believes they are on.
 _UNSUPPORTED_KEYS = {"stomp.ssl_cert_login", "stomp.max_connections"}
+_UNSUPPORTED_REASONS = {
+    "stomp.ssl_cert_login": (
+        "the plugin logs a client in by its certificate's name without a password because it runs "
+        "inside the broker; a separate process has no such login (docs/compatibility.md, 'Login by "
+        "certificate'): use passwords, or RabbitMQ's EXTERNAL mechanism on the broker side"
+    ),
+}
 
 # Candidates offered by "did you mean".
 _SUGGESTIONS = sorted(
@@ -576,6 +623,8 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
 
     ini = IniFile(path=shown_path)
     tcp_listeners: dict[str, tuple[str, _Origin]] = {}
+    ssl_listeners: dict[str, tuple[str, _Origin]] = {}
+    ssl_versions: dict[str, str] = {}
     amqp_nodes: dict[str, tuple[str, _Origin]] = {}
     tcp_none: _Origin | None = None
     adapter_listeners: _Origin | None = None
@@ -623,13 +672,25 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
                 raise ConfigError(f"{where}: {key}: one node per key (a comma separates nodes elsewhere)")
             amqp_nodes[key] = (url, origin)  # a repeated name replaces, as for listeners
             continue
-        if key.startswith(_SSL_LISTENER_PREFIX) or key in _UNSUPPORTED_KEYS or key == "stomp.listeners.ssl":
+        if key.startswith(_SSL_LISTENER_PREFIX) and len(key) > len(_SSL_LISTENER_PREFIX):
+            try:
+                listener = _normalise_listener(raw)
+            except ValueError as exc:
+                raise fail(str(exc)) from None
+            ssl_listeners[key] = (listener, origin)
+            continue
+        if key.startswith(_SSL_VERSIONS_PREFIX) and len(key) > len(_SSL_VERSIONS_PREFIX):
+            ssl_versions[key] = raw  # ssl_options.versions.1 = tlsv1.3 and so on, in key order
+            continue
+        if key in _UNSUPPORTED_KEYS or key == "stomp.listeners.ssl":
             if key == "stomp.ssl_cert_login":
                 try:
                     if not _to_bool(raw):
                         continue  # false is the plugin's default and what the adapter does anyway
                 except ValueError as exc:
                     raise fail(str(exc)) from None
+            if key in _UNSUPPORTED_REASONS:
+                raise ConfigError(f"{where}: key {key!r} is not supported: {_UNSUPPORTED_REASONS[key]}")
             raise ConfigError(f"{where}: key {key!r} is not supported by the adapter (yet)")
         if key.startswith(_ACCEPTORS_PREFIX) or key in _IGNORED_KEYS:
             log.warning("%s: key %r has no meaning for the adapter and is ignored", where, key)
@@ -655,6 +716,17 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         ini.values[name] = value
         ini.origins[name] = origin
 
+    if ssl_listeners:
+        ini.values["ssl_listeners"] = tuple(listener for listener, _origin in ssl_listeners.values())
+        ini.origins["ssl_listeners"] = next(iter(ssl_listeners.values()))[1]
+    if ssl_versions:
+        ordered = [ssl_versions[k] for k in sorted(ssl_versions)]
+        first_key = sorted(ssl_versions)[0]
+        try:
+            ini.values["ssl_versions"] = _tls_versions(ordered)
+        except ValueError as exc:
+            raise ConfigError(f"{shown_path}: {first_key}: {exc}") from None
+        ini.origins["ssl_versions"] = _Origin(shown_path, first_key, ssl_versions[first_key])
     if amqp_nodes:
         previous = ini.origins.get("amqp_url")
         first = next(iter(amqp_nodes.values()))[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Coroutine
 from typing import Any
 
@@ -29,6 +30,8 @@ class Server:
         broker: BrokerSettings,
         nodes: BrokerNodes,
         listeners: list[tuple[str, int]],
+        tls_listeners: list[tuple[str, int]] | None = None,
+        tls_context: ssl.SSLContext | None = None,
         login_timeout: float = 10.0,
         heartbeat_tolerance: float = 1.5,
         shutdown_timeout: float = 10.0,
@@ -44,6 +47,8 @@ class Server:
         self.broker = broker
         self.nodes = nodes
         self.listeners = listeners
+        self.tls_listeners = tls_listeners or []
+        self._tls_context = tls_context
         self.login_timeout = login_timeout
         self.heartbeat_tolerance = heartbeat_tolerance
         self.shutdown_timeout = shutdown_timeout
@@ -63,19 +68,41 @@ class Server:
         self.tasks: set[asyncio.Task[None]] = set()
         self._servers: list[asyncio.Server] = []
         self.addresses: list[tuple[str, int]] = []
+        self.tls_addresses: list[tuple[str, int]] = []
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._report_accept_exhaustion(loop)
         for host, port in self.listeners:
-            server = await loop.create_server(
-                lambda: ClientConnection(self), host or None, port, backlog=self._backlog, reuse_address=True
-            )
-            self._servers.append(server)
-            for sock in server.sockets:
-                address = sock.getsockname()
-                self.addresses.append((address[0], address[1]))
-                log.info("listening on %s:%s", address[0], address[1])
+            await self._listen(loop, host, port, None, self.addresses)
+        for host, port in self.tls_listeners:
+            assert self._tls_context is not None
+            await self._listen(loop, host, port, self._tls_context, self.tls_addresses)
+
+    async def _listen(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None,
+        addresses: list[tuple[str, int]],
+    ) -> None:
+        """A listener; TLS ones hand ClientConnection the decrypted stream (asyncio's TLS
+        transport), so everything behind the socket is the same session."""
+        server = await loop.create_server(
+            lambda: ClientConnection(self),
+            host or None,
+            port,
+            backlog=self._backlog,
+            reuse_address=True,
+            ssl=tls,
+            ssl_handshake_timeout=self.login_timeout if tls else None,
+        )
+        self._servers.append(server)
+        for sock in server.sockets:
+            address = sock.getsockname()
+            addresses.append((address[0], address[1]))
+            log.info("listening on %s:%s%s", address[0], address[1], " (TLS)" if tls else "")
 
     def _report_accept_exhaustion(self, loop: asyncio.AbstractEventLoop) -> None:
         """asyncio's own loop (uvloop stays silent) reports an accept() that failed for lack of

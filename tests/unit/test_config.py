@@ -253,8 +253,8 @@ def test_misspelt_listener_key_suggests_the_same_name(tmp_path: Path) -> None:
 
 
 def test_unknown_key_without_close_match(tmp_path: Path) -> None:
-    message = config_error(tmp_path, "ssl_options.verify = verify_peer\n")
-    assert "unknown key 'ssl_options.verify'" in message
+    message = config_error(tmp_path, "management.tcp.port = 15672\n")
+    assert "unknown key 'management.tcp.port'" in message
     assert "stomp.* and adapter.*" in message
 
 
@@ -308,11 +308,39 @@ def test_bad_log_level(tmp_path: Path) -> None:
     assert "adapter.log_level = 'verbose': must be one of DEBUG, INFO, WARNING, ERROR" in message
 
 
-def test_unsupported_ssl_keys(tmp_path: Path) -> None:
-    message = config_error(tmp_path, "stomp.listeners.ssl.1 = 61614\n")
-    assert "line 1: key 'stomp.listeners.ssl.1' is not supported by the adapter (yet)" in message
+def test_tls_listener_keys_as_in_rabbitmq_conf(tmp_path: Path) -> None:
+    path = tmp_path / "tls.ini"
+    path.write_text(
+        "stomp.listeners.ssl.default = 127.0.0.1:61614\n"
+        "ssl_options.cacertfile = /etc/ca.pem\n"
+        "ssl_options.certfile = /etc/server.pem\n"
+        "ssl_options.keyfile = /etc/server.key\n"
+        "ssl_options.verify = verify_peer\n"
+        "ssl_options.fail_if_no_peer_cert = true\n"
+        "ssl_options.versions.1 = tlsv1.3\n"
+        "ssl_options.versions.2 = tlsv1.2\n"
+    )
+    s = load_settings(path, {})
+    assert s.ssl_listeners == ("127.0.0.1:61614",)
+    assert (s.ssl_cacertfile, s.ssl_certfile, s.ssl_keyfile) == (
+        "/etc/ca.pem",
+        "/etc/server.pem",
+        "/etc/server.key",
+    )
+    assert (s.ssl_verify, s.ssl_fail_if_no_peer_cert, s.ssl_versions) == (
+        "verify_peer",
+        True,
+        ("tlsv1.3", "tlsv1.2"),
+    )
+    message = config_error(tmp_path, "ssl_options.versions.1 = sslv3\n")
+    assert "TLS versions must be among tlsv1.2, tlsv1.3" in message
+
+
+def test_ssl_cert_login_is_refused_with_the_reason(tmp_path: Path) -> None:
     message = config_error(tmp_path, "stomp.ssl_cert_login = true\n")
-    assert "'stomp.ssl_cert_login' is not supported by the adapter (yet)" in message
+    assert "key 'stomp.ssl_cert_login' is not supported: the plugin logs a client in" in message
+    assert "runs inside the broker" in message
+    assert "docs/compatibility.md" in message
 
 
 def test_two_keys_for_one_setting(tmp_path: Path) -> None:

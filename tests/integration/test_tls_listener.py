@@ -1,0 +1,116 @@
+"""TLS listeners for STOMP clients (stomp.listeners.ssl.<name> and rabbitmq.conf's ssl_options.*),
+met by independent TLS clients: stomp.py over TLS and `openssl s_client`, with and without a
+client certificate; certificates made by trustme for the test run."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+import stomp
+import trustme
+
+from tests.support import read_frames, unique
+
+CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("localhost", "127.0.0.1")
+    client = ca.issue_cert("stomp-client@example")
+    files = {
+        "ca": directory / "ca.pem",
+        "server": directory / "server.pem",
+        "client": directory / "client.pem",
+    }
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    server.private_key_and_cert_chain_pem.write_to_path(str(files["server"]))
+    client.private_key_and_cert_chain_pem.write_to_path(str(files["client"]))
+    return files
+
+
+def tls_adapter(start_adapter, pki, **settings):  # type: ignore[no-untyped-def]
+    adapter = start_adapter(
+        ssl_listeners=["127.0.0.1:0"],
+        ssl_certfile=str(pki["server"]),
+        ssl_cacertfile=str(pki["ca"]),
+        **settings,
+    )
+    return adapter, adapter.server.tls_addresses[0][1]
+
+
+def test_stomp_py_over_tls(start_adapter, pki):
+    adapter, port = tls_adapter(start_adapter, pki)
+    conn = stomp.Connection12([("127.0.0.1", port)], vhost="/")
+    conn.set_ssl(for_hosts=[("127.0.0.1", port)], ca_certs=str(pki["ca"]))
+    listener = stomp.listener.TestListener()
+    conn.set_listener("t", listener)
+    conn.connect("guest", "guest", wait=True)
+    try:
+        destination = f"/topic/{unique('tls')}"
+        conn.subscribe(destination, id="s")
+        conn.send(destination, "over TLS")
+        listener.wait_for_message()
+        assert listener.get_latest_message()[1] == "over TLS"
+    finally:
+        conn.disconnect()
+    # the plain listener beside it still works
+    with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
+        sock.sendall(CONNECT)
+        assert read_frames(sock, timeout=5, count=1)[0][0].startswith(b"CONNECTED")
+
+
+def s_client(port: int, pki: dict[str, Path], *extra: str) -> str:
+    binary = shutil.which("openssl")
+    assert binary, "openssl is not installed"
+    result = subprocess.run(
+        [binary, "s_client", "-connect", f"127.0.0.1:{port}", "-CAfile", str(pki["ca"]), "-quiet", *extra],
+        # -quiet keeps reading after our input ends: DISCONNECT makes the adapter close
+        input=CONNECT.decode() + "DISCONNECT\nreceipt:bye\n\n\0",
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    return result.stdout + result.stderr
+
+
+def test_client_certificate_required(start_adapter, pki):
+    _, port = tls_adapter(start_adapter, pki, ssl_verify="verify_peer", ssl_fail_if_no_peer_cert=True)
+    with_cert = s_client(port, pki, "-cert", str(pki["client"]))
+    assert "CONNECTED" in with_cert, with_cert
+    without = s_client(port, pki)
+    assert "CONNECTED" not in without
+    # refused in the handshake: a TLS alert, or (TLS 1.3 checks the certificate after the
+    # client's Finished) the connection reset under the client
+    assert "alert" in without.lower() or "errno=104" in without, without
+
+
+def test_client_certificate_optional_with_verify_peer(start_adapter, pki):
+    _, port = tls_adapter(start_adapter, pki, ssl_verify="verify_peer")
+    assert "CONNECTED" in s_client(port, pki)
+
+
+@pytest.mark.parametrize("mode", ["plain text to the TLS port", "TLS to the plain port"])
+def test_the_wrong_protocol_gets_a_close_and_others_are_served(start_adapter, pki, mode):
+    adapter, port = tls_adapter(start_adapter, pki)
+    if mode == "plain text to the TLS port":
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(CONNECT)
+            frames, closed = read_frames(sock, timeout=5)
+            assert not frames and closed
+    else:
+        context = ssl.create_default_context(cafile=str(pki["ca"]))
+        with (
+            socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as raw,
+            pytest.raises((ssl.SSLError, OSError)),
+            context.wrap_socket(raw, server_hostname="localhost"),
+        ):
+            pass
+    assert "CONNECTED" in s_client(port, pki)
