@@ -126,10 +126,6 @@ def listener_tls_context(settings: Settings) -> ssl.SSLContext | None:
 
 
 def build_server(settings: Settings) -> Server:
-    if settings.proxy_protocol:
-        raise ConfigError(
-            "stomp.proxy_protocol = true: the PROXY protocol is not supported by the adapter yet"
-        )
     nodes = parse_nodes(settings.amqp_url)
     broker = BrokerSettings(
         heartbeat=settings.amqp_heartbeat,
@@ -144,6 +140,7 @@ def build_server(settings: Settings) -> Server:
         listeners=[parse_listener(listener) for listener in settings.listeners],
         tls_listeners=[parse_listener(listener) for listener in settings.ssl_listeners],
         tls_context=listener_tls_context(settings),
+        proxy_protocol=settings.proxy_protocol,
         login_timeout=settings.login_timeout,
         frame_timeout=settings.frame_timeout,
         incomplete_input_budget=settings.incomplete_frames_budget,

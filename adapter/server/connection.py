@@ -31,6 +31,7 @@ from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
 from .fdlimit import EXHAUSTED
+from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 
 if TYPE_CHECKING:
     from .listener import Server
@@ -105,6 +106,8 @@ class ClientConnection(asyncio.Protocol):
         self._frames_at_start = 0
         self._frame_started: float | None = None
         self._frame_timer: asyncio.TimerHandle | None = None
+        # with stomp.proxy_protocol: the start of the PROXY header until it is complete
+        self._proxy_header: bytes | None = None
         self.done: asyncio.Future[None] = self._loop.create_future()
 
     # ------------------------------------------------------------------ socket events
@@ -121,13 +124,53 @@ class ClientConnection(asyncio.Protocol):
             self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=is_loopback(host)
         )
         self._server.connections.add(self)
+        # the login timeout also bounds a PROXY header that arrives slowly
         self._timers.append(self._loop.call_later(self._server.login_timeout, self._login_timed_out))
+        if self._server.proxy_protocol:
+            self._proxy_header = b""  # the peer is the proxy: wait for the client's address
+            return
         log.info("connection opened peer=%s", self.peer)
+
+    def _read_proxy_header(self, data: bytes) -> bytes | None:
+        """Collect and apply the PROXY header; the bytes after it, or None while incomplete.
+        A connection without a valid header is closed at once (there is no STOMP peer yet to
+        send an ERROR to: the bytes may not even be STOMP)."""
+        buffered = (self._proxy_header or b"") + data
+        try:
+            header = parse_proxy_header(buffered)
+        except ProxyHeaderError as error:
+            log.warning("closing connection from proxy %s: %s", self.peer, error)
+            self._proxy_header = None
+            self._closed = True
+            self._close_reason = f"invalid PROXY protocol header: {error}"
+            if self.transport is not None:
+                self.transport.abort()
+            self._finish()
+            return None
+        if header is None:
+            self._proxy_header = buffered
+            return None
+        self._proxy_header = None
+        if header.source is not None:
+            proxy = self.peer
+            host, port = header.source
+            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            assert self.session is not None
+            self.session.peer_is_loopback = is_loopback(host)
+            log.info("connection opened peer=%s via proxy %s", self.peer, proxy)
+        else:
+            log.info("connection opened peer=%s (PROXY header without a client address)", self.peer)
+        return buffered[header.length :]
 
     def data_received(self, data: bytes) -> None:
         self._read_since_check = True
         if self._closed:
             return
+        if self._proxy_header is not None:
+            rest = self._read_proxy_header(data)
+            if not rest:
+                return
+            data = rest
         self._parser.feed(data)
         self._pump_batch()
 

@@ -32,6 +32,7 @@ class Server:
         listeners: list[tuple[str, int]],
         tls_listeners: list[tuple[str, int]] | None = None,
         tls_context: ssl.SSLContext | None = None,
+        proxy_protocol: bool = False,
         login_timeout: float = 10.0,
         heartbeat_tolerance: float = 1.5,
         shutdown_timeout: float = 10.0,
@@ -49,6 +50,8 @@ class Server:
         self.listeners = listeners
         self.tls_listeners = tls_listeners or []
         self._tls_context = tls_context
+        # every connection starts with a PROXY protocol header (stomp.proxy_protocol)
+        self.proxy_protocol = proxy_protocol
         self.login_timeout = login_timeout
         self.heartbeat_tolerance = heartbeat_tolerance
         self.shutdown_timeout = shutdown_timeout

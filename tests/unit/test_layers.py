@@ -17,6 +17,9 @@ PURE = sorted(
         ROOT / "errors.py",
         ROOT / "amqp" / "wire.py",
         ROOT / "amqp" / "framing.py",
+        ROOT / "server" / "proxy_protocol.py",
+        ROOT / "server" / "brokers.py",
+        ROOT / "server" / "resolver.py",
     ]
 )
 FORBIDDEN = {"asyncio", "aio_pika", "aiormq", "pamqp", "pydantic", "pydantic_settings", "socket", "uvloop"}

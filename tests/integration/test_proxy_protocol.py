@@ -1,0 +1,109 @@
+"""stomp.proxy_protocol = true: HAProxy in front of the adapter sends PROXY v1 and v2 headers,
+and the adapter takes the client's address from them (log, loopback_users); a connection
+without a valid header is closed at once, a header that never completes by the login timeout."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import read_frames
+
+CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int]]:  # type: ignore[no-untyped-def]
+    """The adapter with stomp.proxy_protocol, and HAProxy ports sending v1 and v2 to it."""
+    binary = shutil.which("haproxy")
+    assert binary, "haproxy is not installed: .ci/run installs Debian's haproxy"
+    adapter = start_adapter(proxy_protocol=True, login_timeout=2)
+    v1, v2 = free_port(), free_port()
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(
+        "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n"
+        f"frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend adapter_v1\n"
+        f"backend adapter_v1\n  server a 127.0.0.1:{adapter.port} send-proxy\n"
+        f"frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend adapter_v2\n"
+        f"backend adapter_v2\n  server a 127.0.0.1:{adapter.port} send-proxy-v2\n"
+    )
+    log = (tmp_path / "haproxy.log").open("wb")
+    process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        for port in (v1, v2):
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert process.poll() is None, (tmp_path / "haproxy.log").read_text()
+                    assert time.monotonic() < deadline, "haproxy did not start"
+                    time.sleep(0.05)
+        yield adapter, v1, v2
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_client_address_comes_from_haproxy(proxied, caplog, version):
+    caplog.set_level(logging.INFO, logger="adapter.connection")
+    _adapter, v1, v2 = proxied
+    with socket.create_connection(("127.0.0.1", v1 if version == "v1" else v2), timeout=5) as sock:
+        client_port = sock.getsockname()[1]
+        sock.sendall(CONNECT)
+        frames, _ = read_frames(sock, timeout=5, count=1)
+        assert frames and frames[0].startswith(b"CONNECTED"), frames
+    lines = [r.getMessage() for r in caplog.records if "via proxy" in r.getMessage()]
+    assert any(f"peer=127.0.0.1:{client_port} via proxy" in line for line in lines), lines
+
+
+def test_the_header_decides_loopback_users(proxied):
+    """guest may only log in from a loopback address: the header's address counts, not the
+    proxy's (which is on this machine)."""
+    adapter, _v1, _v2 = proxied
+    with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
+        sock.sendall(b"PROXY TCP4 203.0.113.9 127.0.0.1 50000 61613\r\n" + CONNECT)
+        frames, closed = read_frames(sock, timeout=5, count=1)
+    assert frames[0].startswith(b"ERROR") and b"non-loopback access denied" in frames[0], frames
+
+
+@pytest.mark.parametrize(
+    "data",
+    [CONNECT, b"PROXY TCP4 not an address\r\n" + CONNECT, b"\r\n\r\n\x00\r\nQUIX\n" + bytes(8)],
+    ids=["missing", "malformed v1", "bad v2 signature"],
+)
+def test_without_a_valid_header_the_connection_is_closed_at_once(proxied, caplog, data):
+    adapter, _v1, v2 = proxied
+    with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
+        sock.sendall(data)
+        frames, closed = read_frames(sock, timeout=1.5)
+    assert frames == [] and closed
+    assert any("closing connection from proxy" in r.getMessage() for r in caplog.records)
+    # others keep being served
+    with socket.create_connection(("127.0.0.1", v2), timeout=5) as sock:
+        sock.sendall(CONNECT)
+        assert read_frames(sock, timeout=5, count=1)[0][0].startswith(b"CONNECTED")
+
+
+def test_a_header_that_never_completes_ends_at_the_login_timeout(proxied):
+    adapter, _v1, _v2 = proxied
+    with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
+        sock.sendall(b"PROXY TCP4 10.1.2.3")
+        frames, closed = read_frames(sock, timeout=6)
+    assert closed
