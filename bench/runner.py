@@ -17,6 +17,7 @@ import json
 import math
 import os
 import secrets
+import ssl
 import statistics
 import sys
 import time
@@ -216,6 +217,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="write every measurement and the summary to FILE (default bench/results/run-<date>-<time>.json)",
     )
     parser.add_argument("--no-uvloop", action="store_true", help="run the bench on asyncio's default loop")
+    parser.add_argument(
+        "--adapter-tls-ca",
+        metavar="FILE",
+        help="the --adapter-port side is a TLS listener whose certificate this CA signed (bench/tls.py)",
+    )
     args = parser.parse_args(argv)
     names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
@@ -555,7 +561,8 @@ async def main_async(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    sides = {"adapter": Side("adapter", adapter_port)}
+    tls = ssl.create_default_context(cafile=args.adapter_tls_ca) if args.adapter_tls_ca else None
+    sides = {"adapter": Side("adapter", adapter_port, tls)}
     if plugin:
         sides["plugin"] = Side("plugin", args.plugin_port)
     conditions: dict[str, Any] = {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ssl
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ class Config:
 class Side:
     name: str  # "adapter" or "plugin"
     port: int
+    tls: ssl.SSLContext | None = None  # connect over TLS (bench/tls.py)
 
 
 @dataclass
@@ -81,7 +83,7 @@ class Run:
         return name
 
     async def client(self, name: str) -> StompClient:
-        client = await connect(self.cfg.host, self.side.port, f"{self.side.name}/{name}")
+        client = await connect(self.cfg.host, self.side.port, f"{self.side.name}/{name}", tls=self.side.tls)
         client.on_failure = self.fail
         client.on_chunk = self.notify
         self.clients.append(client)
@@ -477,7 +479,9 @@ async def connect_scenario(run: Run) -> None:
     async def worker(n: int, stop_at: float) -> None:
         while loop.time() < stop_at and (cfg.messages is None or cycles[0] < cfg.messages):
             started = time.perf_counter()
-            client = await connect(cfg.host, run.side.port, f"{run.side.name}/cycle{n}", timeout=10)
+            client = await connect(
+                cfg.host, run.side.port, f"{run.side.name}/cycle{n}", timeout=10, tls=run.side.tls
+            )
             client.expect_close = True  # the server closes after the DISCONNECT receipt
             await client.request("DISCONNECT", {}, timeout=10)
             client.abort()
@@ -507,7 +511,7 @@ async def idle_scenario(run: Run) -> None:
     broker = run.pids.get("broker")
     # warm-up: the first connections import and allocate what every later one shares
     for i in range(5):
-        client = await connect(cfg.host, run.side.port, f"warmup{i}")
+        client = await connect(cfg.host, run.side.port, f"warmup{i}", tls=run.side.tls)
         await client.disconnect()
     await asyncio.sleep(1.0)
     base = procstat.rss_kb(pid)

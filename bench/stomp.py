@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 from collections.abc import Callable
 
 Handler = Callable[[bytes, bytes], None]
@@ -250,13 +251,16 @@ async def connect(
     timeout: float = 15.0,
     login: str = "guest",
     passcode: str = "guest",
+    tls: ssl.SSLContext | None = None,
 ) -> StompClient:
-    """Open a connection and log in (STOMP 1.2, no heart-beats)."""
+    """Open a connection (over TLS with ``tls``) and log in (STOMP 1.2, no heart-beats)."""
     loop = asyncio.get_running_loop()
     client: StompClient | None = None
     try:
         async with asyncio.timeout(timeout):
-            _, client = await loop.create_connection(lambda: StompClient(name), host, port)
+            _, client = await loop.create_connection(
+                lambda: StompClient(name), host, port, ssl=tls, server_hostname="localhost" if tls else None
+            )
             client.send(
                 frame(
                     "CONNECT",
