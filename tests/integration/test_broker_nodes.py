@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
+import datetime
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -36,43 +38,44 @@ def ca() -> trustme.CA:
     return trustme.CA()
 
 
-@pytest.fixture(scope="module")
-def stunnel(amqp_url: str, ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A TLS front for the broker (certificate for "localhost" and 127.0.0.1); its port."""
+def start_stunnel(amqp_url: str, cert_pem: bytes, directory: Path) -> tuple[subprocess.Popen[bytes], int]:
     binary = shutil.which("stunnel4") or shutil.which("stunnel")
     assert binary, "stunnel is not installed: .ci/run installs Debian's stunnel4"
-    directory = tmp_path_factory.mktemp("stunnel")
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    cert.private_key_and_cert_chain_pem.write_to_path(str(directory / "server.pem"))
+    (directory / "server.pem").write_bytes(cert_pem)
     broker = urlsplit(amqp_url)
     port = free_port()
     config = directory / "stunnel.conf"
     config.write_text(
         "foreground = yes\n"
         f"pid = {directory / 'stunnel.pid'}\n"
-        "debug = 4\n"
         "[amqps]\n"
         f"accept = 127.0.0.1:{port}\n"
         f"connect = {broker.hostname or '127.0.0.1'}:{broker.port or 5672}\n"
         f"cert = {directory / 'server.pem'}\n"
     )
-    log = (directory / "stunnel.log").open("wb")
-    process = subprocess.Popen([binary, str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert process.poll() is None, (directory / "stunnel.log").read_text()
-                assert time.monotonic() < deadline, "stunnel did not start"
-                time.sleep(0.05)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
+    with (directory / "stunnel.log").open("wb") as log:
+        process = subprocess.Popen([binary, str(config)], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, port
+        except OSError:
+            assert process.poll() is None, (directory / "stunnel.log").read_text()
+            assert time.monotonic() < deadline, "stunnel did not start"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def stunnel(amqp_url: str, ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A TLS front for the broker (certificate for "localhost" and 127.0.0.1); its port."""
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    process, port = start_stunnel(
+        amqp_url, cert.private_key_and_cert_chain_pem.bytes(), tmp_path_factory.mktemp("st")
+    )
+    yield port
+    process.terminate()
+    process.wait(10)
 
 
 def amqps_url(amqp_url: str, port: int, host: str = "localhost") -> str:
@@ -131,6 +134,23 @@ def test_a_certificate_problem_fails_connect_with_an_error_naming_it(
     assert headers["message"] == "Processing error"
     assert "TLS certificate verification failed" in headers["body"], headers
     assert "certificate" in headers["body"]
+
+
+def test_an_expired_broker_certificate_is_named(start_adapter, amqp_url, ca, tmp_path):
+    expired = ca.issue_cert(
+        "localhost",
+        not_before=datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC),
+        not_after=datetime.datetime(2021, 1, 1, tzinfo=datetime.UTC),
+    )
+    process, port = start_stunnel(amqp_url, expired.private_key_and_cert_chain_pem.bytes(), tmp_path)
+    try:
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        adapter = start_adapter(amqp_url=amqps_url(amqp_url, port), amqp_tls_cafile=str(tmp_path / "ca.pem"))
+        body = connect_error(adapter.port)["body"]
+        assert "TLS certificate verification failed" in body and "expired" in body, body
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def test_host_name_mismatch_is_a_certificate_problem(start_adapter, amqp_url, stunnel, ca, tmp_path):

@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 
 from tests.support import read_frames
 
@@ -26,12 +28,17 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int]]:  # type: ignore[no-untyped-def]
+def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, int, Path]]:  # type: ignore[no-untyped-def]
     """The adapter with stomp.proxy_protocol, and HAProxy ports sending v1 and v2 to it."""
     binary = shutil.which("haproxy")
     assert binary, "haproxy is not installed: .ci/run installs Debian's haproxy"
     adapter = start_adapter(proxy_protocol=True, login_timeout=2)
-    v1, v2 = free_port(), free_port()
+    v1, v2, tls = free_port(), free_port(), free_port()
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "tls.pem")
+    )
     config = tmp_path / "haproxy.cfg"
     config.write_text(
         "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n"
@@ -39,12 +46,14 @@ def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int]]:
         f"backend adapter_v1\n  server a 127.0.0.1:{adapter.port} send-proxy\n"
         f"frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend adapter_v2\n"
         f"backend adapter_v2\n  server a 127.0.0.1:{adapter.port} send-proxy-v2\n"
+        # HAProxy terminating TLS for STOMP clients, passing the client's address on
+        f"frontend tls\n  bind 127.0.0.1:{tls} ssl crt {tmp_path / 'tls.pem'}\n  default_backend adapter_v2\n"
     )
     log = (tmp_path / "haproxy.log").open("wb")
     process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 10
-        for port in (v1, v2):
+        for port in (v1, v2, tls):
             while True:
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -53,7 +62,7 @@ def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int]]:
                     assert process.poll() is None, (tmp_path / "haproxy.log").read_text()
                     assert time.monotonic() < deadline, "haproxy did not start"
                     time.sleep(0.05)
-        yield adapter, v1, v2
+        yield adapter, v1, v2, tls, tmp_path / "ca.pem"
     finally:
         process.terminate()
         process.wait(10)
@@ -63,7 +72,7 @@ def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int]]:
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_client_address_comes_from_haproxy(proxied, caplog, version):
     caplog.set_level(logging.INFO, logger="adapter.connection")
-    _adapter, v1, v2 = proxied
+    _adapter, v1, v2, _tls, _ca = proxied
     with socket.create_connection(("127.0.0.1", v1 if version == "v1" else v2), timeout=5) as sock:
         client_port = sock.getsockname()[1]
         sock.sendall(CONNECT)
@@ -76,7 +85,7 @@ def test_client_address_comes_from_haproxy(proxied, caplog, version):
 def test_the_header_decides_loopback_users(proxied):
     """guest may only log in from a loopback address: the header's address counts, not the
     proxy's (which is on this machine)."""
-    adapter, _v1, _v2 = proxied
+    adapter, _v1, _v2, _tls, _ca = proxied
     with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
         sock.sendall(b"PROXY TCP4 203.0.113.9 127.0.0.1 50000 61613\r\n" + CONNECT)
         frames, closed = read_frames(sock, timeout=5, count=1)
@@ -89,7 +98,7 @@ def test_the_header_decides_loopback_users(proxied):
     ids=["missing", "malformed v1", "bad v2 signature"],
 )
 def test_without_a_valid_header_the_connection_is_closed_at_once(proxied, caplog, data):
-    adapter, _v1, v2 = proxied
+    adapter, _v1, v2, _tls, _ca = proxied
     with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
         sock.sendall(data)
         frames, closed = read_frames(sock, timeout=1.5)
@@ -102,8 +111,26 @@ def test_without_a_valid_header_the_connection_is_closed_at_once(proxied, caplog
 
 
 def test_a_header_that_never_completes_ends_at_the_login_timeout(proxied):
-    adapter, _v1, _v2 = proxied
+    adapter, _v1, _v2, _tls, _ca = proxied
     with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
         sock.sendall(b"PROXY TCP4 10.1.2.3")
         frames, closed = read_frames(sock, timeout=6)
     assert closed
+
+
+def test_haproxy_terminating_tls(proxied, caplog):
+    """A STOMP client speaks TLS to HAProxy, which passes the plain stream and a PROXY v2 header
+    on: the adapter serves it and logs the client's own address."""
+    caplog.set_level(logging.INFO, logger="adapter.connection")
+    _adapter, _v1, _v2, tls, ca = proxied
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection(("127.0.0.1", tls), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        client_port = sock.getsockname()[1]
+        sock.sendall(CONNECT)
+        frames, _ = read_frames(sock, timeout=5, count=1)
+    assert frames and frames[0].startswith(b"CONNECTED"), frames
+    lines = [r.getMessage() for r in caplog.records if "via proxy" in r.getMessage()]
+    assert any(f"peer=127.0.0.1:{client_port} via proxy" in line for line in lines), lines
