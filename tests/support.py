@@ -617,3 +617,25 @@ class TcpRelay:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (for a process the test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, process: Any, what: str, log_path: Any = None, timeout: float = 20) -> None:
+    """Wait until ``process`` (a subprocess.Popen) accepts connections on 127.0.0.1:``port``;
+    fail with its log if it exits or does not get there in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            log = log_path.read_text(errors="replace") if log_path is not None else ""
+            assert process.poll() is None, f"{what} exited: {log}"
+            assert time.monotonic() < deadline, f"{what} did not start on port {port}: {log}"
+            time.sleep(0.05)

@@ -14,7 +14,6 @@ import datetime
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,15 +21,9 @@ from urllib.parse import urlsplit
 import pytest
 import trustme
 
-from tests.support import StompClient, TcpRelay, read_frames, unique
+from tests.support import StompClient, TcpRelay, free_port, read_frames, unique, wait_for_port
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +48,8 @@ def start_stunnel(amqp_url: str, cert_pem: bytes, directory: Path) -> tuple[subp
     )
     with (directory / "stunnel.log").open("wb") as log:
         process = subprocess.Popen([binary, str(config)], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, port
-        except OSError:
-            assert process.poll() is None, (directory / "stunnel.log").read_text()
-            assert time.monotonic() < deadline, "stunnel did not start"
-            time.sleep(0.05)
+    wait_for_port(port, process, "stunnel", directory / "stunnel.log")
+    return process, port
 
 
 @pytest.fixture(scope="module")

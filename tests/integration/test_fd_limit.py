@@ -18,16 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import read_frames, unique
+from tests.support import free_port, read_frames, unique
 
 LIMIT = 64
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _low_limit() -> None:

@@ -26,18 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import unique
+from tests.support import free_port, unique, wait_for_port
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 RUNS = 3
 WINDOW = 60  # receipts outstanding
 SEED = int(os.environ.get("KILL9_SEED", "20261124"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_adapter(amqp_url: str, log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
@@ -49,15 +43,8 @@ def start_adapter(amqp_url: str, log_path: Path) -> tuple[subprocess.Popen[bytes
         stderr=subprocess.STDOUT,
     )
     log_file.close()
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, port
-        except OSError:
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, "adapter did not start"
-            time.sleep(0.05)
+    wait_for_port(port, process, "adapter", log_path)
+    return process, port
 
 
 class Producer:

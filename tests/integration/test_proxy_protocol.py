@@ -9,22 +9,15 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trustme
 
-from tests.support import read_frames
+from tests.support import free_port, read_frames, wait_for_port
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -52,16 +45,8 @@ def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, i
     log = (tmp_path / "haproxy.log").open("wb")
     process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 10
         for port in (v1, v2, tls):
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    assert process.poll() is None, (tmp_path / "haproxy.log").read_text()
-                    assert time.monotonic() < deadline, "haproxy did not start"
-                    time.sleep(0.05)
+            wait_for_port(port, process, "haproxy", tmp_path / "haproxy.log")
         yield adapter, v1, v2, tls, tmp_path / "ca.pem"
     finally:
         process.terminate()
