@@ -54,17 +54,22 @@ def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, i
         log.close()
 
 
+def connected_and_seen_as(sock: socket.socket, client_port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """CONNECT through the proxy succeeds, and the adapter logged the client's own address."""
+    sock.sendall(CONNECT)
+    frames, _ = read_frames(sock, timeout=5, count=1)
+    assert frames and frames[0].startswith(b"CONNECTED"), frames
+    lines = [r.getMessage() for r in caplog.records if "via proxy" in r.getMessage()]
+    assert any(f"peer=127.0.0.1:{client_port} via proxy" in line for line in lines), lines
+
+
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_client_address_comes_from_haproxy(proxied, caplog, version):
     caplog.set_level(logging.INFO, logger="adapter.connection")
     _adapter, v1, v2, _tls, _ca = proxied
     with socket.create_connection(("127.0.0.1", v1 if version == "v1" else v2), timeout=5) as sock:
         client_port = sock.getsockname()[1]
-        sock.sendall(CONNECT)
-        frames, _ = read_frames(sock, timeout=5, count=1)
-        assert frames and frames[0].startswith(b"CONNECTED"), frames
-    lines = [r.getMessage() for r in caplog.records if "via proxy" in r.getMessage()]
-    assert any(f"peer=127.0.0.1:{client_port} via proxy" in line for line in lines), lines
+        connected_and_seen_as(sock, client_port, caplog)
 
 
 def test_the_header_decides_loopback_users(proxied):
@@ -113,9 +118,4 @@ def test_haproxy_terminating_tls(proxied, caplog):
         socket.create_connection(("127.0.0.1", tls), timeout=5) as raw,
         context.wrap_socket(raw, server_hostname="localhost") as sock,
     ):
-        client_port = sock.getsockname()[1]
-        sock.sendall(CONNECT)
-        frames, _ = read_frames(sock, timeout=5, count=1)
-    assert frames and frames[0].startswith(b"CONNECTED"), frames
-    lines = [r.getMessage() for r in caplog.records if "via proxy" in r.getMessage()]
-    assert any(f"peer=127.0.0.1:{client_port} via proxy" in line for line in lines), lines
+        connected_and_seen_as(sock, sock.getsockname()[1], caplog)
