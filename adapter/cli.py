@@ -22,7 +22,8 @@ from .config import ConfigError, Settings, load_settings, parse_listener, redact
 from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
-from .server.listener import Server
+from .server.listener import Server, WebListener
+from .server.websocket import WebStompSettings
 from .session import SessionSettings
 from .stomp.codec import FrameLimits
 
@@ -125,6 +126,53 @@ def listener_tls_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
+def web_tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The TLS context of the wss:// listener, from the web_stomp.ssl.* keys."""
+    if not settings.web_stomp_ssl_listeners:
+        return None
+    if not settings.web_stomp_ssl_certfile:
+        raise ConfigError("web_stomp.ssl.port needs web_stomp.ssl.certfile (and its key)")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(
+            settings.web_stomp_ssl_certfile, settings.web_stomp_ssl_keyfile, settings.web_stomp_ssl_password
+        )
+        if settings.web_stomp_ssl_cacertfile:
+            context.load_verify_locations(settings.web_stomp_ssl_cacertfile)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"web_stomp.ssl: cannot load certificates: {error}") from None
+    if settings.web_stomp_ssl_versions:
+        versions = sorted(_TLS_VERSIONS[v] for v in settings.web_stomp_ssl_versions)
+        context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    return context
+
+
+def web_listeners(settings: Settings) -> list[WebListener]:
+    web = WebStompSettings(
+        path=settings.web_stomp_ws_path,
+        frame_type=settings.web_stomp_ws_frame,
+        max_message_size=settings.web_stomp_max_frame_size,
+        use_http_auth=settings.web_stomp_use_http_auth,
+        compress=settings.web_stomp_compress,
+        idle_timeout=settings.web_stomp_idle_timeout,
+        request_timeout=settings.web_stomp_request_timeout,
+        allow_origins=settings.web_stomp_allow_origins,
+        proxy_protocol=settings.web_stomp_proxy_protocol,
+        hsts_policy=settings.web_stomp_hsts_policy,
+        console=settings.web_stomp_console,
+    )
+    listeners = [
+        WebListener(*parse_listener(address), web, backlog=settings.web_stomp_backlog)
+        for address in settings.web_stomp_listeners
+    ]
+    tls = web_tls_context(settings)
+    listeners += [
+        WebListener(*parse_listener(address), web, tls=tls, backlog=settings.web_stomp_backlog)
+        for address in settings.web_stomp_ssl_listeners
+    ]
+    return listeners
+
+
 def build_server(settings: Settings) -> Server:
     nodes = parse_nodes(settings.amqp_url)
     broker = BrokerSettings(
@@ -140,6 +188,7 @@ def build_server(settings: Settings) -> Server:
         listeners=[parse_listener(listener) for listener in settings.listeners],
         tls_listeners=[parse_listener(listener) for listener in settings.ssl_listeners],
         tls_context=listener_tls_context(settings),
+        web_listeners=web_listeners(settings),
         proxy_protocol=settings.proxy_protocol,
         login_timeout=settings.login_timeout,
         frame_timeout=settings.frame_timeout,

@@ -227,6 +227,21 @@ def _optional_path(value: object) -> str | None:
     return value.strip()
 
 
+def _ws_path(value: object) -> str:
+    text = value.strip() if isinstance(value, str) else ""
+    if not text.startswith("/") or any(c.isspace() for c in text):
+        raise ValueError("must be a path starting with /, without spaces")
+    return text
+
+
+def _origins(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = _split_list(value)
+    if not isinstance(value, list | tuple):
+        raise ValueError("must be a comma-separated list of origins such as https://example.com")
+    return tuple(str(item).strip() for item in value if str(item).strip())
+
+
 def parse_listener(value: str) -> tuple[str, int]:
     """Parse a listener as RabbitMQ writes it: ``PORT``, ``HOST:PORT``, ``[V6ADDR]:PORT`` or ``V6ADDR:PORT``.
 
@@ -367,6 +382,25 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "tcp_recbuf": _optional(_int_converter(1), "(or none for the OS default)"),
     "log_level": _log_level,
     "trailing_lf": _to_bool,
+    "web_stomp_listeners": _listeners,
+    "web_stomp_ssl_listeners": _listeners,
+    "web_stomp_ssl_certfile": _optional_path,
+    "web_stomp_ssl_keyfile": _optional_path,
+    "web_stomp_ssl_cacertfile": _optional_path,
+    "web_stomp_ssl_password": _optional_path,
+    "web_stomp_ssl_versions": _tls_versions,
+    "web_stomp_backlog": _int_converter(1),
+    "web_stomp_ws_path": _ws_path,
+    "web_stomp_ws_frame": _one_of("text", "binary"),
+    "web_stomp_max_frame_size": _optional(_int_converter(1), "(or none for no limit)"),
+    "web_stomp_use_http_auth": _to_bool,
+    "web_stomp_compress": _to_bool,
+    "web_stomp_idle_timeout": _float_converter(0, inclusive=True),
+    "web_stomp_request_timeout": _float_converter(0, inclusive=False),
+    "web_stomp_allow_origins": _origins,
+    "web_stomp_proxy_protocol": _to_bool,
+    "web_stomp_hsts_policy": _optional_path,
+    "web_stomp_console": _to_bool,
 }
 
 
@@ -444,6 +478,30 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Append LF after the NUL of every outgoing frame, as the plugin does.
     trailing_lf: bool = True
+    # STOMP over WebSocket (the web_stomp.* keys of rabbitmq_web_stomp).  No listener unless a
+    # web_stomp.* key is in the ini file (then web_stomp.tcp.port, default 15674) or the
+    # STOMP_ADAPTER_WEB_STOMP_LISTENERS variable names some.
+    web_stomp_listeners: Annotated[tuple[str, ...], NoDecode] = ()
+    web_stomp_ssl_listeners: Annotated[tuple[str, ...], NoDecode] = ()
+    web_stomp_ssl_certfile: str | None = None
+    web_stomp_ssl_keyfile: str | None = None
+    web_stomp_ssl_cacertfile: str | None = None
+    web_stomp_ssl_password: str | None = Field(default=None, repr=False)
+    web_stomp_ssl_versions: Annotated[tuple[str, ...], NoDecode] = ()
+    web_stomp_backlog: int = 1024
+    web_stomp_ws_path: str = "/ws"
+    web_stomp_ws_frame: Literal["text", "binary"] = "text"
+    # bytes per WebSocket message; None: no limit (the STOMP frame limits still apply)
+    web_stomp_max_frame_size: int | None = None
+    web_stomp_use_http_auth: bool = False
+    web_stomp_compress: bool = True
+    # seconds (the ini keys are in milliseconds, as in the plugin)
+    web_stomp_idle_timeout: float = 60.0
+    web_stomp_request_timeout: float = 60.0
+    web_stomp_allow_origins: Annotated[tuple[str, ...], NoDecode] = ()
+    web_stomp_proxy_protocol: bool = False
+    web_stomp_hsts_policy: str | None = None
+    web_stomp_console: bool = True
 
     @field_validator("*", mode="before")
     @classmethod
@@ -532,7 +590,48 @@ _ADAPTER_KEYS: dict[str, str] = {
     )
 }
 
-_KEYS = {**_STOMP_KEYS, **_SSL_OPTION_KEYS, **_ADAPTER_KEYS}
+# rabbitmq.conf keys of the web_stomp plugin, accepted unchanged (the listener keys are below).
+_WEB_STOMP_KEYS: dict[str, str] = {
+    "web_stomp.ws_path": "web_stomp_ws_path",
+    "web_stomp.ws_frame": "web_stomp_ws_frame",
+    "web_stomp.use_http_auth": "web_stomp_use_http_auth",
+    "web_stomp.proxy_protocol": "web_stomp_proxy_protocol",
+    "web_stomp.allow_origins": "web_stomp_allow_origins",
+    "web_stomp.hsts.policy": "web_stomp_hsts_policy",
+    "web_stomp.tcp.backlog": "web_stomp_backlog",
+    "web_stomp.ws_opts.compress": "web_stomp_compress",
+    "web_stomp.ws_opts.max_frame_size": "web_stomp_max_frame_size",
+    "web_stomp.max_frame_size": "web_stomp_max_frame_size",  # the name issue #11 uses
+    "web_stomp.ws_opts.idle_timeout": "web_stomp_idle_timeout",  # milliseconds
+    "web_stomp.cowboy_opts.idle_timeout": "web_stomp_request_timeout",  # milliseconds
+    "web_stomp.cowboy_opts.timeout": "web_stomp_request_timeout",  # milliseconds
+    "web_stomp.ssl.certfile": "web_stomp_ssl_certfile",
+    "web_stomp.ssl.keyfile": "web_stomp_ssl_keyfile",
+    "web_stomp.ssl.cacertfile": "web_stomp_ssl_cacertfile",
+    "web_stomp.ssl.password": "web_stomp_ssl_password",
+    "adapter.web_stomp_console": "web_stomp_console",
+}
+_MILLISECOND_KEYS = {
+    "stomp.login_timeout",
+    "web_stomp.ws_opts.idle_timeout",
+    "web_stomp.cowboy_opts.idle_timeout",
+    "web_stomp.cowboy_opts.timeout",
+}
+# web_stomp.tcp.* / web_stomp.ssl.* listener parts, combined after the whole file is read
+_WEB_LISTENER_KEYS = {
+    "web_stomp.port": ("tcp", "port"),
+    "web_stomp.tcp.port": ("tcp", "port"),
+    "web_stomp.tcp.ip": ("tcp", "ip"),
+    "web_stomp.tcp.listener": ("tcp", "listener"),
+    "web_stomp.ssl.port": ("ssl", "port"),
+    "web_stomp.ssl.ip": ("ssl", "ip"),
+    "web_stomp.ssl.listener": ("ssl", "listener"),
+}
+_WEB_STOMP_DEFAULT_PORT = 15674
+_WEB_SSL_VERSIONS_PREFIX = "web_stomp.ssl.versions."
+_WEB_ALLOW_ORIGINS_PREFIX = "web_stomp.allow_origins."
+
+_KEYS = {**_STOMP_KEYS, **_SSL_OPTION_KEYS, **_ADAPTER_KEYS, **_WEB_STOMP_KEYS}
 
 _TCP_LISTENER_PREFIX = "stomp.listeners.tcp."
 _AMQP_NODE_PREFIX = "adapter.amqp_url."  # one broker node per key, like stomp.listeners.tcp.<name>
@@ -546,10 +645,31 @@ _IGNORED_KEYS = {
     "stomp.tcp_listen_options.send_timeout_close",
     "stomp.tcp_listen_options.linger.on",
     "stomp.tcp_listen_options.linger.timeout",
+    "web_stomp.num_acceptors.tcp",
+    "web_stomp.num_acceptors.ssl",
+    "web_stomp.ssl.backlog",
+    "web_stomp.ssl.honor_cipher_order",
+    "web_stomp.ssl.honor_ecc_order",
+    "web_stomp.ssl.reuse_sessions",
+    "web_stomp.ssl.secure_renegotiate",
+    "web_stomp.ssl.client_renegotiation",
+    "web_stomp.ssl.depth",
+    "web_stomp.cowboy_opts.max_empty_lines",
+    "web_stomp.cowboy_opts.max_header_name_length",
+    "web_stomp.cowboy_opts.max_header_value_length",
+    "web_stomp.cowboy_opts.max_headers",
+    "web_stomp.cowboy_opts.max_keepalive",
+    "web_stomp.cowboy_opts.max_request_line_length",
+    "web_stomp.use_file_handle_cache",
 }
 
 # Valid plugin keys for features the adapter does not have: refused so nobody believes they are on.
-_UNSUPPORTED_KEYS = {"stomp.ssl_cert_login", "stomp.max_connections"}
+_UNSUPPORTED_KEYS = {
+    "stomp.ssl_cert_login",
+    "stomp.max_connections",
+    "web_stomp.max_connections",
+    "web_stomp.ssl.crl_check",
+}
 _UNSUPPORTED_REASONS = {
     "stomp.ssl_cert_login": (
         "the plugin logs a client in by its certificate's name without a password because it runs "
@@ -596,8 +716,8 @@ def _suggest(key: str) -> str:
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
     if close:
         return f" (did you mean {close[0]!r}?)"
-    if not key.startswith(("stomp.", "adapter.")):
-        return " (only stomp.* and adapter.* keys are read)"
+    if not key.startswith(("stomp.", "adapter.", "web_stomp.")):
+        return " (only stomp.*, web_stomp.* and adapter.* keys are read)"
     return ""
 
 
@@ -628,6 +748,10 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
     amqp_nodes: dict[str, tuple[str, _Origin]] = {}
     tcp_none: _Origin | None = None
     adapter_listeners: _Origin | None = None
+    web_parts: dict[tuple[str, str], tuple[str, _Origin]] = {}
+    web_ssl_versions: dict[str, str] = {}
+    web_origins: dict[str, str] = {}
+    web_seen: _Origin | None = None
 
     for number, line in enumerate(lines, start=1):
         where = f"{shown_path} line {number}"
@@ -649,6 +773,23 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
             shown = _shown(_KEYS.get(origin.key, ""), origin.raw)
             return ConfigError(f"{origin.where}: {origin.key} = {shown}: {message}")
 
+        if key.startswith("web_stomp.") and web_seen is None:
+            web_seen = origin  # any web_stomp.* key starts the WebSocket listener (the plugin enabled)
+        if key in _WEB_LISTENER_KEYS:
+            web_parts[_WEB_LISTENER_KEYS[key]] = (raw, origin)
+            continue
+        if key.startswith(_WEB_SSL_VERSIONS_PREFIX) and len(key) > len(_WEB_SSL_VERSIONS_PREFIX):
+            web_ssl_versions[key] = raw
+            continue
+        if key.startswith(_WEB_ALLOW_ORIGINS_PREFIX) and len(key) > len(_WEB_ALLOW_ORIGINS_PREFIX):
+            web_origins[key] = raw
+            continue
+        if key.startswith("web_stomp.ssl.ciphers."):
+            raise ConfigError(
+                f"{where}: key {key!r} is not supported: cipher suites use Erlang's names in the plugin; "
+                "the adapter uses OpenSSL's default suites for the TLS versions allowed "
+                "(web_stomp.ssl.versions.<n>)"
+            )
         if key == "stomp.listeners.tcp":
             if raw.lower() != "none":
                 raise fail("only 'none' is allowed here; add listeners as stomp.listeners.tcp.<name> = PORT")
@@ -700,8 +841,10 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
 
         name = _KEYS[key]
         try:
-            if key == "stomp.login_timeout":
-                value: Any = _int_converter(1, what="a positive integer (milliseconds)")(raw) / 1000
+            if key in _MILLISECOND_KEYS:
+                minimum = 0 if key == "web_stomp.ws_opts.idle_timeout" else 1
+                what = "a positive integer (milliseconds)" if minimum else "an integer >= 0 (milliseconds)"
+                value: Any = _int_converter(minimum, what=what)(raw) / 1000
             else:
                 value = _CONVERTERS[name](raw)
         except ValueError as exc:
@@ -737,6 +880,8 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
             )
         ini.values["amqp_url"] = ",".join(url for url, _origin in amqp_nodes.values())
         ini.origins["amqp_url"] = first
+    if web_seen is not None:
+        _web_listeners(ini, shown_path, web_parts, web_ssl_versions, web_origins, web_seen)
     if tcp_listeners and adapter_listeners is not None:
         first = next(iter(tcp_listeners.values()))[1]
         raise ConfigError(
@@ -764,6 +909,72 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         ini.values["listeners"] = tuple(listener for listener, _origin in tcp_listeners.values())
         ini.origins["listeners"] = next(iter(tcp_listeners.values()))[1]
     return ini
+
+
+def _web_listener(
+    kind: str, parts: dict[tuple[str, str], tuple[str, _Origin]], default_port: int | None
+) -> str | None:
+    """One web_stomp listener from its .listener, .ip and .port keys (as the plugin's schema
+    combines them: .listener wins)."""
+    listener = parts.get((kind, "listener"))
+    if listener is not None:
+        raw, origin = listener
+        try:
+            return _normalise_listener(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin.where}: {origin.key} = {raw!r}: {exc}") from None
+    port = parts.get((kind, "port"))
+    ip = parts.get((kind, "ip"))
+    if port is None and default_port is None:
+        return None
+    port_text = port[0] if port is not None else str(default_port)
+    if port is not None and not port_text.isdigit():
+        raise ConfigError(f"{port[1].where}: {port[1].key} = {port_text!r}: must be a port from 0 to 65535")
+    host = ip[0] if ip is not None else "0.0.0.0"
+    text = f"[{host}]:{port_text}" if ":" in host else f"{host}:{port_text}"
+    try:
+        return _normalise_listener(text)
+    except ValueError as exc:
+        culprit = ip[1] if ip is not None else port[1] if port is not None else None
+        where = f"{culprit.where}: {culprit.key}" if culprit else "web_stomp listener"
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _web_listeners(
+    ini: IniFile,
+    shown_path: str,
+    parts: dict[tuple[str, str], tuple[str, _Origin]],
+    ssl_versions: dict[str, str],
+    origins: dict[str, str],
+    first: _Origin,
+) -> None:
+    """The WebSocket listeners the web_stomp.* keys of one file ask for."""
+    tcp = _web_listener("tcp", parts, _WEB_STOMP_DEFAULT_PORT)
+    assert tcp is not None
+    ini.values["web_stomp_listeners"] = (tcp,)
+    ini.origins["web_stomp_listeners"] = parts.get(("tcp", "port"), (None, first))[1]
+    ssl_listener = _web_listener("ssl", parts, None)
+    if ssl_listener is not None:
+        ini.values["web_stomp_ssl_listeners"] = (ssl_listener,)
+        ini.origins["web_stomp_ssl_listeners"] = next(
+            origin for (kind, _part), (_raw, origin) in parts.items() if kind == "ssl"
+        )
+    if ssl_versions:
+        keys = sorted(ssl_versions)
+        try:
+            ini.values["web_stomp_ssl_versions"] = _tls_versions([ssl_versions[k] for k in keys])
+        except ValueError as exc:
+            raise ConfigError(f"{shown_path}: {keys[0]}: {exc}") from None
+        ini.origins["web_stomp_ssl_versions"] = _Origin(shown_path, keys[0], ssl_versions[keys[0]])
+    if origins:
+        if "web_stomp_allow_origins" in ini.values:
+            raise ConfigError(
+                f"{shown_path}: web_stomp.allow_origins and web_stomp.allow_origins.<name> both set the "
+                "allowed origins; keep one form"
+            )
+        keys = sorted(origins)
+        ini.values["web_stomp_allow_origins"] = tuple(origins[k].strip() for k in keys if origins[k].strip())
+        ini.origins["web_stomp_allow_origins"] = _Origin(shown_path, keys[0], origins[keys[0]])
 
 
 class IniSettingsSource(PydanticBaseSettingsSource):

@@ -151,6 +151,9 @@ class Session:
         self.settings = settings
         self.session_id = session_id
         self.peer_is_loopback = peer_is_loopback
+        # login and passcode that replace CONNECT's (web_stomp.use_http_auth: the WebSocket
+        # request's HTTP Basic credentials, else the default user, as the plugin forces them)
+        self.forced_credentials: tuple[str, str] | None = None
         self.state = State.AWAITING_CONNECT
         self.version = "1.0"
         self.user: str | None = None
@@ -241,6 +244,8 @@ class Session:
     def _credentials(self, headers: dict[str, str]) -> tuple[str | None, str | None]:
         # docs/behaviour.md#authentication: a missing passcode falls back to the default passcode, a missing
         # login to the default user
+        if self.forced_credentials is not None:
+            return self.forced_credentials
         settings = self.settings
         login = headers.get("login")
         passcode = headers.get("passcode")

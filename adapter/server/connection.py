@@ -71,8 +71,16 @@ def is_loopback(host: str) -> bool:
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
+    """One STOMP client.  ``proxy_protocol`` (default: the TCP listeners' setting) makes it
+    expect a PROXY header first; ``label`` names the transport in the log ("WebSocket ")."""
+
+    def __init__(self, server: Server, *, proxy_protocol: bool | None = None, label: str = "") -> None:
         self._server = server
+        self._expect_proxy_header = server.proxy_protocol if proxy_protocol is None else proxy_protocol
+        self._label = label
+        # a transport that frames each write (WebSocket: one message per STOMP frame) gets the
+        # frames as separate items of one writelines call instead of joined
+        self.frame_per_write = False
         self._settings: SessionSettings = server.session_settings
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -126,10 +134,10 @@ class ClientConnection(asyncio.Protocol):
         self._server.connections.add(self)
         # the login timeout also bounds a PROXY header that arrives slowly
         self._timers.append(self._loop.call_later(self._server.login_timeout, self._login_timed_out))
-        if self._server.proxy_protocol:
+        if self._expect_proxy_header:
             self._proxy_header = b""  # the peer is the proxy: wait for the client's address
             return
-        log.info("connection opened peer=%s", self.peer)
+        log.info("%sconnection opened peer=%s", self._label, self.peer)
 
     def _read_proxy_header(self, data: bytes) -> bytes | None:
         """Collect and apply the PROXY header; the bytes after it, or None while incomplete.
@@ -260,6 +268,10 @@ class ClientConnection(asyncio.Protocol):
         if self._frame_timer is not None:
             self._frame_timer.cancel()
             self._frame_timer = None
+
+    def mark_read(self) -> None:
+        """Input that carried no STOMP bytes (a WebSocket pong) still shows the client is alive."""
+        self._read_since_check = True
 
     def eof_received(self) -> bool:
         return False  # the transport closes itself; after our half-close this ends the linger
@@ -665,7 +677,7 @@ class ClientConnection(asyncio.Protocol):
         if self._linger is not None:
             return  # after our half-close (see _close) nothing more goes to the client
         self._wrote_since_check = True
-        if self._out_large:
+        if self._out_large or self.frame_per_write:
             self._out_large = False  # large MESSAGEs are not copied again into one write
             self.transport.writelines(out)
         else:

@@ -11,15 +11,28 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from ..session import SessionSettings
 from .brokers import BrokerNodes
 from .connection import BrokerSettings, ClientConnection
 from .fdlimit import EXHAUSTED, DescriptorWatch
+from .websocket import WebSocketConnection, WebStompSettings
 
 log = logging.getLogger("adapter.server")
+
+
+@dataclass(frozen=True, slots=True)
+class WebListener:
+    """A web_stomp listener: where, how its WebSockets behave, and TLS for wss:// (or None)."""
+
+    host: str
+    port: int
+    settings: WebStompSettings
+    tls: ssl.SSLContext | None = None
+    backlog: int = 1024
 
 
 class Server:
@@ -32,6 +45,7 @@ class Server:
         listeners: list[tuple[str, int]],
         tls_listeners: list[tuple[str, int]] | None = None,
         tls_context: ssl.SSLContext | None = None,
+        web_listeners: list[WebListener] | None = None,
         proxy_protocol: bool = False,
         login_timeout: float = 10.0,
         heartbeat_tolerance: float = 1.5,
@@ -50,6 +64,7 @@ class Server:
         self.listeners = listeners
         self.tls_listeners = tls_listeners or []
         self._tls_context = tls_context
+        self.web_listeners = web_listeners or []
         # every connection starts with a PROXY protocol header (stomp.proxy_protocol)
         self.proxy_protocol = proxy_protocol
         self.login_timeout = login_timeout
@@ -72,15 +87,26 @@ class Server:
         self._servers: list[asyncio.Server] = []
         self.addresses: list[tuple[str, int]] = []
         self.tls_addresses: list[tuple[str, int]] = []
+        self.web_addresses: list[tuple[str, int]] = []  # web_stomp listeners, ws:// and wss://
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._report_accept_exhaustion(loop)
         for host, port in self.listeners:
-            await self._listen(loop, host, port, None, self.addresses)
+            await self._listen(loop, host, port, None, self.addresses, lambda: ClientConnection(self))
         for host, port in self.tls_listeners:
             assert self._tls_context is not None
-            await self._listen(loop, host, port, self._tls_context, self.tls_addresses)
+            await self._listen(
+                loop, host, port, self._tls_context, self.tls_addresses, lambda: ClientConnection(self)
+            )
+        for web in self.web_listeners:
+
+            def factory(web: WebListener = web) -> asyncio.Protocol:
+                return WebSocketConnection(self, web.settings, tls=web.tls is not None)
+
+            await self._listen(
+                loop, web.host, web.port, web.tls, self.web_addresses, factory, web.backlog, "WebSocket"
+            )
 
     async def _listen(
         self,
@@ -89,14 +115,17 @@ class Server:
         port: int,
         tls: ssl.SSLContext | None,
         addresses: list[tuple[str, int]],
+        factory: Callable[[], asyncio.Protocol],
+        backlog: int | None = None,
+        kind: str = "STOMP",
     ) -> None:
-        """A listener; TLS ones hand ClientConnection the decrypted stream (asyncio's TLS
+        """A listener; TLS ones hand the protocol the decrypted stream (asyncio's TLS
         transport), so everything behind the socket is the same session."""
         server = await loop.create_server(
-            lambda: ClientConnection(self),
+            factory,
             host or None,
             port,
-            backlog=self._backlog,
+            backlog=backlog or self._backlog,
             reuse_address=True,
             ssl=tls,
             ssl_handshake_timeout=self.login_timeout if tls else None,
@@ -105,7 +134,7 @@ class Server:
         for sock in server.sockets:
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
-            log.info("listening on %s:%s%s", address[0], address[1], " (TLS)" if tls else "")
+            log.info("listening on %s:%s (%s%s)", address[0], address[1], kind, ", TLS" if tls else "")
 
     def _report_accept_exhaustion(self, loop: asyncio.AbstractEventLoop) -> None:
         """asyncio's own loop (uvloop stays silent) reports an accept() that failed for lack of

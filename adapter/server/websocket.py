@@ -1,0 +1,587 @@
+"""STOMP over WebSocket, as RabbitMQ's ``rabbitmq_web_stomp`` plugin serves it.
+
+Owns one accepted socket of a ``web_stomp`` listener: the optional PROXY header, the HTTP
+request (h11), the WebSocket opening handshake and its messages (wsproto), and the small
+transport object through which the unchanged ``ClientConnection`` (the same session, limits and
+errors as over TCP) reads and writes STOMP.  Behaviour decided here, each as the plugin does
+unless docs/compatibility.md says otherwise:
+
+- sub-protocols: the highest of ``v12.stomp``, ``v11.stomp``, ``v10.stomp`` offered is chosen;
+  anything else (``stomp`` included) is accepted without a ``Sec-WebSocket-Protocol`` answer;
+- every STOMP frame the adapter sends is one WebSocket message (text or binary per
+  ``web_stomp.ws_frame``), heart-beats are ``"\\n"`` messages; what the client sends is a byte
+  stream: several frames in one message and one frame over several messages both work;
+- after the session ends (DISCONNECT, ERROR, timeouts) the adapter closes with 1000
+  ``STOMP died``; a message over ``ws_opts.max_frame_size`` gets 1009, invalid UTF-8 in a text
+  message 1007 (wsproto's check), no input for ``ws_opts.idle_timeout`` 1000;
+- plain HTTP: a GET on the WebSocket path without an upgrade gets 426, the web console is
+  served under ``/console``, anything else 404; an ``Origin`` outside
+  ``web_stomp.allow_origins`` gets 403.
+
+Why wsproto (docs/architecture.md, "WebSocket"): it is sans-IO like the STOMP and AMQP cores, so
+it runs inside this protocol's own ``data_received`` with no second event loop or task per
+socket, and the adapter keeps its flow control.  Outgoing messages are framed here (a 2-10 byte
+header, RFC 6455 section 5.2; RFC 7692 for permessage-deflate): the session's frames are bytes,
+and wsproto's ``send`` wants a ``str`` for a text message, which would cost a decode and an
+encode per MESSAGE and refuse bodies that are not UTF-8 (the plugin sends them as they are).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+import struct
+import zlib
+from dataclasses import dataclass
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Literal
+
+import h11
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Ping,
+    Request,
+    TextMessage,
+)
+from wsproto.extensions import PerMessageDeflate
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+from .connection import ClientConnection
+from .proxy_protocol import ProxyHeaderError, parse_proxy_header
+
+if TYPE_CHECKING:
+    from .listener import Server
+
+log = logging.getLogger("adapter.websocket")
+
+# The plugin's close code and reason once the STOMP session behind the socket has ended.
+CLOSE_NORMAL = 1000
+STOMP_DIED = "STOMP died"
+CLOSE_TOO_BIG = 1009
+# How long the adapter waits for the client's answer to its Close before dropping the socket.
+_CLOSE_WAIT_SECONDS = 2.0
+# Bound on the HTTP request head (request line and headers), as cowboy bounds them.
+_MAX_REQUEST_HEAD = 64 * 1024
+# Stop reading a client whose unread output (pongs included) passes this many bytes.
+_MAX_UNSENT_CONTROL = 1024 * 1024
+_OPCODE_TEXT = 0x1
+_OPCODE_BINARY = 0x2
+_CONSOLE_PATH = "/console"
+
+
+@dataclass(frozen=True, slots=True)
+class WebStompSettings:
+    """The ``web_stomp.*`` settings one listener serves with (docs/configuration.md)."""
+
+    path: str = "/ws"
+    frame_type: Literal["text", "binary"] = "text"
+    # bytes one WebSocket message may carry; None: no limit (cowboy's default in 3.10.8),
+    # the STOMP frame limits apply in any case
+    max_message_size: int | None = None
+    use_http_auth: bool = False
+    compress: bool = True
+    # seconds without any input on an open WebSocket before it is closed (cowboy's 60 s)
+    idle_timeout: float = 60.0
+    # seconds the client has to send its HTTP request (cowboy_opts.idle_timeout)
+    request_timeout: float = 60.0
+    # Origin header values allowed to open a WebSocket; empty: every origin
+    allow_origins: tuple[str, ...] = ()
+    proxy_protocol: bool = False
+    # Strict-Transport-Security value for wss:// listeners (web_stomp.hsts.policy), or None
+    hsts_policy: str | None = None
+    console: bool = True
+
+
+def choose_subprotocol(offered: list[str]) -> str | None:
+    """The highest STOMP version the client offers (v10.stomp, v11.stomp, v12.stomp), as the
+    plugin picks it; None when it offers none of them (the handshake still succeeds)."""
+    known = [p for p in offered if p in ("v10.stomp", "v11.stomp", "v12.stomp")]
+    return max(known) if known else None
+
+
+def basic_credentials(value: str | None) -> tuple[str, str] | None:
+    """login and passcode of an ``Authorization: Basic`` header, or None if there is none or it
+    cannot be read (a client without usable HTTP credentials gets the default user, as with the
+    plugin)."""
+    if not value:
+        return None
+    scheme, _, encoded = value.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    login, colon, passcode = decoded.partition(":")
+    return (login, passcode) if colon else None
+
+
+def frame_header(opcode: int, length: int, rsv1: bool = False) -> bytes:
+    """The header of one unmasked, final server frame (RFC 6455 section 5.2)."""
+    first = 0x80 | (0x40 if rsv1 else 0) | opcode
+    if length < 126:
+        return bytes((first, length))
+    if length < 65536:
+        return struct.pack("!BBH", first, 126, length)
+    return struct.pack("!BBQ", first, 127, length)
+
+
+class _Deflater:
+    """permessage-deflate for outgoing messages with the parameters the handshake agreed."""
+
+    __slots__ = ("_bits", "_compressor", "_takeover")
+
+    def __init__(self, extension: PerMessageDeflate) -> None:
+        self._bits = extension.server_max_window_bits
+        self._takeover = not extension.server_no_context_takeover
+        self._compressor = self._new()
+
+    def _new(self) -> Any:
+        return zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -self._bits)
+
+    def compress(self, data: bytes) -> bytes:
+        compressor = self._compressor
+        out: bytes = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        if not self._takeover:
+            self._compressor = self._new()
+        return out[:-4]  # without the 00 00 ff ff every sync flush ends with (RFC 7692 7.2.1)
+
+
+class WebSocketTransport:
+    """What ``ClientConnection`` writes to and pauses: each write is one WebSocket message."""
+
+    def __init__(self, owner: WebSocketConnection) -> None:
+        self._owner = owner
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._owner.send_messages((bytes(data),))
+
+    def writelines(self, items: Any) -> None:
+        self._owner.send_messages(items)
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def write_eof(self) -> None:  # pragma: no cover - can_write_eof() is False
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._owner.close_websocket(CLOSE_NORMAL, STOMP_DIED)
+
+    def abort(self) -> None:
+        self._owner.abort()
+
+    def is_closing(self) -> bool:
+        return self._owner.closing
+
+    def pause_reading(self) -> None:
+        self._owner.set_paused("session", True)
+
+    def resume_reading(self) -> None:
+        self._owner.set_paused("session", False)
+
+    def get_write_buffer_size(self) -> int:
+        raw = self._owner.raw
+        return raw.get_write_buffer_size() if raw is not None else 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._owner.extra_info(name, default)
+
+
+class WebSocketConnection(asyncio.Protocol):
+    """One socket of a web_stomp listener: PROXY header, HTTP, then WebSocket."""
+
+    def __init__(self, server: Server, settings: WebStompSettings, *, tls: bool) -> None:
+        self._server = server
+        self._settings = settings
+        self._tls = tls
+        self._loop = asyncio.get_running_loop()
+        self.raw: asyncio.Transport | None = None
+        self.peer = "?"
+        self._peername: tuple[str, int] | None = None
+        self._phase: Literal["proxy", "http", "websocket", "closing", "closed"] = "http"
+        self._proxy_buffer = b""
+        self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_HEAD)
+        self._ws: WSConnection | None = None
+        self._session: ClientConnection | None = None
+        self._opcode = _OPCODE_BINARY if settings.frame_type == "binary" else _OPCODE_TEXT
+        self._deflater: _Deflater | None = None
+        self._message_size = 0  # bytes of the client's current message so far
+        self._paused: set[str] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_input = 0.0
+        self.closing = False
+
+    # ------------------------------------------------------------------ socket events
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.raw = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
+        peername = transport.get_extra_info("peername")
+        if peername:
+            self._peername = (peername[0], peername[1])
+        self.peer = _format_peer(self._peername)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._server.tune_socket(sock)
+        if self._settings.proxy_protocol:
+            self._phase = "proxy"
+        # the request (and a PROXY header before it) must arrive in time
+        self._timer = self._loop.call_later(self._settings.request_timeout, self._request_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        if self._phase in ("websocket", "closing"):
+            self._websocket_input(data)
+        elif self._phase == "http":
+            self._http_input(data)
+        elif self._phase == "proxy":
+            self._proxy_input(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.raw = None
+        self._phase = "closed"
+        self.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._session is not None:
+            self._session.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._session is not None:
+            self._session.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._session is not None:
+            self._session.resume_writing()
+        self.set_paused("output", False)
+
+    # ------------------------------------------------------------------ PROXY header and HTTP
+    def _proxy_input(self, data: bytes) -> None:
+        buffered = self._proxy_buffer + data
+        try:
+            header = parse_proxy_header(buffered)
+        except ProxyHeaderError as error:
+            log.warning("closing WebSocket connection from proxy %s: %s", self.peer, error)
+            self.abort()
+            return
+        if header is None:
+            self._proxy_buffer = buffered
+            return
+        self._proxy_buffer = b""
+        if header.source is not None:
+            self._peername = header.source
+            self.peer = _format_peer(header.source)
+        self._phase = "http"
+        rest = buffered[header.length :]
+        if rest:
+            self._http_input(rest)
+
+    def _http_input(self, data: bytes) -> None:
+        http = self._http
+        http.receive_data(data)
+        try:
+            event = http.next_event()
+        except h11.RemoteProtocolError as error:
+            self._respond(error.error_status_hint, f"Bad request: {error}\n")
+            return
+        if event is h11.NEED_DATA:
+            return
+        if not isinstance(event, h11.Request):
+            self._respond(400, "Bad request\n")
+            return
+        self._handle_request(event)
+
+    def _handle_request(self, request: h11.Request) -> None:
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers}
+        target = request.target.decode("latin-1")
+        path = target.split("?", 1)[0]
+        method = request.method.decode("latin-1")
+        settings = self._settings
+        if path == settings.path:
+            upgrade = headers.get("upgrade", "").lower()
+            if method != "GET" or "websocket" not in upgrade:
+                self._respond(
+                    426,
+                    "This is a WebSocket endpoint: connect with a WebSocket client\n",
+                    extra=[("Upgrade", "websocket")],
+                )
+                return
+            origin = headers.get("origin")
+            if settings.allow_origins and origin is not None and origin not in settings.allow_origins:
+                log.warning(
+                    "WebSocket from %s refused: origin %r is not in web_stomp.allow_origins",
+                    self.peer,
+                    origin,
+                )
+                self._respond(403, "Origin not allowed\n")
+                return
+            self._upgrade(request, target, headers)
+            return
+        if settings.console and method in ("GET", "HEAD") and path in (_CONSOLE_PATH, _CONSOLE_PATH + "/"):
+            self._respond(
+                200, _console_page(), content_type="text/html; charset=utf-8", head=method == "HEAD"
+            )
+            return
+        self._respond(404, "Not found\n")
+
+    def _respond(
+        self,
+        status: int,
+        body: str | bytes,
+        *,
+        content_type: str = "text/plain; charset=utf-8",
+        extra: list[tuple[str, str]] | None = None,
+        head: bool = False,
+    ) -> None:
+        """Answer one plain HTTP request and close (no keep-alive: the only pages are the
+        console and errors, and a browser opens its WebSocket on a new connection anyway)."""
+        payload = body.encode("utf-8") if isinstance(body, str) else body
+        headers = [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(payload))),
+            ("Connection", "close"),
+            ("Server", "stomp-amqp-adapter"),
+            *(extra or []),
+        ]
+        response = h11.Response(status_code=status, headers=headers)
+        if self._http.their_state is h11.ERROR:
+            data = _raw_response(status, headers)  # h11 will not write after a broken request
+        else:
+            try:
+                data = self._http.send(response) or b""
+            except h11.LocalProtocolError:
+                data = _raw_response(status, headers)
+        if not head:
+            data += payload
+        raw = self.raw
+        self._phase = "closed"
+        if raw is not None:
+            raw.write(data)
+            raw.close()
+
+    def _request_timed_out(self) -> None:
+        self._timer = None
+        if self._phase in ("proxy", "http"):
+            log.info(
+                "closing WebSocket connection from %s: no complete HTTP request in %g s",
+                self.peer,
+                self._settings.request_timeout,
+            )
+            self.abort()
+
+    # ------------------------------------------------------------------ the WebSocket
+    def _upgrade(self, request: h11.Request, target: str, headers: dict[str, str]) -> None:
+        trailing, _closed = self._http.trailing_data
+        ws = WSConnection(ConnectionType.SERVER)
+        try:
+            ws.initiate_upgrade_connection(list(request.headers), target)
+            opened = next(ws.events())
+        except (RemoteProtocolError, StopIteration) as error:
+            self._respond(400, f"Bad WebSocket handshake: {error}\n")
+            return
+        assert isinstance(opened, Request)
+        extensions: list[Any] = []
+        deflate: PerMessageDeflate | None = None
+        if self._settings.compress:
+            deflate = PerMessageDeflate()
+            extensions.append(deflate)
+        extra_headers: list[tuple[bytes, bytes]] = [(b"server", b"stomp-amqp-adapter")]
+        if self._tls and self._settings.hsts_policy:
+            extra_headers.append((b"strict-transport-security", self._settings.hsts_policy.encode()))
+        accept = AcceptConnection(
+            subprotocol=choose_subprotocol(opened.subprotocols),
+            extensions=extensions,
+            extra_headers=extra_headers,
+        )
+        raw = self.raw
+        if raw is None:
+            return
+        raw.write(ws.send(accept))
+        self._ws = ws
+        if deflate is not None and deflate.enabled():
+            self._deflater = _Deflater(deflate)
+        self._phase = "websocket"
+        if self._timer is not None:
+            self._timer.cancel()
+        self._last_input = self._loop.time()
+        if self._settings.idle_timeout:
+            self._timer = self._loop.call_later(self._settings.idle_timeout, self._check_idle)
+        session = ClientConnection(self._server, proxy_protocol=False, label="WebSocket ")
+        session.frame_per_write = True
+        self._session = session
+        session.connection_made(WebSocketTransport(self))  # type: ignore[arg-type]
+        if self._settings.use_http_auth and session.session is not None:
+            credentials = basic_credentials(headers.get("authorization"))
+            if credentials is None:
+                defaults = self._server.session_settings
+                credentials = (defaults.default_user or "", defaults.default_pass or "")
+            session.session.forced_credentials = credentials
+        if trailing:
+            self._websocket_input(trailing)
+
+    def _websocket_input(self, data: bytes) -> None:
+        ws = self._ws
+        assert ws is not None
+        self._last_input = self._loop.time()
+        ws.receive_data(data)
+        session = self._session
+        limit = self._settings.max_message_size
+        for event in ws.events():
+            if isinstance(event, TextMessage | BytesMessage):
+                payload = event.data.encode("utf-8") if isinstance(event, TextMessage) else bytes(event.data)
+                if limit is not None:
+                    self._message_size += len(payload)
+                    if self._message_size > limit:
+                        log.info("peer=%s: WebSocket message over %d bytes, closing", self.peer, limit)
+                        self.close_websocket(CLOSE_TOO_BIG, "Message too big")
+                        return
+                    if event.message_finished:
+                        self._message_size = 0
+                if session is not None and payload:
+                    session.data_received(payload)
+            elif isinstance(event, Ping):
+                if self._phase != "websocket":
+                    continue
+                self._send_raw(ws.send(event.response()))
+                raw = self.raw
+                if raw is not None and raw.get_write_buffer_size() > _MAX_UNSENT_CONTROL:
+                    self.set_paused("output", True)  # a ping flood from a client that reads nothing
+            elif isinstance(event, CloseConnection):
+                self._close_received(ws, event)
+                return
+            else:  # Pong: only keeps the idle clock going
+                if session is not None:
+                    session.mark_read()
+            if self._phase != "websocket":
+                session = None  # closing: only the client's Close matters now
+
+    def _close_received(self, ws: WSConnection, event: CloseConnection) -> None:
+        from wsproto.connection import ConnectionState
+
+        if ws.state is ConnectionState.OPEN:
+            # wsproto could not parse the input (invalid UTF-8: 1007, protocol error: 1002)
+            log.info("peer=%s: closing WebSocket: %s (%d)", self.peer, event.reason, event.code)
+            reason = "Invalid UTF-8 in a text message" if event.code == 1007 else (event.reason or "")
+            self.close_websocket(event.code, reason.encode()[:120].decode("utf-8", "ignore"))
+            return
+        if ws.state is ConnectionState.REMOTE_CLOSING:
+            self._send_raw(ws.send(event.response()))
+        raw = self.raw
+        self._phase = "closed"
+        self.closing = True
+        if raw is not None:
+            raw.close()
+
+    def send_messages(self, items: Any) -> None:
+        """The session's output: each item (one STOMP frame or a heart-beat) is one message."""
+        raw = self.raw
+        if raw is None or self._phase != "websocket":
+            return
+        opcode = self._opcode
+        deflater = self._deflater
+        out: list[bytes] = []
+        for item in items:
+            if deflater is not None:
+                payload = deflater.compress(item)
+                out.append(frame_header(opcode, len(payload), True))
+            else:
+                payload = item
+                out.append(frame_header(opcode, len(payload)))
+            out.append(payload)
+        raw.writelines(out)
+
+    def _send_raw(self, data: bytes) -> None:
+        if data and self.raw is not None:
+            self.raw.write(data)
+
+    def close_websocket(self, code: int, reason: str) -> None:
+        """Send Close and give the client a moment to answer it before the socket goes."""
+        ws = self._ws
+        if self._phase != "websocket" or ws is None:
+            return
+        self._phase = "closing"  # reading on, for the client's answering Close
+        self.closing = True
+        with contextlib.suppress(LocalProtocolError):
+            self._send_raw(ws.send(CloseConnection(code=code, reason=reason)))
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(_CLOSE_WAIT_SECONDS, self.abort)
+        # keep reading so that the client's Close (and anything before it) is consumed
+        self._paused.clear()
+        if self.raw is not None:
+            self.raw.resume_reading()
+        session, self._session = self._session, None
+        if session is not None:
+            # the session may still be open (1009, 1007, idle): it ends with the socket
+            session.connection_lost(ConnectionAbortedError(f"WebSocket closed with {code} {reason}".strip()))
+
+    def abort(self) -> None:
+        self._phase = "closed"
+        self.closing = True
+        if self.raw is not None:
+            self.raw.abort()
+
+    def set_paused(self, reason: str, paused: bool) -> None:
+        raw = self.raw
+        before = bool(self._paused)
+        if paused:
+            self._paused.add(reason)
+        else:
+            self._paused.discard(reason)
+        if raw is None or before == bool(self._paused):
+            return
+        if self._paused:
+            raw.pause_reading()
+        else:
+            raw.resume_reading()
+
+    def _check_idle(self) -> None:
+        self._timer = None
+        if self._phase != "websocket":
+            return
+        timeout = self._settings.idle_timeout
+        idle = self._loop.time() - self._last_input
+        if idle < timeout:
+            self._timer = self._loop.call_later(timeout - idle, self._check_idle)
+            return
+        log.info("peer=%s: no WebSocket input for %g s, closing", self.peer, timeout)
+        self.close_websocket(CLOSE_NORMAL, "")
+
+    def extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            return self._peername if self._peername is not None else default
+        raw = self.raw
+        return raw.get_extra_info(name, default) if raw is not None else default
+
+
+def _format_peer(address: tuple[str, int] | None) -> str:
+    if address is None:
+        return "?"
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _raw_response(status: int, headers: list[tuple[str, str]]) -> bytes:
+    reasons = {400: "Bad Request", 404: "Not Found", 431: "Request Header Fields Too Large"}
+    reason = reasons.get(status, "Error")
+    lines = [f"HTTP/1.1 {status} {reason}"] + [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+_console_cache: bytes | None = None
+
+
+def _console_page() -> bytes:
+    """The web console (adapter/server/console.html), read once."""
+    global _console_cache
+    if _console_cache is None:
+        _console_cache = resources.files(__package__).joinpath("console.html").read_bytes()
+    return _console_cache
