@@ -451,3 +451,76 @@ def test_broker_tls_settings(tmp_path: Path) -> None:
     assert "must be one of tlsv1.2, tlsv1.3" in message
     message = config_error(tmp_path, "adapter.amqp_node_order = random\n")
     assert "must be one of round_robin, shuffle" in message
+
+
+# ----------------------------------------------------------------------------------------------- web_stomp
+
+
+def test_no_web_stomp_key_no_websocket_listener(tmp_path: Path) -> None:
+    assert load_settings(write_ini(tmp_path, "stomp.default_vhost = /\n")).web_stomp_listeners == ()
+
+
+def test_any_web_stomp_key_starts_the_listener_on_the_plugin_port(tmp_path: Path) -> None:
+    s = load_settings(write_ini(tmp_path, "web_stomp.ws_frame = binary\n"))
+    assert s.web_stomp_listeners == ("0.0.0.0:15674",)
+    assert s.web_stomp_ws_frame == "binary"
+
+
+def test_web_stomp_keys(tmp_path: Path) -> None:
+    s = load_settings(
+        write_ini(
+            tmp_path,
+            "web_stomp.tcp.port = 15999\n"
+            "web_stomp.tcp.ip = 127.0.0.1\n"
+            "web_stomp.ws_path = /stomp\n"
+            "web_stomp.use_http_auth = true\n"
+            "web_stomp.proxy_protocol = true\n"
+            "web_stomp.ws_opts.compress = false\n"
+            "web_stomp.ws_opts.max_frame_size = 50000\n"
+            "web_stomp.ws_opts.idle_timeout = 30000\n"
+            "web_stomp.cowboy_opts.idle_timeout = 5000\n"
+            "web_stomp.allow_origins.1 = https://a.example\n"
+            "web_stomp.allow_origins.2 = https://b.example\n"
+            "web_stomp.ssl.port = 15673\n"
+            "web_stomp.ssl.certfile = /etc/cert.pem\n"
+            "web_stomp.ssl.versions.1 = tlsv1.3\n"
+            "web_stomp.num_acceptors.tcp = 10\n",
+        )
+    )
+    assert s.web_stomp_listeners == ("127.0.0.1:15999",)
+    assert s.web_stomp_ssl_listeners == ("0.0.0.0:15673",)
+    assert s.web_stomp_ws_path == "/stomp"
+    assert s.web_stomp_use_http_auth and s.web_stomp_proxy_protocol and not s.web_stomp_compress
+    assert s.web_stomp_max_frame_size == 50000
+    assert (s.web_stomp_idle_timeout, s.web_stomp_request_timeout) == (30.0, 5.0)
+    assert s.web_stomp_allow_origins == ("https://a.example", "https://b.example")
+    assert s.web_stomp_ssl_versions == ("tlsv1.3",)
+
+
+def test_web_stomp_listener_key_wins_and_ipv6(tmp_path: Path) -> None:
+    s = load_settings(write_ini(tmp_path, "web_stomp.tcp.listener = [::1]:15700\nweb_stomp.tcp.port = 1\n"))
+    assert s.web_stomp_listeners == ("[::1]:15700",)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("web_stomp.ws_frame = json\n", "must be one of text, binary"),
+        ("web_stomp.ws_path = ws\n", "must be a path starting with /"),
+        ("web_stomp.tcp.port = http\n", "must be a port"),
+        ("web_stomp.max_connections = 10\n", "not supported"),
+        ("web_stomp.ssl.ciphers.1 = ECDHE-ECDSA-AES256-GCM-SHA384\n", "not supported"),
+        ("web_stomp.ws_opts.idle_timeout = -1\n", "milliseconds"),
+        ("web_stomp.ws_pth = /ws\n", "did you mean 'web_stomp.ws_path'"),
+    ],
+)
+def test_web_stomp_errors_name_the_key(tmp_path: Path, text: str, problem: str) -> None:
+    assert problem in config_error(tmp_path, text)
+
+
+def test_web_stomp_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOMP_ADAPTER_WEB_STOMP_LISTENERS", "127.0.0.1:15674")
+    monkeypatch.setenv("STOMP_ADAPTER_WEB_STOMP_ALLOW_ORIGINS", "https://a.example, https://b.example")
+    s = load_settings()
+    assert s.web_stomp_listeners == ("127.0.0.1:15674",)
+    assert s.web_stomp_allow_origins == ("https://a.example", "https://b.example")
