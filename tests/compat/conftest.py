@@ -11,16 +11,20 @@ from __future__ import annotations
 import os
 import socket
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import pytest
 
 from tests.compat.conversation import Broker, Conversation, Difference, Transcript, compare
+from tests.support import AdapterProcess
 
 PLUGIN_PORT = int(os.environ.get("STOMP_PLUGIN_PORT", "61613"))
+WEB_PLUGIN_PORT = int(os.environ.get("WEB_STOMP_PLUGIN_PORT", "15674"))
 MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
 
-_ENABLE = "enable them with `rabbitmq-plugins enable rabbitmq_stomp rabbitmq_management`"
+_ENABLE = (
+    "enable them with `rabbitmq-plugins enable rabbitmq_stomp rabbitmq_management rabbitmq_web_stomp`"
+)
 
 
 @pytest.fixture(scope="session")
@@ -69,5 +73,45 @@ def compat(plugin_port: int, adapter, broker: Broker) -> Callable[..., tuple[Tra
         conversation: Conversation, expect: Iterable[Difference] = (), adapter_port: int | None = None
     ) -> tuple[Transcript, Transcript]:
         return compare(conversation, plugin_port, adapter_port or adapter.port, broker, expect)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def web_plugin_port() -> int:
+    """RabbitMQ's rabbitmq_web_stomp listener (STOMP over WebSocket, path /ws)."""
+    try:
+        from tests.compat.conversation import WebSocketStream
+
+        stream = WebSocketStream(WEB_PLUGIN_PORT)
+        stream.close()
+    except OSError as error:
+        pytest.fail(
+            f"RabbitMQ's web_stomp plugin is not reachable on 127.0.0.1:{WEB_PLUGIN_PORT} ({error}); the "
+            f"WebSocket compatibility tests compare the adapter with it: {_ENABLE}",
+            pytrace=False,
+        )
+    return WEB_PLUGIN_PORT
+
+
+@pytest.fixture(scope="session")
+def web_adapter(amqp_url: str) -> Iterator[AdapterProcess]:
+    """An adapter with a WebSocket listener (web_stomp) for the whole session."""
+    server = AdapterProcess(amqp_url, web_stomp_listeners=["127.0.0.1:0"])
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def web_compat(
+    web_plugin_port: int, web_adapter: AdapterProcess, broker: Broker
+) -> Callable[..., tuple[Transcript, Transcript]]:
+    """``web_compat(conversation, expect=[...])``: as ``compat``, over WebSocket against
+    rabbitmq_web_stomp and the adapter's web_stomp listener."""
+
+    def run(conversation: Conversation, expect: Iterable[Difference] = ()) -> tuple[Transcript, Transcript]:
+        port = web_adapter.server.web_addresses[0][1]
+        return compare(conversation, web_plugin_port, port, broker, expect, transport="ws")
 
     return run

@@ -191,6 +191,7 @@ class ConnResult:
     frames: list[Frame] = field(default_factory=list)
     closed: bool = False  # the server closed the socket during this step
     send_failed: bool = False
+    close_frame: str | None = None  # over WebSocket: the server's Close, "1000 STOMP died"
 
 
 @dataclass
@@ -240,7 +241,8 @@ class Transcript:
                 if result.send_failed:
                     out.append("(send failed: socket already closed)")
                 if result.closed:
-                    out.append("(connection closed by server)")
+                    close = f": {result.close_frame}" if result.close_frame is not None else ""
+                    out.append(f"(connection closed by server{close})")
         out.append("--- broker state:")
         out += [json.dumps(q, sort_keys=True) for q in self.state]
         if self.state_after_close is not None:
@@ -458,20 +460,113 @@ def _render(data: Any, ctx: dict[str, str]) -> bytes:
     return data
 
 
+class WebSocketStream:
+    """A client WebSocket that looks like a socket to ``run``: ``sendall`` sends one text
+    message (binary if the bytes are not UTF-8, as a browser could not send them as text),
+    ``recv`` returns the payload bytes of the messages received, as one stream.  Built on the
+    `websockets` library's sans-IO client, so neither wsproto (the adapter's) nor cowboy (the
+    plugin's) is on both sides.  ``close_frame`` is the server's Close ("code reason")."""
+
+    def __init__(self, port: int, path: str = "/ws", subprotocols: tuple[str, ...] = ("v12.stomp",)) -> None:
+        from websockets.client import ClientProtocol
+        from websockets.http11 import Response
+        from websockets.protocol import State
+        from websockets.uri import parse_uri
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.protocol = ClientProtocol(
+            parse_uri(f"ws://127.0.0.1:{port}{path}"), subprotocols=list(subprotocols), max_size=None
+        )
+        self.protocol.send_request(self.protocol.connect())
+        self._send_pending()
+        while self.protocol.state is not State.OPEN:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("the WebSocket handshake failed: connection closed")
+            self.protocol.receive_data(data)
+            for event in self.protocol.events_received():
+                if isinstance(event, Response) and event.status_code != 101:
+                    raise ConnectionError(f"the WebSocket handshake failed: HTTP {event.status_code}")
+        self.close_frame: str | None = None
+        self._eof = False
+
+    def _send_pending(self) -> None:
+        for data in self.protocol.data_to_send():
+            if data:
+                with contextlib.suppress(OSError):
+                    self.sock.sendall(data)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def setblocking(self, flag: bool) -> None:
+        self.sock.setblocking(flag)
+
+    def sendall(self, data: bytes) -> None:
+        from websockets.protocol import State
+
+        if self.protocol.state is not State.OPEN:
+            raise BrokenPipeError("the WebSocket is closed")
+        try:
+            data.decode("utf-8")
+            self.protocol.send_text(data)
+        except UnicodeDecodeError:
+            self.protocol.send_binary(data)
+        self._send_pending()
+
+    def recv(self, size: int) -> bytes:
+        from websockets.frames import Opcode
+
+        if self._eof:
+            return b""
+        data = self.sock.recv(size)
+        if not data:
+            self.protocol.receive_eof()
+            return b""
+        self.protocol.receive_data(data)
+        payload = b""
+        for frame in self.protocol.events_received():
+            if frame.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                payload += frame.data
+            elif frame.opcode is Opcode.CLOSE and self.protocol.close_rcvd is not None:
+                close = self.protocol.close_rcvd
+                self.close_frame = f"{close.code} {close.reason}".strip()
+                self._eof = True
+        self._send_pending()
+        if self._eof and not payload:
+            return b""
+        if not payload:
+            raise BlockingIOError  # only control frames: nothing for the reader yet
+        return payload
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def run(
-    conversation: Conversation, server: str, port: int, names: dict[str, str], marker: str, broker: Broker
+    conversation: Conversation,
+    server: str,
+    port: int,
+    names: dict[str, str],
+    marker: str,
+    broker: Broker,
+    transport: str = "tcp",
 ) -> Transcript:
     transcript = Transcript(server=server, names=dict(names))
     claim = conversation.claim_unbound_subscription_queues
     ctx: dict[str, str] = dict(names)
     selector = selectors.DefaultSelector()
-    sockets: dict[int, socket.socket] = {}
+    sockets: dict[int, Any] = {}
     readers: dict[int, FrameReader] = {}
     closed: set[int] = set()
     before = broker.queue_names()
 
-    def open_conn(conn: int) -> socket.socket:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    def open_conn(conn: int) -> Any:
+        sock: Any = (
+            WebSocketStream(port)
+            if transport == "ws"
+            else socket.create_connection(("127.0.0.1", port), timeout=5)
+        )
         sock.setblocking(False)
         sockets[conn] = sock
         readers[conn] = FrameReader()
@@ -506,6 +601,7 @@ def run(
                 result = results.setdefault(conn, ConnResult())
                 if not data:
                     result.closed = True
+                    result.close_frame = getattr(key.fileobj, "close_frame", None)
                     closed.add(conn)
                     selector.unregister(key.fileobj)
                     continue
@@ -912,13 +1008,16 @@ def compare(
     adapter_port: int,
     broker: Broker,
     expect: Iterable[Difference] = (),
+    transport: str = "tcp",
 ) -> tuple[Transcript, Transcript]:
+    """Run the conversation against both servers (over plain TCP, or over WebSocket with
+    ``transport="ws"``: the ports are then the web_stomp listeners) and compare."""
     expect = list(expect)
     if any(d.compare_state_after_close for d in expect) and not conversation.state_after_close:
         conversation = dataclasses.replace(conversation, state_after_close=True)
     p_marker, p_names, a_marker, a_names = unique_names(conversation.names, conversation.shared_names)
-    plugin_args = (conversation, "RabbitMQ STOMP plugin", plugin_port, p_names, p_marker, broker)
-    adapter_args = (conversation, "adapter", adapter_port, a_names, a_marker, broker)
+    plugin_args = (conversation, "RabbitMQ STOMP plugin", plugin_port, p_names, p_marker, broker, transport)
+    adapter_args = (conversation, "adapter", adapter_port, a_names, a_marker, broker, transport)
     if conversation.shared_names or conversation.claim_unbound_subscription_queues:
         # the runs would see each other's queues: one after the other
         plugin_raw = run(*plugin_args)

@@ -1,0 +1,159 @@
+"""The adapter's web_stomp listener against RabbitMQ's rabbitmq_web_stomp plugin (port 15674,
+path /ws): the same conversations over WebSocket, compared frame by frame, with the servers'
+Close frames (code and reason) and the broker state.  Each declared difference is listed in
+docs/compatibility.md ("Web STOMP")."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.compat.conversation import (
+    Conversation,
+    Custom,
+    ErrorCloses,
+    NoFrameControlHeaders,
+    Step,
+    Transcript,
+    capture,
+    connect,
+    disconnect,
+    frame,
+    send,
+    subscribe,
+)
+
+pytestmark = pytest.mark.compat
+
+
+def disconnect_receipt(receipt: str = "bye", conn: int = 0) -> Custom:
+    """rabbitmq_web_stomp closes the WebSocket on DISCONNECT before the RECEIPT it asked for goes
+    out (the RECEIPT is lost); the adapter sends the RECEIPT, then closes (STOMP 1.2: a DISCONNECT
+    with a receipt gets its RECEIPT)."""
+
+    def check(plugin: Transcript, adapter: Transcript) -> None:
+        p_step, a_step = plugin.closed_at(conn), adapter.closed_at(conn)
+        assert p_step is not None and p_step == a_step, (p_step, a_step)
+        p_frames = plugin.steps[p_step].received[conn].frames
+        a_frames = adapter.steps[a_step].received[conn].frames
+        assert [f.command for f in p_frames] == [], p_frames
+        assert [(f.command, f.header("receipt-id")) for f in a_frames] == [("RECEIPT", receipt)], a_frames
+        a_frames.clear()
+
+    return Custom(check, "the RECEIPT of a DISCONNECT is sent before the close")
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2", "1.0,1.1,1.2"])
+def test_connect_and_disconnect(web_compat, version):
+    web_compat(
+        Conversation([Step(connect(version), 1), Step(disconnect(), 1)], names=()),
+        expect=[disconnect_receipt()],
+    )
+
+
+def test_disconnect_without_receipt(web_compat):
+    web_compat(Conversation([Step(connect("1.2"), 1), Step(disconnect(None), 0)], names=()))
+
+
+@pytest.mark.parametrize(
+    "destination", ["/queue/{q}", "/topic/{q}", "/exchange/amq.direct/{q}", "/amq/queue/{q}"]
+)
+def test_subscribe_send_receive(web_compat, destination):
+    steps = [Step(connect("1.2"), 1)]
+    if destination.startswith("/amq/queue/"):
+        steps.append(Step(subscribe("/queue/{q}", ("id", "0"), ("receipt", "d")), 1))
+    steps += [
+        Step(subscribe(destination, ("id", "1"), ("receipt", "r")), 1),
+        Step(
+            send(destination, ("receipt", "s"), ("content-type", "text/plain"), body="hello"),
+            2,
+            unordered=True,
+        ),
+        Step(send(destination, ("x-custom", "a\\cb"), body="second"), 1),
+    ]
+    web_compat(Conversation(steps), expect=[NoFrameControlHeaders()])
+
+
+def test_client_ack_nack_and_redelivery(web_compat):
+    """ACK and NACK over WebSocket; the nacked message comes back redelivered."""
+    web_compat(
+        Conversation(
+            [
+                Step(connect("1.2"), 1),
+                Step(send("/queue/{q}", body="one"), 0),
+                Step(send("/queue/{q}", body="two"), 0),
+                Step(
+                    subscribe(
+                        "/queue/{q}", ("id", "1"), ("ack", "client-individual"), ("prefetch-count", "1")
+                    ),
+                    1,
+                    capture=capture("MESSAGE", "ack", "ack1"),
+                ),
+                Step(
+                    frame("ACK", ("id", "{ack1}"), ("receipt", "a")),
+                    2,
+                    unordered=True,
+                    capture=capture("MESSAGE", "ack", "ack2"),
+                ),
+                Step(frame("NACK", ("id", "{ack2}"), ("receipt", "n")), 2, unordered=True),
+            ]
+        )
+    )
+
+
+def test_transaction(web_compat):
+    web_compat(
+        Conversation(
+            [
+                Step(connect("1.2"), 1),
+                Step(subscribe("/queue/{q}", ("id", "1"), ("receipt", "r")), 1),
+                Step(frame("BEGIN", ("transaction", "t1")), 0),
+                Step(send("/queue/{q}", ("transaction", "t1"), body="in tx"), 0),
+                Step(frame("COMMIT", ("transaction", "t1"), ("receipt", "c")), 2, unordered=True),
+                Step(frame("BEGIN", ("transaction", "t2")), 0),
+                Step(send("/queue/{q}", ("transaction", "t2"), body="aborted"), 0),
+                Step(frame("ABORT", ("transaction", "t2"), ("receipt", "a")), 1),
+            ]
+        ),
+        expect=[NoFrameControlHeaders(("transaction",))],
+    )
+
+
+def test_reply_to_temp_queue(web_compat):
+    web_compat(
+        Conversation(
+            [
+                Step(connect("1.2"), 1),
+                Step(subscribe("/queue/{q}", ("id", "1"), ("receipt", "r")), 1),
+                Step(send("/queue/{q}", ("reply-to", "/temp-queue/answers"), body="question"), 1),
+            ]
+        )
+    )
+
+
+def test_bad_password(web_compat):
+    web_compat(Conversation([Step(connect("1.2", passcode="wrong"), 1)], names=()), expect=[ErrorCloses()])
+
+
+@pytest.mark.parametrize("command", ["FOO", "send"])
+def test_unknown_command(web_compat, command):
+    web_compat(
+        Conversation(
+            [Step(connect("1.2"), 1), Step(frame(command, ("destination", "/queue/x")), 1)], names=()
+        ),
+        expect=[ErrorCloses()],
+    )
+
+
+def test_invalid_destination(web_compat):
+    web_compat(
+        Conversation([Step(connect("1.2"), 1), Step(send("/queue/a/b", body="x"), 1)], names=()),
+        expect=[ErrorCloses()],
+    )
+
+
+def test_heart_beat_header(web_compat):
+    web_compat(Conversation([Step(connect("1.2", ("heart-beat", "0,0")), 1)], names=()))
+
+
+def test_frame_before_connect(web_compat):
+    web_compat(Conversation([Step(send("/queue/{q}", body="early"), 1)]), expect=[ErrorCloses()])
