@@ -22,9 +22,7 @@ PLUGIN_PORT = int(os.environ.get("STOMP_PLUGIN_PORT", "61613"))
 WEB_PLUGIN_PORT = int(os.environ.get("WEB_STOMP_PLUGIN_PORT", "15674"))
 MANAGEMENT_URL = os.environ.get("RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
 
-_ENABLE = (
-    "enable them with `rabbitmq-plugins enable rabbitmq_stomp rabbitmq_management rabbitmq_web_stomp`"
-)
+_ENABLE = "enable them with `rabbitmq-plugins enable rabbitmq_stomp rabbitmq_management rabbitmq_web_stomp`"
 
 
 @pytest.fixture(scope="session")
