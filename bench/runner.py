@@ -216,6 +216,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="FILE",
         help="write every measurement and the summary to FILE (default bench/results/run-<date>-<time>.json)",
     )
+    parser.add_argument(
+        "--websocket",
+        choices=("both", "adapter"),
+        help="speak STOMP over WebSocket (path --ws-path) to both sides, or to the --adapter-port side "
+        "only (bench/web.py)",
+    )
+    parser.add_argument("--ws-path", default="/ws", help="the WebSocket path (default /ws)")
     parser.add_argument("--no-uvloop", action="store_true", help="run the bench on asyncio's default loop")
     parser.add_argument(
         "--adapter-tls-ca",
@@ -283,9 +290,9 @@ async def background_load(seconds: float = 2.0) -> float | None:
     return None if before is None or after is None else round((after - before) / seconds, 2)
 
 
-async def server_header(host: str, port: int) -> str:
+async def server_header(host: str, port: int, websocket: str | None = None) -> str:
     try:
-        client = await connect(host, port, "probe", timeout=10)
+        client = await connect(host, port, "probe", timeout=10, websocket=websocket)
     except (StompError, OSError) as error:
         return f"? ({error})"
     value = header(client.connected.result(), b"server")
@@ -562,15 +569,21 @@ async def main_async(args: argparse.Namespace) -> int:
         )
 
     tls = ssl.create_default_context(cafile=args.adapter_tls_ca) if args.adapter_tls_ca else None
-    sides = {"adapter": Side("adapter", adapter_port, tls)}
+    ws_path = args.ws_path if args.websocket else None
+    sides = {"adapter": Side("adapter", adapter_port, tls, websocket=ws_path)}
     if plugin:
-        sides["plugin"] = Side("plugin", args.plugin_port)
+        sides["plugin"] = Side(
+            "plugin", args.plugin_port, websocket=ws_path if args.websocket == "both" else None
+        )
     conditions: dict[str, Any] = {
         **environment(),
         "date": started_at.isoformat(timespec="seconds"),
         "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
-        "adapter_server_header": await server_header(args.host, adapter_port),
-        "plugin_server_header": await server_header(args.host, args.plugin_port) if plugin else None,
+        "adapter_server_header": await server_header(args.host, adapter_port, sides["adapter"].websocket),
+        "plugin_server_header": (
+            await server_header(args.host, args.plugin_port, sides["plugin"].websocket) if plugin else None
+        ),
+        "transport": {name: "websocket" if side.websocket else "tcp" for name, side in sides.items()},
         "adapter": f"{args.host}:{adapter_port}" + (" (started by the bench)" if adapter else " (external)"),
         "adapter_pid": adapter_pid,
         "broker_pid": broker_pid,

@@ -49,6 +49,7 @@ class Side:
     name: str  # "adapter" or "plugin"
     port: int
     tls: ssl.SSLContext | None = None  # connect over TLS (bench/tls.py)
+    websocket: str | None = None  # connect over WebSocket at this path (bench/web.py)
 
 
 @dataclass
@@ -83,7 +84,13 @@ class Run:
         return name
 
     async def client(self, name: str) -> StompClient:
-        client = await connect(self.cfg.host, self.side.port, f"{self.side.name}/{name}", tls=self.side.tls)
+        client = await connect(
+            self.cfg.host,
+            self.side.port,
+            f"{self.side.name}/{name}",
+            tls=self.side.tls,
+            websocket=self.side.websocket,
+        )
         client.on_failure = self.fail
         client.on_chunk = self.notify
         self.clients.append(client)
@@ -480,7 +487,12 @@ async def connect_scenario(run: Run) -> None:
         while loop.time() < stop_at and (cfg.messages is None or cycles[0] < cfg.messages):
             started = time.perf_counter()
             client = await connect(
-                cfg.host, run.side.port, f"{run.side.name}/cycle{n}", timeout=10, tls=run.side.tls
+                cfg.host,
+                run.side.port,
+                f"{run.side.name}/cycle{n}",
+                timeout=10,
+                tls=run.side.tls,
+                websocket=run.side.websocket,
             )
             client.expect_close = True  # the server closes after the DISCONNECT receipt
             await client.request("DISCONNECT", {}, timeout=10)
@@ -511,7 +523,9 @@ async def idle_scenario(run: Run) -> None:
     broker = run.pids.get("broker")
     # warm-up: the first connections import and allocate what every later one shares
     for i in range(5):
-        client = await connect(cfg.host, run.side.port, f"warmup{i}", tls=run.side.tls)
+        client = await connect(
+            cfg.host, run.side.port, f"warmup{i}", tls=run.side.tls, websocket=run.side.websocket
+        )
         await client.disconnect()
     await asyncio.sleep(1.0)
     base = procstat.rss_kb(pid)

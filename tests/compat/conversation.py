@@ -779,7 +779,10 @@ def normalise(transcript: Transcript, keep_random_names: bool) -> Transcript:
                 {c: n.data(d) for c, d in step.sent.items()},
                 {
                     c: ConnResult(
-                        _order([n.frame(f) for f in r.frames], step.unordered), r.closed, r.send_failed
+                        _order([n.frame(f) for f in r.frames], step.unordered),
+                        r.closed,
+                        r.send_failed,
+                        r.close_frame,
                     )
                     for c, r in step.received.items()
                 },

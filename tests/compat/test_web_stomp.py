@@ -157,3 +157,32 @@ def test_heart_beat_header(web_compat):
 
 def test_frame_before_connect(web_compat):
     web_compat(Conversation([Step(send("/queue/{q}", body="early"), 1)]), expect=[ErrorCloses()])
+
+
+def closed_with_1011_without_error(message: str, conn: int = 0) -> Custom:
+    """rabbitmq_web_stomp closes with 1011 (internal error: its frame parser crashed) and no
+    ERROR; the adapter sends ERROR ``message`` and closes with 1000 ``STOMP died`` (STOMP 1.2: an
+    ERROR before the close; the same difference as number 3 over TCP)."""
+
+    def check(plugin: Transcript, adapter: Transcript) -> None:
+        step = plugin.closed_at(conn)
+        assert step is not None and adapter.closed_at(conn) == step
+        p_result, a_result = plugin.steps[step].received[conn], adapter.steps[step].received[conn]
+        assert p_result.frames == [] and p_result.close_frame == "1011", p_result
+        assert [f.command for f in a_result.frames] == ["ERROR"], a_result.frames
+        assert a_result.frames[0].header("message") == message
+        assert a_result.close_frame == "1000 STOMP died", a_result.close_frame
+        a_result.frames.clear()
+        a_result.close_frame = p_result.close_frame
+
+    return Custom(check, "an ERROR before the close for a frame that cannot be parsed")
+
+
+def test_parse_error(web_compat):
+    web_compat(
+        Conversation(
+            [Step(connect("1.2"), 1), Step(b"SEND\ndestination:/queue/x\ncontent-length:zz\n\nabc\0", 1)],
+            names=(),
+        ),
+        expect=[closed_with_1011_without_error("Bad content-length")],
+    )
