@@ -221,6 +221,7 @@ class WebSocketConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.raw = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
+        self._server.web_sockets.add(self)
         peername = transport.get_extra_info("peername")
         if peername:
             self._peername = (peername[0], peername[1])
@@ -245,6 +246,7 @@ class WebSocketConnection(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._server.web_sockets.discard(self)
         self.raw = None
         self._phase = "closed"
         self.closing = True
@@ -526,6 +528,9 @@ class WebSocketConnection(asyncio.Protocol):
     def abort(self) -> None:
         self._phase = "closed"
         self.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.raw is not None:
             self.raw.abort()
 
