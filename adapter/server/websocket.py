@@ -226,9 +226,7 @@ class WebSocketConnection(asyncio.Protocol):
         if peername:
             self._peername = (peername[0], peername[1])
         self.peer = _format_peer(self._peername)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            self._server.tune_socket(sock)
+        # socket options and the descriptor watch are applied by ClientConnection, after the upgrade
         if self._settings.proxy_protocol:
             self._phase = "proxy"
         # the request (and a PROXY header before it) must arrive in time
@@ -433,7 +431,10 @@ class WebSocketConnection(asyncio.Protocol):
         ws = self._ws
         assert ws is not None
         self._last_input = self._loop.time()
-        ws.receive_data(data)
+        try:
+            ws.receive_data(data)
+        except LocalProtocolError:
+            return  # both Close frames exchanged: what still arrives is dropped with the socket
         session = self._session
         limit = self._settings.max_message_size
         for event in ws.events():
