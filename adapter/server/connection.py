@@ -121,6 +121,7 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
+        self._server.open_sockets.add(self)
         peername = transport.get_extra_info("peername")
         host, port = (peername[0], peername[1]) if peername else ("?", 0)
         self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -277,6 +278,7 @@ class ClientConnection(asyncio.Protocol):
         return False  # the transport closes itself; after our half-close this ends the linger
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._server.open_sockets.discard(self)
         self.transport = None
         if self._linger is not None:
             self._linger.cancel()
@@ -728,6 +730,14 @@ class ClientConnection(asyncio.Protocol):
             return
         self._linger = None
         transport.abort()
+
+    def abort(self) -> None:
+        """End of server shutdown: drop the socket if it is still open (lingering)."""
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        if self.transport is not None:
+            self.transport.abort()
 
     def shutdown(self) -> None:
         """Server shutdown: tell the client why, then close."""

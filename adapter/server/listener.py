@@ -82,8 +82,10 @@ class Server:
         self.incomplete_input_budget = incomplete_input_budget
         self.descriptors = DescriptorWatch()
         self.connections: set[ClientConnection] = set()
-        # sockets of the web_stomp listeners (HTTP, WebSocket, closing), dropped at shutdown's end
-        self.web_sockets: set[WebSocketConnection] = set()
+        # every accepted socket until its transport reports connection_lost (also while a closed
+        # connection lingers for the client's last reads, or a WebSocket waits for the client's
+        # Close): what is still open at the end of shutdown is aborted
+        self.open_sockets: set[ClientConnection | WebSocketConnection] = set()
         # tasks that wait for the broker on a client's behalf; shutdown waits for them too
         self.tasks: set[asyncio.Task[None]] = set()
         self._servers: list[asyncio.Server] = []
@@ -198,10 +200,10 @@ class Server:
             _, stuck = await asyncio.wait(list(self.tasks), timeout=self.shutdown_timeout)
             for task in stuck:
                 task.cancel()
-        if self.web_sockets:
-            # WebSockets still waiting for the client's Close, or for an HTTP request: their
-            # sessions are done, nothing is left to send
-            for web_socket in list(self.web_sockets):
-                web_socket.abort()
+        if self.open_sockets:
+            # lingering after a close, waiting for a WebSocket Close or an HTTP request: their
+            # sessions are done and nothing is left to send
+            for open_socket in list(self.open_sockets):
+                open_socket.abort()
             await asyncio.sleep(0)  # let the transports report connection_lost
         self._servers.clear()

@@ -221,7 +221,7 @@ class WebSocketConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.raw = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
-        self._server.web_sockets.add(self)
+        self._server.open_sockets.add(self)
         peername = transport.get_extra_info("peername")
         if peername:
             self._peername = (peername[0], peername[1])
@@ -244,7 +244,7 @@ class WebSocketConnection(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._server.web_sockets.discard(self)
+        self._server.open_sockets.discard(self)
         self.raw = None
         self._phase = "closed"
         self.closing = True
