@@ -362,6 +362,9 @@ class BlockingBroker:
 
     # ----------------------------------------------------------------- publishing
     def confirm_select(self) -> None:
+        """Publisher confirms on (once per connection; later calls do nothing)."""
+        if self._confirming:
+            return
         self._call(wire.confirm_select(CHANNEL), wire.CONFIRM_SELECT_OK)
         self._confirming = True
 

@@ -101,9 +101,11 @@ def prepare_streams(
     for ref in refs:
         dest = parse_destination(ref.destination)
         if dest.kind in (DestinationKind.TOPIC, DestinationKind.EXCHANGE):
+            # a stream may not be auto-delete, which a /topic/ subscription queue is by default
             headers = {
                 **capture_arguments,
                 "durable": "true",
+                "auto-delete": "false",
                 "x-queue-type": "stream",
                 "x-queue-name": ref.queue,
             }
