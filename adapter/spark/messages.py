@@ -1,0 +1,245 @@
+"""Messages <-> Spark rows, with the adapter's own rules in both directions.
+
+Owns two translations, neither of which needs Spark (tested in tests/unit/test_spark_messages.py):
+
+* a delivery from a stream becomes a row whose ``headers`` are exactly the headers a STOMP
+  subscriber gets on MESSAGE: the delivery goes through the adapter's ``Session.on_delivery``
+  (the code that writes MESSAGE frames for STOMP clients) and the frame it writes is read back
+  with the adapter's STOMP parser, so the two can never drift apart;
+* a row to publish becomes the ``queue.declare`` and ``basic.publish`` a STOMP SEND with the
+  same destination and headers would cause, through the mapping functions the session uses
+  (``adapter.mapping.destinations`` and ``adapter.mapping.properties``), in the session's
+  order of checks, so a row is refused with the very ERROR text a STOMP client would get.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from ..errors import StompError
+from ..mapping.destinations import (
+    Destination,
+    DestinationError,
+    DestinationKind,
+    ProcessingError,
+    QueueParams,
+    parse_destination,
+    publish_target,
+    reply_to_temp_queue,
+    send_queue_declare,
+)
+from ..mapping.operations import BasicConsume, Delivery, LoginResult, OpenConnection
+from ..mapping.properties import MessageProperties, properties_from_send
+from ..session import Session, SessionSettings
+from ..stomp.codec import FrameLimits, FrameParser
+from ..stomp.frame import Command, Frame
+
+# The headers of a MESSAGE that describe the Spark side's own subscription, not the message: a
+# STOMP subscriber sees its own values there, so they are left out of the row.
+SUBSCRIPTION_HEADERS: Final = frozenset({"subscription", "message-id", "ack"})
+
+# The broker puts each message's stream offset in this header of every stream delivery.
+STREAM_OFFSET_HEADER: Final = "x-stream-offset"
+
+_SUBSCRIPTION_ID: Final = "spark"
+_CONSUMER_TAG: Final = "T_" + _SUBSCRIPTION_ID
+# Outgoing MESSAGE frames have no size limit in the adapter; reading them back must not add one.
+_NO_LIMITS: Final = FrameLimits(max_frame_size=2**62, max_headers=2**31, max_header_length=2**62)
+
+
+class RowError(ValueError):
+    """A row that cannot be published; the text names the row's problem as STOMP would."""
+
+
+# --------------------------------------------------------------------------------- reading
+@dataclass(frozen=True, slots=True)
+class StreamMessage:
+    """One delivery as a row: (destination, headers, body, offset, timestamp, stream)."""
+
+    destination: str
+    headers: dict[str, str]
+    body: bytes
+    offset: int
+    timestamp: datetime.datetime | None
+    stream: str
+
+    def as_row(self) -> tuple[str, dict[str, str], bytes, int, datetime.datetime | None, str]:
+        return (self.destination, self.headers, self.body, self.offset, self.timestamp, self.stream)
+
+
+class MessageRenderer:
+    """Renders deliveries as the adapter renders them on MESSAGE frames for a STOMP 1.2
+    subscriber (``ack:auto``), and reads the headers back.
+
+    It holds one real ``Session``, logged in and subscribed without a broker: the login and
+    the subscription are answered here, because rendering needs only their state."""
+
+    def __init__(self, stream_destination: str) -> None:
+        self._session = Session(SessionSettings(), session_id="spark", peer_is_loopback=True)
+        self._drive(Frame(Command.CONNECT, {"accept-version": "1.2", "login": "spark", "passcode": ""}))
+        subscribe = {"destination": stream_destination, "id": _SUBSCRIPTION_ID, "ack": "auto"}
+        self._drive(Frame(Command.SUBSCRIBE, subscribe))
+        self._parser = FrameParser(_NO_LIMITS)
+        self._parser.set_version("1.2")
+
+    def _drive(self, frame: Frame) -> None:
+        steps = self._session.handle_frame(frame)
+        answer: object = None
+        try:
+            while True:
+                operation = steps.send(answer)
+                answer = LoginResult(ok=True) if isinstance(operation, OpenConnection) else None
+                if isinstance(operation, BasicConsume):
+                    assert operation.consumer_tag == _CONSUMER_TAG, operation
+        except StopIteration:
+            pass
+
+    def message_headers(self, delivery: Delivery) -> tuple[str, dict[str, str]]:
+        """(destination, headers) of the MESSAGE a STOMP subscriber would get for ``delivery``."""
+        frame_bytes = self._session.on_delivery(delivery._replace(consumer_tag=_CONSUMER_TAG))
+        self._parser.feed(frame_bytes)
+        frame = self._parser.next_frame()
+        if frame is None or frame.command != "MESSAGE":  # pragma: no cover - a bug, not input
+            raise AssertionError(f"the session did not render a MESSAGE: {frame_bytes[:200]!r}")
+        headers = {
+            _valid_text(name): _valid_text(value)
+            for name, value in frame.headers.items()
+            if name not in SUBSCRIPTION_HEADERS
+        }
+        return headers.get("destination", ""), headers
+
+    def render(self, delivery: Delivery, stream: str) -> StreamMessage:
+        destination, headers = self.message_headers(delivery)
+        return StreamMessage(
+            destination=destination,
+            headers=headers,
+            body=delivery.body,
+            offset=stream_offset(delivery),
+            timestamp=_timestamp(delivery.properties),
+            stream=stream,
+        )
+
+
+def stream_offset(delivery: Delivery) -> int:
+    headers = delivery.properties.headers or {}
+    offset = headers.get(STREAM_OFFSET_HEADER)
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise ValueError(
+            f"a delivery without an integer {STREAM_OFFSET_HEADER} header (got {offset!r}): "
+            "is the queue a stream (x-queue-type: stream)?"
+        )
+    return offset
+
+
+def _timestamp(properties: MessageProperties) -> datetime.datetime | None:
+    # RabbitMQ 3.10 does not pass a stream chunk's time to AMQP 0-9-1 consumers; the AMQP
+    # timestamp property (the STOMP 'timestamp' header of a SEND) is the time there is.
+    if properties.timestamp is None:
+        return None
+    try:
+        return datetime.datetime.fromtimestamp(properties.timestamp, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _valid_text(value: str) -> str:
+    # Header bytes that are not UTF-8 reach the adapter as surrogate escapes, which Spark's
+    # strings (UTF-8) cannot hold: they become U+FFFD, the rest of the value is kept.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return value
+
+
+# --------------------------------------------------------------------------------- writing
+@dataclass(frozen=True, slots=True)
+class PublishPlan:
+    """What publishing one row takes: a declare first (a ``/queue/`` not yet declared on this
+    connection), then one publish.
+
+    ``mandatory``: the row names one existing queue (``/amq/queue/``, ``/reply-queue/``), so a
+    message the broker cannot route means the queue is missing.  A STOMP SEND there is dropped
+    silently by the broker; a Spark task fails instead (docs/spark.md, "Sink")."""
+
+    declare: tuple[str, QueueParams] | None
+    exchange: str
+    routing_key: str
+    properties: MessageProperties
+    body: bytes
+    mandatory: bool
+
+
+class PublishPlanner:
+    """Plans rows as one STOMP connection plans SENDs: destinations parsed and ``/queue/``
+    names declared once per planner (the adapter declares once per connection)."""
+
+    def __init__(
+        self,
+        *,
+        max_body_size: int = FrameLimits().max_frame_size,
+        default_topic_exchange: str = SessionSettings().default_topic_exchange,
+    ) -> None:
+        self.max_body_size = max_body_size
+        self.default_topic_exchange = default_topic_exchange
+        self._destinations: dict[str, Destination] = {}
+        self._declared: set[str] = set()
+
+    def plan(
+        self, destination: str | None, headers: Mapping[str, str] | None, body: bytes | bytearray | str | None
+    ) -> PublishPlan:
+        """Raises RowError, with the ERROR message and text the adapter would send a STOMP
+        client for the same SEND (or the size limit it would apply to the frame)."""
+        try:
+            return self._plan(destination, dict(headers or {}), _body_bytes(body))
+        except StompError as error:
+            raise RowError(f"{error.message}: {error.detail.strip()}") from None
+
+    def _plan(self, raw: str | None, headers: dict[str, str], body: bytes) -> PublishPlan:
+        if raw is None:
+            raise DestinationError(
+                "Missing destination", "the row's 'destination' is null; every row needs a STOMP destination"
+            )
+        headers["destination"] = raw
+        if "message-id" in headers:
+            raise DestinationError("Invalid header", "'message-id' is not allowed on 'SEND'.")
+        if len(body) > self.max_body_size:
+            raise ProcessingError(
+                f"body of {len(body)} bytes is over the frame limit of {self.max_body_size} bytes "
+                "(stomp.max_frame_size); the adapter would refuse this SEND"
+            )
+        dest = self._destinations.get(raw)
+        if dest is None:
+            dest = parse_destination(raw)
+            self._destinations[raw] = dest
+        params = send_queue_declare(dest, headers, self._declared)
+        declare = None
+        if params is not None:
+            declare = (dest.name, params)
+            self._declared.add(dest.name)
+        reply_to = headers.get("reply-to")
+        if reply_to and reply_to_temp_queue(reply_to) is not None:
+            # a temp queue belongs to one STOMP connection; a Spark task has none to answer on
+            raise ProcessingError(f"reply-to {reply_to!r}: /temp-queue/ needs a STOMP connection")
+        if reply_to:
+            try:
+                parse_destination(reply_to)
+            except DestinationError:
+                raise ProcessingError(f"reply-to {reply_to!r} is not a valid destination") from None
+        exchange, routing_key = publish_target(dest, self.default_topic_exchange)
+        properties = properties_from_send(headers, None)
+        # every row is published persistent, as a SEND with persistent:true
+        properties.delivery_mode = 2
+        mandatory = dest.kind in (DestinationKind.AMQ_QUEUE, DestinationKind.REPLY_QUEUE)
+        return PublishPlan(declare, exchange, routing_key, properties, body, mandatory)
+
+
+def _body_bytes(body: bytes | bytearray | str | None) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return bytes(body)

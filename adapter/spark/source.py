@@ -1,0 +1,291 @@
+"""The ``stomp`` data source: PySpark's Python Data Source API over the adapter's mapping.
+
+Owns the Spark-facing classes and the option parsing: the data source itself (schema, which
+reader or writer), the batch reader (a fixed offset range per stream, planned on the driver), the
+streaming reader (offsets per stream as Spark's checkpointed JSON, one micro-batch = one range
+per stream), and the option names and defaults documented in docs/spark.md.  The stream work
+itself is in ``streams.py``, the message rules in ``messages.py``, publishing in ``sink.py``.
+
+Everything a task needs travels in its ``InputPartition`` (pickled to the executors), so the
+executors need this package installed, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from .broker import BlockingBroker, BrokerUrl, parse_broker_url
+from .streams import (
+    OffsetRange,
+    ReadSettings,
+    StreamOptionError,
+    StreamRef,
+    first_offset,
+    next_offset,
+    prepare_streams,
+    read_range,
+    split_range,
+    stream_refs,
+)
+
+FORMAT_NAME: Final = "stomp"
+
+READ_SCHEMA: Final = (
+    "destination string, headers map<string,string>, body binary, offset long,"
+    " timestamp timestamp, stream string"
+)
+
+DEFAULT_PARTITION_SIZE: Final = 100_000
+DEFAULT_PREFETCH: Final = 1000
+DEFAULT_TIMEOUT: Final = 30.0
+
+
+# ------------------------------------------------------------------------------------ options
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    url: BrokerUrl
+    streams: list[StreamRef]
+    capture_arguments: dict[str, str]
+    starting: str
+    ending: str
+    max_offsets_per_trigger: int | None
+    partition_size: int
+    read: ReadSettings
+
+
+def _required(options: Mapping[str, str], name: str, example: str) -> str:
+    value = options.get(name)
+    if not value:
+        raise StreamOptionError(f"option {name!r} is required, e.g. .option({name!r}, {example!r})")
+    return value
+
+
+def _positive(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise StreamOptionError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _offset_spec(options: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = options.get(name, default).strip()
+    if value in allowed or value.isdigit():
+        return value
+    raise StreamOptionError(
+        f"option {name!r} must be {', '.join(allowed)} or an offset number, got {value!r}"
+    )
+
+
+def broker_url(options: Mapping[str, str]) -> BrokerUrl:
+    raw = _required(options, "url", "amqp://user:password@host:5672/vhost")
+    try:
+        return parse_broker_url(raw)
+    except ValueError as error:
+        raise StreamOptionError(str(error)) from None
+
+
+def source_options(options: Mapping[str, str]) -> SourceOptions:
+    """All read options, checked on the driver before anything is started."""
+    url = broker_url(options)
+    # x-max-age, x-max-length-bytes ...: queue arguments of a capture stream, as SUBSCRIBE headers
+    capture_arguments = {k.lower(): v for k, v in options.items() if k.lower().startswith("x-")}
+    streams = stream_refs(
+        _required(options, "destination", "/amq/queue/events"), options.get("stream"), capture_arguments
+    )
+    timeout = float(options.get("timeout", DEFAULT_TIMEOUT))
+    fail_on_data_loss = options.get("failOnDataLoss", "true").strip().lower() != "false"
+    prefetch = _positive(options, "prefetch", DEFAULT_PREFETCH)
+    assert prefetch is not None
+    if prefetch > 65535:
+        raise StreamOptionError(f"option 'prefetch' is at most 65535 (an AMQP short), got {prefetch}")
+    partition_size = _positive(options, "partitionSize", DEFAULT_PARTITION_SIZE)
+    assert partition_size is not None
+    return SourceOptions(
+        url=url,
+        streams=streams,
+        capture_arguments=capture_arguments,
+        starting=_offset_spec(options, "startingOffsets", "", ("earliest", "latest", "")),
+        ending=_offset_spec(options, "endingOffsets", "latest", ("latest",)),
+        max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger", None),
+        partition_size=partition_size,
+        read=ReadSettings(url, prefetch, timeout, fail_on_data_loss),
+    )
+
+
+# ------------------------------------------------------------------------------------ offsets
+def _resolve(broker: BlockingBroker, queue: str, spec: str) -> int:
+    """An offset spec (earliest, latest or a number) as a concrete offset of ``queue``."""
+    if spec.isdigit():
+        return int(spec)
+    if spec == "earliest":
+        first = first_offset(broker, queue)
+        return 0 if first is None else first
+    end = next_offset(broker, queue)
+    return 0 if end is None else end
+
+
+def _connect(options: SourceOptions, purpose: str) -> BlockingBroker:
+    broker = BlockingBroker(options.url, connection_name=f"spark {purpose}", timeout=options.read.timeout)
+    try:
+        prepare_streams(broker, options.streams, options.capture_arguments)
+    except BaseException:
+        broker.close()
+        raise
+    return broker
+
+
+class RangePartition(InputPartition):
+    """One task's work: an offset range and how to reach the broker."""
+
+    def __init__(self, settings: ReadSettings, offsets: OffsetRange) -> None:
+        super().__init__((offsets.queue, offsets.start, offsets.end))
+        self.settings = settings
+        self.offsets = offsets
+
+
+def _partitions(options: SourceOptions, ranges: Mapping[str, tuple[int, int]]) -> list[RangePartition]:
+    partitions = []
+    for ref in options.streams:
+        start, end = ranges[ref.queue]
+        for piece in split_range(ref.queue, ref.destination, start, end, options.partition_size):
+            partitions.append(RangePartition(options.read, piece))
+    return partitions
+
+
+def _read(partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    assert isinstance(partition, RangePartition)
+    for message in read_range(partition.settings, partition.offsets):
+        yield message.as_row()
+
+
+# ------------------------------------------------------------------------------------ readers
+class StompBatchReader(DataSourceReader):
+    """A batch read: ``[startingOffsets, endingOffsets)`` of each stream, fixed at planning."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        starting = options.starting or "earliest"
+        with _connect(options, "batch planning") as broker:
+            self.ranges = {}
+            for ref in options.streams:
+                start = _resolve(broker, ref.queue, starting)
+                end = _resolve(broker, ref.queue, options.ending)
+                self.ranges[ref.queue] = (start, max(start, end))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return _partitions(self.options, self.ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        return _read(partition)
+
+
+class StompStreamReader(DataSourceStreamReader):
+    """A streaming read.  The offset Spark checkpoints is ``{stream: next offset to read}``;
+    a micro-batch reads ``[previous, latest)`` of each stream, and a restarted query replays
+    the last planned batch with the same ranges, so a file sink sees each message once."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._broker: BlockingBroker | None = None
+
+    def _driver_broker(self) -> BlockingBroker:
+        # one connection for the life of the query, kept by the driver-side reader
+        if self._broker is None:
+            self._broker = _connect(self.options, "stream planning")
+        return self._broker
+
+    def initialOffset(self) -> dict[str, int]:
+        broker = self._driver_broker()
+        starting = self.options.starting or "latest"
+        return {ref.queue: _resolve(broker, ref.queue, starting) for ref in self.options.streams}
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: object = None) -> dict[str, int]:
+        """The next offset of each stream, at most ``maxOffsetsPerTrigger`` past ``start``
+        (or the engine's ReadMaxRows limit on Spark 4.2+; earlier versions pass nothing)."""
+        broker = self._driver_broker()
+        latest: dict[str, int] = {}
+        # Spark before 4.2 passes no limit: the option is the limit; from 4.2 the engine's
+        # ReadMaxRows carries max_rows, ReadAllAvailable (Trigger.AvailableNow ...) none
+        cap: int | None = (
+            self.options.max_offsets_per_trigger if limit is None else getattr(limit, "max_rows", None)
+        )
+        for ref in self.options.streams:
+            end = next_offset(broker, ref.queue)
+            begin = None if start is None else start.get(ref.queue)
+            if begin is None:
+                latest[ref.queue] = end or 0
+                continue
+            end = begin if end is None else max(begin, end)
+            latest[ref.queue] = min(end, begin + cap) if cap else end
+        return latest
+
+    def getDefaultReadLimit(self) -> Any:
+        limit = self.options.max_offsets_per_trigger
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        ranges = {}
+        for ref in self.options.streams:
+            low = start.get(ref.queue)
+            high = end.get(ref.queue, 0)
+            ranges[ref.queue] = (high if low is None else low, high)
+        return _partitions(self.options, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        return _read(partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: Spark keeps the offsets; a stream keeps its messages (retention)."""
+
+    def stop(self) -> None:
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
+
+
+# ------------------------------------------------------------------------------------ source
+class StompDataSource(DataSource):
+    """``spark.read[Stream].format("stomp")`` and ``df.write[Stream].format("stomp")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> str:
+        return READ_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return StompBatchReader(source_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StompStreamReader(source_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink import StompBatchWriter
+
+        return StompBatchWriter(self.options, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink import StompStreamWriter
+
+        return StompStreamWriter(self.options, schema)

@@ -1,0 +1,257 @@
+"""RabbitMQ stream queues as Spark sees them: which streams a destination names, where they
+begin and end, and the messages between two offsets.
+
+Owns the stream side of the source, with no Spark in it: resolving the ``destination`` option
+to stream queues (checking that they exist, or declaring the "capture" stream bound the way a
+durable STOMP subscription to a ``/topic/`` or ``/exchange/`` destination is bound), probing a
+stream's first and next offset over AMQP 0-9-1, and reading one offset range exactly.
+
+Offsets are the broker's stream offsets (the ``x-stream-offset`` header of each delivery); a
+range is ``[start, end)``.  AMQP 0-9-1 has no "how long is this stream" call (queue.declare
+reports 0 messages for a stream), so the end is found by attaching at ``last``, which delivers
+the stream's last chunk, and taking the highest offset seen: every end offset the source
+reports is one the broker has delivered, never a guess.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from itertools import count
+from typing import Final
+
+from ..mapping.destinations import (
+    DestinationError,
+    DestinationKind,
+    parse_destination,
+    subscribe_target,
+)
+from ..mapping.operations import Delivery
+from ..session import SessionSettings
+from .broker import BlockingBroker, BrokerError, BrokerUrl
+from .messages import MessageRenderer, StreamMessage, stream_offset
+
+# How long a probe waits for the first delivery: only an empty stream makes it wait this long
+# ("first" and "last" deliver at once on a stream holding anything).
+PROBE_FIRST_WAIT: Final = 2.0
+# After the last chunk, how long the end probe keeps listening for newer messages.
+PROBE_QUIET: Final = 0.2
+# Deliveries acknowledged together (a stream consumer needs acks to get more credit).
+ACK_EVERY: Final = 256
+
+_tags = count(1)
+
+
+class StreamOptionError(ValueError):
+    """A source option that names no readable stream; the text says which option and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRef:
+    """One stream to read: the queue name, and the destination option that named it."""
+
+    queue: str
+    destination: str
+
+
+def stream_refs(
+    destinations: str, capture_stream: str | None, capture_arguments: Mapping[str, str]
+) -> list[StreamRef]:
+    """The streams the ``destination`` option (comma-separated) names, without the broker.
+
+    ``/amq/queue/<name>`` (or ``/queue/<name>``) is the stream queue itself; a ``/topic/`` or
+    ``/exchange/`` destination is captured into the stream named by the ``stream`` option."""
+    refs = []
+    raw_list = [part.strip() for part in destinations.split(",") if part.strip()]
+    if not raw_list:
+        raise StreamOptionError(
+            "option 'destination' is empty: give a STOMP destination, e.g. /amq/queue/events"
+        )
+    for raw in raw_list:
+        try:
+            dest = parse_destination(raw)
+        except DestinationError as error:
+            raise StreamOptionError(
+                f"option 'destination' {raw!r}: {error.message}: {error.detail.strip()}"
+            ) from None
+        if dest.kind in (DestinationKind.AMQ_QUEUE, DestinationKind.QUEUE):
+            refs.append(StreamRef(dest.name, raw))
+        elif dest.kind in (DestinationKind.TOPIC, DestinationKind.EXCHANGE):
+            if not capture_stream:
+                raise StreamOptionError(
+                    f"option 'destination' {raw!r} is not a queue: to capture it, name the stream to "
+                    "keep its messages in with option 'stream'"
+                )
+            if len(raw_list) > 1:
+                raise StreamOptionError("option 'stream' captures one destination; give only one")
+            refs.append(StreamRef(capture_stream, raw))
+        else:
+            raise StreamOptionError(
+                f"option 'destination' {raw!r}: a {dest.kind} destination cannot be read as a stream"
+            )
+    return refs
+
+
+def prepare_streams(
+    broker: BlockingBroker, refs: list[StreamRef], capture_arguments: Mapping[str, str]
+) -> None:
+    """Check that each stream exists; declare and bind a capture stream as a durable STOMP
+    subscription with ``x-queue-name:<stream>`` and ``x-queue-type:stream`` would."""
+    for ref in refs:
+        dest = parse_destination(ref.destination)
+        if dest.kind in (DestinationKind.TOPIC, DestinationKind.EXCHANGE):
+            # a stream may not be auto-delete, which a /topic/ subscription queue is by default
+            headers = {
+                **capture_arguments,
+                "durable": "true",
+                "auto-delete": "false",
+                "x-queue-type": "stream",
+                "x-queue-name": ref.queue,
+            }
+            target = subscribe_target(dest, headers, ref.queue, SessionSettings().default_topic_exchange)
+            params = target.declare
+            assert params is not None and target.bind_exchange is not None
+            try:
+                broker.queue_declare(
+                    target.queue,
+                    durable=params.durable,
+                    exclusive=params.exclusive,
+                    auto_delete=params.auto_delete,
+                    arguments=dict(params.arguments),
+                )
+                broker.queue_bind(target.queue, target.bind_exchange, target.bind_key)
+            except BrokerError as error:
+                raise BrokerError(
+                    f"cannot declare the capture stream {ref.queue!r} for {ref.destination!r}: {error}"
+                ) from None
+            continue
+        try:
+            broker.queue_declare(ref.queue, passive=True)
+        except BrokerError as error:
+            raise BrokerError(
+                f"stream {ref.queue!r} (option 'destination' {ref.destination!r}) cannot be read: {error}"
+            ) from None
+
+
+class _Consumer:
+    """One consumer on a stream, cancelled (and its leftover deliveries dropped) on exit."""
+
+    def __init__(
+        self, broker: BlockingBroker, queue: str, offset: tuple[str, str | int], prefetch: int
+    ) -> None:
+        self.broker = broker
+        self.tag = f"spark-{next(_tags)}"
+        self._unacked = 0
+        self._last_tag = 0
+        broker.basic_qos(prefetch)
+        try:
+            broker.basic_consume(queue, self.tag, {"x-stream-offset": offset})
+        except BrokerError as error:
+            raise BrokerError(f"cannot consume from stream {queue!r}: {error}") from None
+
+    def next(self, deadline: float) -> Delivery | None:
+        delivery = self.broker.next_delivery(deadline)
+        if delivery is not None:
+            self._last_tag = delivery.delivery_tag
+            self._unacked += 1
+            if self._unacked >= ACK_EVERY:
+                self.ack()
+        return delivery
+
+    def ack(self) -> None:
+        if self._unacked:
+            self.broker.ack(self._last_tag, True)
+            self._unacked = 0
+
+    def close(self) -> None:
+        self.ack()
+        self.broker.basic_cancel(self.tag)
+        self.broker.deliveries.clear()
+
+
+def first_offset(broker: BlockingBroker, queue: str) -> int | None:
+    """The oldest offset the stream still holds, None when it is empty."""
+    consumer = _Consumer(broker, queue, ("longstr", "first"), 1)
+    try:
+        delivery = consumer.next(time.monotonic() + PROBE_FIRST_WAIT)
+        return None if delivery is None else stream_offset(delivery)
+    finally:
+        consumer.close()
+
+
+def next_offset(broker: BlockingBroker, queue: str) -> int | None:
+    """One past the newest offset the broker delivers, None when the stream is empty."""
+    consumer = _Consumer(broker, queue, ("longstr", "last"), 1000)
+    highest = None
+    try:
+        deadline = time.monotonic() + PROBE_FIRST_WAIT
+        while (delivery := consumer.next(deadline)) is not None:
+            offset = stream_offset(delivery)
+            highest = offset if highest is None else max(highest, offset)
+            deadline = time.monotonic() + PROBE_QUIET
+    finally:
+        consumer.close()
+    return None if highest is None else highest + 1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets ``[start, end)`` of one stream: what one Spark partition reads."""
+
+    queue: str
+    destination: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSettings:
+    url: BrokerUrl
+    prefetch: int = 1000
+    timeout: float = 30.0
+    fail_on_data_loss: bool = True
+
+
+def split_range(queue: str, destination: str, start: int, end: int, size: int) -> list[OffsetRange]:
+    """``[start, end)`` cut into ranges of at most ``size`` offsets, so several tasks can read
+    one stream at once (a stream serves any number of readers at any offset)."""
+    return [OffsetRange(queue, destination, low, min(low + size, end)) for low in range(start, end, size)]
+
+
+def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[StreamMessage]:
+    """Every message of the range, in offset order, rendered as a STOMP subscriber sees it.
+
+    Fails (BrokerError) rather than return fewer rows: when the stream no longer holds the
+    start (retention removed it; unless fail_on_data_loss is off) or stops delivering before the
+    end for ``settings.timeout`` seconds."""
+    if offsets.start >= offsets.end:
+        return
+    # the renderer's subscription only has to exist: a MESSAGE's destination comes from each
+    # delivery's exchange and routing key
+    renderer = MessageRenderer("/amq/queue/" + offsets.queue.replace("/", "%2F"))
+    with BlockingBroker(
+        settings.url, connection_name=f"spark reader {offsets.queue}", timeout=settings.timeout
+    ) as broker:
+        consumer = _Consumer(broker, offsets.queue, ("long", offsets.start), settings.prefetch)
+        expected = offsets.start
+        while expected < offsets.end:
+            delivery = consumer.next(time.monotonic() + settings.timeout)
+            if delivery is None:
+                raise BrokerError(
+                    f"stream {offsets.queue!r} delivered nothing after offset {expected - 1} within "
+                    f"{settings.timeout:g} s, but this batch reads up to offset {offsets.end - 1}"
+                )
+            offset = stream_offset(delivery)
+            if offset < expected:
+                continue  # the broker starts at the chunk holding the start offset
+            if offset > expected and settings.fail_on_data_loss:
+                raise BrokerError(
+                    f"stream {offsets.queue!r} no longer holds offsets {expected} to {offset - 1} "
+                    "(removed by retention?); set failOnDataLoss=false to skip them"
+                )
+            if offset >= offsets.end:
+                break
+            yield renderer.render(delivery, offsets.queue)
+            expected = offset + 1
+        consumer.close()
