@@ -57,7 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
         "with their own CONNECT credentials and vhost",
     )
     parser.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    add_profile_argument(parser)
     return parser
+
+
+def add_profile_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profile",
+        choices=("rabbitmq", "activemq"),
+        help="STOMP dialect of every listener: rabbitmq (the STOMP plugin's, default) or activemq "
+        "(legacy ActiveMQ clients, docs/migration-activemq.md)",
+    )
 
 
 def session_settings(settings: Settings) -> SessionSettings:
@@ -71,6 +81,7 @@ def session_settings(settings: Settings) -> SessionSettings:
         default_topic_exchange=settings.default_topic_exchange,
         loopback_users=frozenset(settings.loopback_users),
         trailing_lf=settings.trailing_lf,
+        profile=settings.profile,
         frame_limits=FrameLimits(settings.max_frame_size, settings.max_headers, settings.max_header_length),
         unauthenticated_limits=FrameLimits(
             min(settings.max_frame_size_unauthenticated, settings.max_frame_size),
@@ -251,7 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(
             args.config,
-            {"listeners": args.listen, "amqp_url": args.amqp_url, "log_level": args.log_level},
+            {
+                "listeners": args.listen,
+                "amqp_url": args.amqp_url,
+                "log_level": args.log_level,
+                "profile": args.profile,
+            },
         )
         server = build_server(settings)
     except ConfigError as error:

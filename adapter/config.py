@@ -401,6 +401,7 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "web_stomp_proxy_protocol": _to_bool,
     "web_stomp_hsts_policy": _optional_path,
     "web_stomp_console": _to_bool,
+    "profile": _one_of("rabbitmq", "activemq"),
 }
 
 
@@ -502,6 +503,9 @@ class Settings(BaseSettings):
     web_stomp_proxy_protocol: bool = False
     web_stomp_hsts_policy: str | None = None
     web_stomp_console: bool = True
+    # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
+    # (docs/migration-activemq.md).
+    profile: Literal["rabbitmq", "activemq"] = "rabbitmq"
 
     @field_validator("*", mode="before")
     @classmethod
@@ -587,6 +591,7 @@ _ADAPTER_KEYS: dict[str, str] = {
         "loopback_users",
         "log_level",
         "trailing_lf",
+        "profile",
     )
 }
 
@@ -1004,6 +1009,7 @@ _ACTIVE_INI: contextvars.ContextVar[IniFile | None] = contextvars.ContextVar("_A
 
 # Command-line flags that exist (cli.py), for error messages about overrides.
 _CLI_FLAGS = {"listeners": "--listen", "amqp_url": "--amqp-url", "log_level": "--log-level"}
+_CLI_FLAGS["profile"] = "--profile"
 
 
 def _env_var(field_name: str, environ: Mapping[str, str]) -> str | None:

@@ -36,9 +36,7 @@ from .mapping.destinations import (
     DestinationKind,
     ProcessingError,
     QueueParams,
-    check_not_temp_queue,
     consumer_tag,
-    durable_unsubscribe_queue,
     is_durable,
     message_destination,
     message_reply_to,
@@ -47,9 +45,7 @@ from .mapping.destinations import (
     publish_target,
     reply_to_temp_queue,
     require_id_for_durable,
-    send_queue_declare,
     stream_offset_argument,
-    subscribe_target,
 )
 from .mapping.operations import (
     AwaitConfirms,
@@ -73,7 +69,9 @@ from .mapping.operations import (
     QueueDelete,
     SendFrame,
 )
-from .mapping.properties import MessageProperties, field_value_text, properties_from_send
+from .mapping.profile import Profile, rules_for, selector_lookup
+from .mapping.properties import MessageProperties, field_value_text
+from .mapping.selector import Selector
 from .stomp import heartbeat
 from .stomp.codec import FrameError, FrameLimits, encode_frame, escape
 from .stomp.frame import SUPPORTED_VERSIONS, Command, Frame
@@ -113,6 +111,8 @@ class SessionSettings:
     trailing_lf: bool = True
     frame_limits: FrameLimits = field(default_factory=FrameLimits)
     unauthenticated_limits: FrameLimits = field(default_factory=lambda: FrameLimits(max_frame_size=65536))
+    # the STOMP dialect: "rabbitmq" (the plugin's) or "activemq" (adapter/mapping/profile.py)
+    profile: str = Profile.RABBITMQ
 
 
 class State(Enum):
@@ -128,6 +128,8 @@ class Subscription:
     destination: str  # the destination header as sent
     parsed: Destination | None  # None for the implicit temp-queue subscriptions
     ack_mode: AckMode
+    # activemq profile: deliveries it does not match are acked and dropped (topic subscriptions)
+    selector: Selector | None = None
     # filled on the first delivery, reused for every MESSAGE: the command and subscription
     # lines, and the escaped message-id up to its delivery tag
     message_head: str = ""
@@ -149,6 +151,11 @@ class Session:
         peer_is_loopback: bool,
     ) -> None:
         self.settings = settings
+        self._rules = rules_for(settings.profile)
+        # bound once: quick_send runs for every message
+        self._send_properties = self._rules.send_properties
+        # activemq profile: CONNECT's client-id, the owner of named durable subscriptions
+        self.client_id: str | None = None
         self.session_id = session_id
         self.peer_is_loopback = peer_is_loopback
         # login and passcode that replace CONNECT's (web_stomp.use_http_auth: the WebSocket
@@ -281,6 +288,7 @@ class Session:
             return
         self.state = State.CONNECTED
         self.version = version
+        self.client_id = self._rules.client_id(headers)
         self.user = user
         self.vhost = vhost
         self._ack_header = "id" if version == "1.2" else "message-id"
@@ -316,7 +324,7 @@ class Session:
         dest = self._destination(raw)
         # the mapping rule, in the plugin's order: x- arguments checked for every destination
         # kind, then /temp-queue refused, then a /queue declared once per connection
-        params = send_queue_declare(dest, headers, self._declared_queues)
+        params = self._rules.send_queue_params(dest, headers, self._declared_queues)
         if params is not None:
             yield from self._declare_queue_once(dest, params)
         # checked after the destination and its declare, in the plugin's order (docs/behaviour.md#limits)
@@ -326,11 +334,15 @@ class Session:
         if reply_to is not None:
             resolved_reply_to = yield from self._resolve_reply_to(reply_to)
         exchange, routing_key = publish_target(dest, self.settings.default_topic_exchange)
-        publish = BasicPublish(
-            exchange, routing_key, properties_from_send(headers, resolved_reply_to), frame.body
-        )
+        properties = self._send_properties(headers, resolved_reply_to)
         _remember(self._send_targets, raw, (exchange, routing_key))
         receipt = headers.get("receipt")
+        if properties is None:
+            # activemq profile: expired before it was sent.  ActiveMQ accepts and discards it,
+            # so the SEND succeeds (with its RECEIPT) and nothing is published.
+            yield from self._receipt(frame)
+            return
+        publish = BasicPublish(exchange, routing_key, properties, frame.body)
         if transaction is not None:
             self._buffer(transaction, publish, receipt)
             return
@@ -365,9 +377,11 @@ class Session:
             if reply_to is None:
                 return None
         try:
-            properties = properties_from_send(headers, reply_to)
+            properties = self._send_properties(headers, reply_to)
         except ProcessingError:
             return None
+        if properties is None:
+            return None  # not to be published (activemq: already expired): the general path
         self._count_publish(receipt)
         return BasicPublish(target[0], target[1], properties, frame.body)
 
@@ -454,19 +468,14 @@ class Session:
         durable = is_durable(headers)
         if durable:
             require_id_for_durable(headers)
-        prefetch = headers.get("prefetch-count")
-        prefetch_count = None
-        if prefetch is not None:
-            prefetch_count = plugin_integer(prefetch, strip=True)
-            if prefetch_count is None:
-                raise ProcessingError(f"prefetch-count must be an integer, got {prefetch!r}")
-            if not 0 <= prefetch_count <= 65535:
-                raise ProcessingError(f"prefetch-count must be between 0 and 65535, got {prefetch!r}")
+        rules = self._rules
+        prefetch_count = rules.prefetch(headers)
         ack_mode = headers.get("ack", "auto")
         if ack_mode not in ACK_MODES:
             raise ProcessingError(f"ack must be one of auto, client, client-individual, got {ack_mode!r}")
         dest = self._destination(raw)
-        check_not_temp_queue(dest, "SUBSCRIBE")
+        rules.check_subscribe_destination(dest)
+        selector = rules.selector(dest, headers)
         tag = consumer_tag(headers, raw)
         if tag in self._subscriptions:
             # checked before anything is declared, so no queue leaks (the plugin declares first)
@@ -478,7 +487,13 @@ class Session:
             )
             return
         sub_id = headers.get("id")
-        target = subscribe_target(dest, headers, sub_id, self.settings.default_topic_exchange)
+        if dest.kind is DestinationKind.TEMP_QUEUE:
+            # activemq profile only (the plugin's rules refused it above)
+            yield from self._subscribe_temp_queue(frame, dest, tag, prefetch_count, ack_mode)
+            return
+        target = rules.subscribe_target(
+            dest, headers, sub_id, self.settings.default_topic_exchange, self.client_id
+        )
         queue = target.queue
         assert queue is not None
         if target.declare is not None:
@@ -504,17 +519,49 @@ class Session:
         if offset is not None:
             arguments["x-stream-offset"] = offset
         # registered before the consume is sent: the broker may deliver right after consume-ok
-        self._subscriptions[tag] = Subscription(tag, sub_id, raw, dest, ack_mode)
+        self._subscriptions[tag] = Subscription(tag, sub_id, raw, dest, ack_mode, selector)
         yield BasicConsume(queue, tag, no_ack=ack_mode == "auto", arguments=arguments)
         if target.bind_exchange is not None:
             yield QueueBind(queue, target.bind_exchange, target.bind_key)
         self._unfinished_subscription_queue = None
         yield from self._receipt(frame)
 
+    def _subscribe_temp_queue(
+        self, frame: Frame, dest: Destination, tag: str, prefetch_count: int | None, ack_mode: AckMode
+    ) -> Steps:
+        """activemq profile: SUBSCRIBE to ``/temp-queue/NAME`` consumes the connection's private
+        queue of that name, the one a ``reply-to:/temp-queue/NAME`` names (created by whichever
+        comes first).  Its implicit reply consumer, if any, gives way to this subscription, so
+        replies are not shared between two consumers."""
+        queue = self._temp_queues.get(dest.name)
+        if queue is None:
+            declared = yield QueueDeclare("", exclusive=True, auto_delete=True)
+            assert isinstance(declared, str)
+            queue = declared
+            self._temp_queues[dest.name] = queue
+        else:
+            implicit = "T_" + dest.raw
+            if implicit in self._subscriptions and implicit != tag:
+                yield BasicCancel(implicit)
+                self._subscriptions.pop(implicit, None)
+        if prefetch_count is not None:
+            yield BasicQos(prefetch_count)
+        self._subscriptions[tag] = Subscription(tag, frame.headers.get("id"), dest.raw, dest, ack_mode)
+        yield BasicConsume(queue, tag, no_ack=ack_mode == "auto")
+        yield from self._receipt(frame)
+
     def _unsubscribe(self, frame: Frame) -> Steps:
         headers = frame.headers
         sub_id = headers.get("id")
         raw = headers.get("destination")
+        rules = self._rules
+        if sub_id is None and raw is None and rules.names_durable_subscription(headers):
+            # activemq profile: UNSUBSCRIBE naming only the durable subscription removes it
+            queue = rules.unsubscribe_queue(None, headers, None, self.client_id)
+            assert queue is not None
+            yield QueueDelete(queue)
+            yield from self._receipt(frame)
+            return
         if sub_id is None and raw is None:
             raise DestinationError(
                 "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header"
@@ -531,17 +578,21 @@ class Session:
             tag, description = "Q_" + raw, f"destination='{raw}'"
         subscription = self._subscriptions.get(tag)
         if subscription is None:
-            raise DestinationError(
-                "No subscription found",
-                "UNSUBSCRIBE must refer to an existing subscription.\n"
-                f'Subscription to "{description}" not found.\n',
-            )
-        yield BasicCancel(tag)
-        self._subscriptions.pop(tag, None)
-        if durable and subscription.parsed is not None and sub_id is not None:
-            queue = durable_unsubscribe_queue(subscription.parsed, headers, sub_id)
-            if queue is not None:
-                yield QueueDelete(queue)
+            if not rules.names_durable_subscription(headers):
+                raise DestinationError(
+                    "No subscription found",
+                    "UNSUBSCRIBE must refer to an existing subscription.\n"
+                    f'Subscription to "{description}" not found.\n',
+                )
+            # activemq profile: ActiveMQ's sequence, "UNSUBSCRIBE id" then UNSUBSCRIBE with the
+            # subscription name (and the same id) to remove the durable subscription
+        else:
+            yield BasicCancel(tag)
+            self._subscriptions.pop(tag, None)
+        subscribed = subscription.parsed if subscription is not None else None
+        queue = rules.unsubscribe_queue(subscribed, headers, sub_id, self.client_id)
+        if queue is not None:
+            yield QueueDelete(queue)
         yield from self._receipt(frame)
 
     # ------------------------------------------------------------------ ACK / NACK
@@ -696,6 +747,10 @@ class Session:
                 "Subscription not found",
                 f"There is no current subscription with tag '{consumer_tag}'.",
             )
+        if subscription.selector is not None and not subscription.selector.matches(
+            selector_lookup(properties)
+        ):
+            return b""  # never meant for this subscriber: the shell settles it (dropped_delivery_ack)
         destination = self._message_destinations.get((exchange, routing_key))
         if destination is None:
             destination = escape(message_destination(exchange, routing_key))
@@ -735,6 +790,15 @@ class Session:
                 b"\0\n" if self.settings.trailing_lf else b"\0",
             )
         )
+
+    def dropped_delivery_ack(self, delivery: Delivery) -> BasicAck | None:
+        """The ack of a delivery ``on_delivery`` filtered out (it returned no bytes): its
+        subscription's selector does not match it, so it leaves that subscription's own queue.
+        None for auto-ack subscriptions, whose deliveries the broker has already forgotten."""
+        subscription = self._subscriptions.get(delivery.consumer_tag)
+        if subscription is None or subscription.ack_mode == "auto":
+            return None
+        return BasicAck(delivery.delivery_tag, False)
 
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
         """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``."""

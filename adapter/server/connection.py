@@ -603,14 +603,21 @@ class ClientConnection(asyncio.Protocol):
     def on_deliver(self, delivery: ops.Delivery) -> None:
         if self._closed or self.session is None:
             return
+        data = self.session.on_delivery(delivery)
+        if not data:
+            # filtered out by the subscription's selector (activemq profile): settle it now
+            ack = self.session.dropped_delivery_ack(delivery)
+            if ack is not None:
+                self._execute(ack)
+            return
         if self._steps is not None:
             # A frame is still being handled (e.g. a SUBSCRIBE waiting for its bind): its
             # RECEIPT must reach the client before the messages its consume let through, as
             # with the plugin, which finishes a frame before it handles deliveries.
-            self._held.append(self.session.on_delivery(delivery))
+            self._held.append(data)
             return
         # called from AmqpConnection.data_received, whose on_read_done flushes: no scheduling
-        self._out.append(self.session.on_delivery(delivery))
+        self._out.append(data)
         if len(delivery.body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
 

@@ -1,0 +1,365 @@
+"""Behaviour profiles: which STOMP dialect the adapter speaks, as one object of rules.
+
+Owns the decisions that differ between the ``rabbitmq`` profile (the default: RabbitMQ's STOMP
+plugin 3.10.8, unchanged) and the ``activemq`` profile (the STOMP idioms of Apache ActiveMQ 5.x
+applications, docs/migration-activemq.md).  The session asks its profile's rules at each point
+where the two differ instead of testing the profile name, so the differences are all here:
+
+* the ``queue.declare`` of a SEND (ActiveMQ: ``/queue/NAME`` is always a shared durable queue);
+* the publish properties of a SEND (ActiveMQ: ``expires`` becomes the AMQP TTL);
+* which destinations SUBSCRIBE accepts (ActiveMQ: ``/temp-queue/NAME`` too);
+* the prefetch of a SUBSCRIBE (ActiveMQ: ``activemq.prefetchSize`` as well);
+* the SUBSCRIBE plan (ActiveMQ: ``/topic/`` wildcards ``*`` and ``>``, durable subscriptions
+  named by ``client-id`` + ``activemq.subscriptionName``);
+* the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once);
+* the queue an UNSUBSCRIBE removes.
+
+Pure: standard library and the sibling mapping modules only; the clock is injected.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections.abc import Callable, Container, Mapping
+from enum import StrEnum
+from typing import Final
+
+from .destinations import (
+    Destination,
+    DestinationError,
+    DestinationKind,
+    ProcessingError,
+    QueueParams,
+    SubscribeTarget,
+    check_not_temp_queue,
+    durable_unsubscribe_queue,
+    is_durable,
+    plugin_integer,
+    queue_arguments,
+    send_queue_declare,
+    subscribe_target,
+)
+from .properties import MessageProperties, field_value_text, properties_from_send
+from .selector import Lookup, Selector, SelectorError, Value, compile_selector
+
+__all__ = [
+    "PROFILES",
+    "ActiveMQRules",
+    "Profile",
+    "RabbitMQRules",
+    "activemq_binding_key",
+    "durable_subscription_queue",
+    "expires_to_ttl",
+    "rules_for",
+    "selector_lookup",
+]
+
+
+class Profile(StrEnum):
+    RABBITMQ = "rabbitmq"
+    ACTIVEMQ = "activemq"
+
+
+PROFILES: Final = tuple(p.value for p in Profile)
+
+
+class RabbitMQRules:
+    """The plugin's rules (docs/destinations.md): the default profile, what the adapter always did."""
+
+    profile: Profile = Profile.RABBITMQ
+
+    def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
+        """The connection's client id (named durable subscriptions); the plugin has none."""
+        return None
+
+    def send_queue_params(
+        self, dest: Destination, headers: Mapping[str, str], declared_queues: Container[str]
+    ) -> QueueParams | None:
+        return send_queue_declare(dest, headers, declared_queues)
+
+    def send_properties(self, headers: Mapping[str, str], reply_to: str | None) -> MessageProperties | None:
+        """The publish properties of a SEND, or None when the message must not be published."""
+        return properties_from_send(headers, reply_to)
+
+    def check_subscribe_destination(self, dest: Destination) -> None:
+        check_not_temp_queue(dest, "SUBSCRIBE")
+
+    def prefetch(self, headers: Mapping[str, str]) -> int | None:
+        """The ``basic.qos`` prefetch a SUBSCRIBE asks for (docs/destinations.md#common-steps)."""
+        value = headers.get("prefetch-count")
+        if value is None:
+            return None
+        count = plugin_integer(value, strip=True)
+        if count is None:
+            raise ProcessingError(f"prefetch-count must be an integer, got {value!r}")
+        if not 0 <= count <= 65535:
+            raise ProcessingError(f"prefetch-count must be between 0 and 65535, got {value!r}")
+        return count
+
+    def subscribe_target(
+        self,
+        dest: Destination,
+        headers: Mapping[str, str],
+        sub_id: str | None,
+        default_topic_exchange: str,
+        client_id: str | None,
+    ) -> SubscribeTarget:
+        return subscribe_target(dest, headers, sub_id, default_topic_exchange)
+
+    def selector(self, dest: Destination, headers: Mapping[str, str]) -> Selector | None:
+        """The plugin ignores ``selector``: every message is delivered."""
+        return None
+
+    def unsubscribe_queue(
+        self,
+        subscribed: Destination | None,
+        headers: Mapping[str, str],
+        sub_id: str | None,
+        client_id: str | None,
+    ) -> str | None:
+        """The queue an UNSUBSCRIBE deletes after cancelling (docs/destinations.md#durable-subscriptions)."""
+        if subscribed is None or sub_id is None or not is_durable(headers):
+            return None
+        return durable_unsubscribe_queue(subscribed, headers, sub_id)
+
+    def names_durable_subscription(self, headers: Mapping[str, str]) -> bool:
+        """Whether an UNSUBSCRIBE names a durable subscription that may have no consumer now."""
+        return False
+
+
+# ActiveMQ's SUBSCRIBE / UNSUBSCRIBE headers naming a durable topic subscription, in the order
+# ActiveMQ reads them.
+SUBSCRIPTION_NAME_HEADERS: Final = ("activemq.subscriptionName", "durable-subscription-name")
+_DURABLE_QUEUE_PREFIX: Final = "activemq-durable:"
+_MAX_QUEUE_NAME_BYTES: Final = 255
+
+
+def durable_subscription_queue(client_id: str, subscription_name: str) -> str:
+    """The queue of ActiveMQ durable subscription (client id, name).
+
+    Readable when it fits (``activemq-durable:<len(client id)>:<client id>:<name>``: the length
+    keeps ``a.b``+``c`` and ``a``+``b.c`` apart), otherwise the prefix and an MD5 of both, because
+    AMQP queue names stop at 255 bytes.
+    """
+    name = f"{_DURABLE_QUEUE_PREFIX}{len(client_id)}:{client_id}:{subscription_name}"
+    if len(name.encode("utf-8", "surrogateescape")) <= _MAX_QUEUE_NAME_BYTES:
+        return name
+    digest = hashlib.md5(name.encode("utf-8", "surrogateescape")).digest()
+    return _DURABLE_QUEUE_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def activemq_binding_key(topic: str) -> str:
+    """The AMQP topic pattern for an ActiveMQ topic name: ``*`` is one word in both, ActiveMQ's
+    ``>`` (any number of words) is AMQP's ``#``.  Only a whole word is a wildcard, in both.
+
+    A word ``#`` is refused: in ActiveMQ it is a literal name, in AMQP it would match everything,
+    and no AMQP pattern matches a literal ``#`` only.
+    """
+    words = topic.split(".")
+    if "#" in words:
+        raise DestinationError(
+            "Invalid destination",
+            f"'/topic/{topic}': '#' is a wildcard in RabbitMQ and cannot be subscribed to by name\n",
+        )
+    return ".".join("#" if word == ">" else word for word in words)
+
+
+def expires_to_ttl(value: str, now_ms: int) -> str | None | bool:
+    """The AMQP ``expiration`` (remaining milliseconds, as text) for ActiveMQ's ``expires``
+    (absolute milliseconds since the epoch; 0 = never).
+
+    None: no TTL (0).  False: already expired, the message must not be published.  A value that
+    is not an integer raises ProcessingError, as ActiveMQ refuses it.
+    """
+    expires = plugin_integer(value, strip=True)
+    if expires is None:
+        raise ProcessingError(
+            f"Header 'expires' must be an integer (milliseconds since the epoch), got {value!r}"
+        )
+    if expires == 0:
+        return None
+    remaining = expires - now_ms
+    if remaining <= 0:
+        return False
+    return str(remaining)
+
+
+_DELIVERY_MODES: Final = {2: "PERSISTENT"}
+_JMS_DEFAULT_PRIORITY: Final = 4
+
+
+def _jms_field(properties: MessageProperties, name: str) -> Value:
+    if name == "JMSType":
+        return properties.type
+    if name == "JMSPriority":
+        return _JMS_DEFAULT_PRIORITY if properties.priority is None else properties.priority
+    if name == "JMSCorrelationID":
+        return properties.correlation_id
+    if name == "JMSMessageID":
+        return properties.message_id
+    if name == "JMSTimestamp":
+        return properties.timestamp
+    if name == "JMSDeliveryMode":
+        return _DELIVERY_MODES.get(properties.delivery_mode or 0, "NON_PERSISTENT")
+    if name == "JMSExpiration":
+        headers = properties.headers or {}
+        value = headers.get("expires")
+        return 0 if value is None else _scalar(value)
+    return None
+
+
+def _scalar(value: object) -> Value:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return field_value_text(value)
+
+
+def selector_lookup(properties: MessageProperties) -> Lookup:
+    """What a selector sees of one delivered message: the JMS header fields from the AMQP
+    properties, every other name from the AMQP headers table (the SEND's custom headers)."""
+    headers = properties.headers or {}
+
+    def lookup(name: str) -> Value:
+        if name.startswith("JMS"):
+            return _jms_field(properties, name)
+        return _scalar(headers.get(name))
+
+    return lookup
+
+
+class ActiveMQRules(RabbitMQRules):
+    """Apache ActiveMQ 5.x's STOMP idioms (docs/migration-activemq.md)."""
+
+    profile: Profile = Profile.ACTIVEMQ
+
+    def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+
+    def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
+        return connect_headers.get("client-id")
+
+    def send_queue_params(
+        self, dest: Destination, headers: Mapping[str, str], declared_queues: Container[str]
+    ) -> QueueParams | None:
+        # An ActiveMQ queue is shared and kept whatever the message's persistence: never the
+        # plugin's exclusive auto-delete queue of a persistent:false SEND.
+        queue_arguments(headers)  # x- arguments checked for every destination, as in the plugin
+        check_not_temp_queue(dest, "SEND")
+        if dest.kind is DestinationKind.QUEUE and dest.name not in declared_queues:
+            return _shared_queue(headers)
+        return None
+
+    def send_properties(self, headers: Mapping[str, str], reply_to: str | None) -> MessageProperties | None:
+        properties = properties_from_send(headers, reply_to)
+        expires = headers.get("expires")
+        if expires is not None:
+            ttl = expires_to_ttl(expires, self._clock_ms())
+            if ttl is False:
+                return None
+            if isinstance(ttl, str) and properties.expiration is None:
+                properties.expiration = ttl
+        return properties
+
+    def check_subscribe_destination(self, dest: Destination) -> None:
+        return None  # /temp-queue/NAME is a queue of this connection (session.py subscribes it)
+
+    def prefetch(self, headers: Mapping[str, str]) -> int | None:
+        if "prefetch-count" in headers:
+            return super().prefetch(headers)
+        value = headers.get("activemq.prefetchSize")
+        if value is None:
+            return None
+        size = plugin_integer(value, strip=True)
+        if size is None or size < 1:
+            # AMQP's prefetch 0 means unlimited, the opposite of ActiveMQ's 0 (a pulling consumer)
+            raise ProcessingError(f"activemq.prefetchSize must be a positive integer, got {value!r}")
+        return min(size, 65535)  # basic.qos carries 16 bits; beyond that the difference is moot
+
+    def subscribe_target(
+        self,
+        dest: Destination,
+        headers: Mapping[str, str],
+        sub_id: str | None,
+        default_topic_exchange: str,
+        client_id: str | None,
+    ) -> SubscribeTarget:
+        if dest.kind is DestinationKind.QUEUE:
+            queue_arguments(headers)
+            return SubscribeTarget(dest.name, _shared_queue(headers), None, "")
+        if dest.kind is not DestinationKind.TOPIC:
+            return subscribe_target(dest, headers, sub_id, default_topic_exchange)
+        key = activemq_binding_key(dest.name)
+        exchange = default_topic_exchange
+        name = _subscription_name(headers)
+        if name is None:
+            plan = subscribe_target(dest, headers, sub_id, default_topic_exchange)
+            return SubscribeTarget(plan.queue, plan.declare, plan.bind_exchange, key)
+        if client_id is None:
+            raise DestinationError(
+                "Missing client-id",
+                f"A durable subscription ('{name}') needs a 'client-id' header on CONNECT\n",
+            )
+        params = QueueParams(
+            durable=True, auto_delete=False, exclusive=False, arguments=queue_arguments(headers)
+        )
+        return SubscribeTarget(durable_subscription_queue(client_id, name), params, exchange, key)
+
+    def selector(self, dest: Destination, headers: Mapping[str, str]) -> Selector | None:
+        text = headers.get("selector")
+        if text is None:
+            return None
+        if dest.kind not in (DestinationKind.TOPIC, DestinationKind.EXCHANGE):
+            # On a shared queue a non-matching message must stay for other consumers; with one
+            # AMQP queue and no broker-side filter that cannot be done safely (docs/migration-activemq.md).
+            raise DestinationError(
+                "Selector not supported",
+                f"Selectors are only supported on /topic/ subscriptions; '{dest.raw}' is a queue "
+                f"(selector {text!r})\n",
+            )
+        try:
+            return compile_selector(text)
+        except SelectorError as error:
+            raise DestinationError("Invalid selector", f"{error}\n") from None
+
+    def unsubscribe_queue(
+        self,
+        subscribed: Destination | None,
+        headers: Mapping[str, str],
+        sub_id: str | None,
+        client_id: str | None,
+    ) -> str | None:
+        name = _subscription_name(headers)
+        if name is None:
+            return super().unsubscribe_queue(subscribed, headers, sub_id, client_id)
+        if client_id is None:
+            raise DestinationError(
+                "Missing client-id",
+                f"Removing a durable subscription ('{name}') needs a 'client-id' header on CONNECT\n",
+            )
+        return durable_subscription_queue(client_id, name)
+
+    def names_durable_subscription(self, headers: Mapping[str, str]) -> bool:
+        return _subscription_name(headers) is not None
+
+
+def _shared_queue(headers: Mapping[str, str]) -> QueueParams:
+    return QueueParams(durable=True, auto_delete=False, exclusive=False, arguments=queue_arguments(headers))
+
+
+def _subscription_name(headers: Mapping[str, str]) -> str | None:
+    for header in SUBSCRIPTION_NAME_HEADERS:
+        value = headers.get(header)
+        if value:
+            return value
+    return None
+
+
+def rules_for(profile: str) -> RabbitMQRules:
+    """The rules of a profile by name (``rabbitmq`` or ``activemq``)."""
+    if profile == Profile.ACTIVEMQ:
+        return ActiveMQRules()
+    if profile == Profile.RABBITMQ:
+        return RabbitMQRules()
+    raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")

@@ -1,0 +1,96 @@
+"""The activemq profile against the real RabbitMQ, checked from the broker's side with an
+independent AMQP client (aio-pika through BrokerProbe): what the adapter declares, publishes and
+leaves behind.  The comparison with ActiveMQ itself is tests/activemq."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from tests.support import AdapterProcess, BrokerProbe, frame_headers, read_frames, unique
+
+
+def stomp(port: int, *frames: str, count: int) -> list[tuple[str, dict[str, str], bytes]]:
+    """Open a raw STOMP connection, write the frames, read ``count`` answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"".join(f.encode() + b"\0" for f in frames))
+        raw, _closed = read_frames(sock, count=count)
+    return [frame_headers(f) for f in raw]
+
+
+CONNECT = "CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\nclient-id:{client}\n\n"
+
+
+def test_profile_off_by_default(adapter: AdapterProcess) -> None:
+    assert adapter.settings.profile == "rabbitmq"
+
+
+def test_queue_declared_shared_and_durable_ttl_from_expires(
+    start_adapter: Callable[..., AdapterProcess], broker: BrokerProbe
+) -> None:
+    port = start_adapter(profile="activemq").port
+    queue = unique("amq-q-")
+    broker.track_queue(queue)
+    expires = int(time.time() * 1000) + 600_000
+    answers = stomp(
+        port,
+        CONNECT.format(client="c"),
+        f"SEND\ndestination:/queue/{queue}\npersistent:false\nexpires:{expires}\npriority:6\nreceipt:1\n\nx",
+        f"SEND\ndestination:/queue/{queue}\nexpires:1\nreceipt:2\n\nexpired",
+        count=3,
+    )
+    assert [a[0] for a in answers] == ["CONNECTED", "RECEIPT", "RECEIPT"]
+    info = broker.queue_info(queue)
+    assert info is not None
+    assert (info["durable"], info["exclusive"], info["auto_delete"]) == (True, False, False)
+    got = broker.get(queue)
+    assert got is not None and got.body == b"x"
+    assert 0 < int(got.properties.expiration) <= 600_000
+    assert got.properties.priority == 6
+    assert got.headers["expires"] == str(expires)
+    assert broker.get(queue) is None  # the expired one was never published
+
+
+def test_selector_drops_non_matching_from_the_subscription_queue(
+    start_adapter: Callable[..., AdapterProcess], broker: BrokerProbe
+) -> None:
+    port = start_adapter(profile="activemq").port
+    topic = unique("sel")
+    client = unique("app-")
+    queue = f"activemq-durable:{len(client)}:{client}:s"
+    broker.track_queue(queue)
+    answers = stomp(
+        port,
+        CONNECT.format(client=client),
+        f"SUBSCRIBE\ndestination:/topic/{topic}\nid:1\nack:client\nselector:n > 1\n"
+        "activemq.subscriptionName:s\nreceipt:s\n\n",
+        f"SEND\ndestination:/topic/{topic}\nn:1\nreceipt:a\n\nno",
+        f"SEND\ndestination:/topic/{topic}\nn:2\nreceipt:b\n\nyes",
+        count=5,
+    )
+    messages = [a for a in answers if a[0] == "MESSAGE"]
+    assert [m[2] for m in messages] == [b"yes"]
+    # the unmatched one was acked by the adapter; the matched one, unacked, went back at close
+    assert broker.wait_depth(queue, 1) == 1
+    info = broker.queue_info(queue)
+    assert info is not None and (info["durable"], info["auto_delete"]) == (True, False)
+
+
+def test_bad_input_errors(start_adapter: Callable[..., AdapterProcess]) -> None:
+    port = start_adapter(profile="activemq").port
+    cases = [
+        ("SEND\ndestination:/topic/t\nexpires:soon\n\n", "Processing error", b"expires"),
+        ("SUBSCRIBE\ndestination:/topic/t\nid:1\nselector:a LIKE\n\n", "Invalid selector", b"a LIKE"),
+        (
+            "SUBSCRIBE\ndestination:/topic/t\nid:1\nselector:x = " + "1 + " * 2000 + "1\n\n",
+            "Invalid selector",
+            b"",
+        ),
+        ("SUBSCRIBE\ndestination:/queue/q\nid:1\nselector:a = 1\n\n", "Selector not supported", b"a = 1"),
+    ]
+    for frame, message, quoted in cases:
+        answers = stomp(port, CONNECT.format(client="c"), frame, count=2)
+        assert answers[-1][0] == "ERROR", frame
+        assert answers[-1][1]["message"] == message
+        assert quoted in answers[-1][2]

@@ -1,0 +1,373 @@
+"""The behaviour profiles (adapter/mapping/profile.py) and the session driven in the activemq
+profile: frames in, operations out, no broker.  The rabbitmq profile's rules are the plugin's and
+are covered by test_destinations.py and test_session.py, which run with the default profile."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from adapter.config import ConfigError, load_settings
+from adapter.mapping import operations as ops
+from adapter.mapping.destinations import DestinationError, ProcessingError, parse_destination
+from adapter.mapping.profile import (
+    ActiveMQRules,
+    RabbitMQRules,
+    activemq_binding_key,
+    durable_subscription_queue,
+    expires_to_ttl,
+    rules_for,
+    selector_lookup,
+)
+from adapter.mapping.properties import MessageProperties
+from adapter.session import Session, SessionSettings
+from adapter.stomp.frame import Frame
+from tests.unit.test_session import SESSION_ID, command_of, frames_of, header, run
+
+NOW_MS = 1_700_000_000_000
+
+
+def rules() -> ActiveMQRules:
+    return ActiveMQRules(clock_ms=lambda: NOW_MS)
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.upper().startswith("STOMP_ADAPTER_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_profile_defaults_to_rabbitmq(clean_environment: pytest.MonkeyPatch) -> None:
+    assert load_settings().profile == "rabbitmq"
+    assert SessionSettings().profile == "rabbitmq"
+
+
+def test_profile_from_ini_environment_and_command_line(tmp_path, clean_environment) -> None:
+    ini = tmp_path / "adapter.ini"
+    ini.write_text("adapter.profile = activemq\n")
+    assert load_settings(ini).profile == "activemq"
+    clean_environment.setenv("STOMP_ADAPTER_PROFILE", "rabbitmq")
+    assert load_settings(ini).profile == "rabbitmq"  # environment over ini
+    assert load_settings(ini, {"profile": "activemq"}).profile == "activemq"  # command line over both
+
+
+def test_unknown_profile_is_a_configuration_error(tmp_path, clean_environment) -> None:
+    ini = tmp_path / "adapter.ini"
+    ini.write_text("adapter.profile = artemis\n")
+    with pytest.raises(ConfigError, match="adapter.profile"):
+        load_settings(ini)
+
+
+def test_cli_flag_reaches_the_sessions(clean_environment) -> None:
+    from adapter.cli import build_parser, session_settings
+
+    args = build_parser().parse_args(["--profile", "activemq"])
+    settings = load_settings(None, {"profile": args.profile})
+    assert session_settings(settings).profile == "activemq"
+    assert build_parser().parse_args([]).profile is None
+
+
+def test_rules_for() -> None:
+    assert type(rules_for("rabbitmq")) is RabbitMQRules
+    assert type(rules_for("activemq")) is ActiveMQRules
+    with pytest.raises(ValueError):
+        rules_for("artemis")
+
+
+# --- destinations -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers", [{}, {"persistent": "false"}, {"persistent": "true"}, {"exclusive": "true"}]
+)
+def test_queue_is_always_shared_and_durable(headers: dict[str, str]) -> None:
+    params = rules().send_queue_params(parse_destination("/queue/q"), headers, ())
+    assert params is not None
+    assert (params.durable, params.exclusive, params.auto_delete) == (True, False, False)
+
+
+def test_plugin_rule_unchanged_in_default_profile() -> None:
+    params = RabbitMQRules().send_queue_params(parse_destination("/queue/q"), {"persistent": "false"}, ())
+    assert params is not None and params.exclusive  # the plugin's rule, kept for the default
+
+
+@pytest.mark.parametrize(
+    ("topic", "key"),
+    [
+        ("a.b", "a.b"),
+        ("a.*", "a.*"),
+        ("a.>", "a.#"),
+        (">", "#"),
+        ("*.b.>", "*.b.#"),
+        ("a>.b", "a>.b"),  # only a whole word is a wildcard
+        ("a.*x", "a.*x"),
+    ],
+)
+def test_topic_wildcards(topic: str, key: str) -> None:
+    assert activemq_binding_key(topic) == key
+
+
+def test_hash_word_is_refused() -> None:
+    with pytest.raises(DestinationError):
+        activemq_binding_key("a.#")
+
+
+@given(st.lists(st.text(alphabet="ab*>", min_size=1, max_size=3), min_size=1, max_size=5))
+def test_wildcard_translation_is_word_by_word(words: list[str]) -> None:
+    key = activemq_binding_key(".".join(words))
+    assert key.split(".") == ["#" if w == ">" else w for w in words]
+
+
+def test_temp_queue_subscribe_accepted_only_in_activemq_profile() -> None:
+    dest = parse_destination("/temp-queue/replies")
+    rules().check_subscribe_destination(dest)
+    with pytest.raises(DestinationError):
+        RabbitMQRules().check_subscribe_destination(dest)
+
+
+def test_durable_subscription_queue_names() -> None:
+    assert durable_subscription_queue("app", "sub") == "activemq-durable:3:app:sub"
+    assert durable_subscription_queue("a.b", "c") != durable_subscription_queue("a", "b.c")
+    long = durable_subscription_queue("x" * 200, "y" * 200)
+    assert len(long.encode()) <= 255 and long.startswith("activemq-durable:")
+
+
+def test_durable_subscription_plan() -> None:
+    headers = {"activemq.subscriptionName": "sub", "id": "1"}
+    plan = rules().subscribe_target(parse_destination("/topic/a.>"), headers, "1", "amq.topic", "app")
+    assert plan.queue == "activemq-durable:3:app:sub"
+    assert plan.declare is not None
+    assert (plan.declare.durable, plan.declare.auto_delete, plan.declare.exclusive) == (True, False, False)
+    assert (plan.bind_exchange, plan.bind_key) == ("amq.topic", "a.#")
+    same = rules().subscribe_target(
+        parse_destination("/topic/a.>"), {"durable-subscription-name": "sub"}, None, "amq.topic", "app"
+    )
+    assert same.queue == plan.queue
+    with pytest.raises(DestinationError, match="client-id"):
+        rules().subscribe_target(parse_destination("/topic/t"), headers, "1", "amq.topic", None)
+
+
+# --- SEND properties ----------------------------------------------------------------------------
+
+
+def test_expires_becomes_remaining_ttl() -> None:
+    assert expires_to_ttl(str(NOW_MS + 1500), NOW_MS) == "1500"
+    assert expires_to_ttl("0", NOW_MS) is None
+    assert expires_to_ttl(str(NOW_MS), NOW_MS) is False
+    assert expires_to_ttl(str(NOW_MS - 1), NOW_MS) is False
+    with pytest.raises(ProcessingError, match="expires"):
+        expires_to_ttl("tomorrow", NOW_MS)
+
+
+@given(st.integers(min_value=1, max_value=2**62))
+def test_ttl_is_what_remains(expires: int) -> None:
+    ttl = expires_to_ttl(str(expires), NOW_MS)
+    if expires <= NOW_MS:
+        assert ttl is False
+    else:
+        assert ttl == str(expires - NOW_MS)
+
+
+def test_send_properties_expiry_and_priority() -> None:
+    props = rules().send_properties({"expires": str(NOW_MS + 10), "priority": "7"}, None)
+    assert props is not None
+    assert (props.expiration, props.priority) == ("10", 7)
+    assert props.headers == {"expires": str(NOW_MS + 10)}  # consumers still read the header
+    assert rules().send_properties({"expires": "1"}, None) is None  # expired at SEND
+    # the default profile copies expires as a plain header, as the plugin does
+    plain = RabbitMQRules().send_properties({"expires": "1"}, None)
+    assert plain is not None and plain.expiration is None
+
+
+# --- prefetch -----------------------------------------------------------------------------------
+
+
+def test_prefetch_size() -> None:
+    assert rules().prefetch({"activemq.prefetchSize": "2"}) == 2
+    assert rules().prefetch({"activemq.prefetchSize": "1000000"}) == 65535
+    assert rules().prefetch({"prefetch-count": "3", "activemq.prefetchSize": "2"}) == 3
+    assert rules().prefetch({}) is None
+    for bad in ("0", "-1", "x"):
+        with pytest.raises(ProcessingError, match="prefetchSize"):
+            rules().prefetch({"activemq.prefetchSize": bad})
+    assert RabbitMQRules().prefetch({"activemq.prefetchSize": "2"}) is None
+
+
+# --- selectors ----------------------------------------------------------------------------------
+
+
+def test_selector_compiled_for_topics_refused_on_queues() -> None:
+    selector = rules().selector(parse_destination("/topic/t"), {"selector": "color = 'red'"})
+    assert selector is not None
+    props = MessageProperties(headers={"color": "red"})
+    assert selector.matches(selector_lookup(props))
+    assert not selector.matches(selector_lookup(MessageProperties(headers={})))
+    with pytest.raises(DestinationError, match="Selector not supported"):
+        rules().selector(parse_destination("/queue/q"), {"selector": "color = 'red'"})
+    with pytest.raises(DestinationError, match="color ="):
+        rules().selector(parse_destination("/topic/t"), {"selector": "color = = 'red'"})
+    assert RabbitMQRules().selector(parse_destination("/topic/t"), {"selector": "x = 1"}) is None
+
+
+def test_selector_sees_jms_fields() -> None:
+    props = MessageProperties(
+        type="order", priority=7, correlation_id="c1", delivery_mode=2, headers={"n": "12"}
+    )
+    lookup = selector_lookup(props)
+    assert lookup("JMSType") == "order"
+    assert lookup("JMSPriority") == 7
+    assert lookup("JMSCorrelationID") == "c1"
+    assert lookup("JMSDeliveryMode") == "PERSISTENT"
+    assert selector_lookup(MessageProperties())("JMSPriority") == 4  # JMS's default
+    assert selector_lookup(MessageProperties())("JMSDeliveryMode") == "NON_PERSISTENT"
+    selector = rules().selector(parse_destination("/topic/t"), {"selector": "n > 10 AND JMSPriority >= 5"})
+    assert selector is not None and selector.matches(lookup)
+
+
+# --- the session in the activemq profile --------------------------------------------------------
+
+
+def amq_session(client_id: str | None = "app") -> Session:
+    session = Session(SessionSettings(profile="activemq"), session_id=SESSION_ID, peer_is_loopback=True)
+    headers = {"accept-version": "1.2", "host": "/"}
+    if client_id is not None:
+        headers["client-id"] = client_id
+    out = run(session, Frame("CONNECT", headers))
+    assert command_of(frames_of(out)[-1]) == "CONNECTED"
+    assert session.client_id == client_id
+    return session
+
+
+def test_send_to_queue_declares_a_shared_queue_whatever_persistent_says() -> None:
+    out = run(amq_session(), Frame("SEND", {"destination": "/queue/q", "persistent": "false"}, b"x"))
+    declare = next(op for op in out if isinstance(op, ops.QueueDeclare))
+    assert (declare.durable, declare.exclusive, declare.auto_delete) == (True, False, False)
+    assert any(isinstance(op, ops.BasicPublish) for op in out)
+
+
+def test_expired_send_is_not_published_but_receipted() -> None:
+    session = amq_session()
+    out = run(session, Frame("SEND", {"destination": "/topic/t", "expires": "1", "receipt": "r1"}, b"x"))
+    assert not any(isinstance(op, ops.BasicPublish) for op in out)
+    assert [command_of(f) for f in frames_of(out)] == ["RECEIPT"]
+    # the fast path declines it too, now that the destination is known
+    assert session.quick_send(Frame("SEND", {"destination": "/topic/t", "expires": "1"}, b"x")) is None
+
+
+def test_subscribe_topic_wildcard_with_selector_and_prefetch() -> None:
+    session = amq_session()
+    out = run(
+        session,
+        Frame(
+            "SUBSCRIBE",
+            {"destination": "/topic/a.>", "id": "1", "selector": "n > 1", "activemq.prefetchSize": "2"},
+        ),
+    )
+    assert ops.BasicQos(2) in out
+    bind = next(op for op in out if isinstance(op, ops.QueueBind))
+    assert bind.routing_key == "a.#"
+    tag = next(op for op in out if isinstance(op, ops.BasicConsume)).consumer_tag
+
+    def deliver(n: str, delivery_tag: int) -> ops.Delivery:
+        return ops.Delivery(
+            tag, delivery_tag, False, "amq.topic", "a.b", MessageProperties(headers={"n": n}), b"b"
+        )
+
+    assert session.on_delivery(deliver("2", 1)).startswith(b"MESSAGE\n")
+    dropped = deliver("1", 2)
+    assert session.on_delivery(dropped) == b""
+    assert session.dropped_delivery_ack(dropped) is None  # auto ack: nothing to settle
+
+
+def test_dropped_delivery_is_acked_in_client_mode() -> None:
+    session = amq_session()
+    run(
+        session,
+        Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "1", "ack": "client", "selector": "n > 1"}),
+    )
+    delivery = ops.Delivery("T_1", 5, False, "amq.topic", "t", MessageProperties(headers={}), b"")
+    assert session.on_delivery(delivery) == b""
+    assert session.dropped_delivery_ack(delivery) == ops.BasicAck(5, False)
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"destination": "/topic/t", "selector": "a = = 1"}, "Invalid selector"),
+        ({"destination": "/queue/q", "selector": "a = 1"}, "Selector not supported"),
+        ({"destination": "/topic/t", "activemq.prefetchSize": "0"}, "Processing error"),
+    ],
+)
+def test_subscribe_errors(headers: dict[str, str], message: str) -> None:
+    out = run(amq_session(), Frame("SUBSCRIBE", headers))
+    error = frames_of(out)[0]
+    assert command_of(error) == "ERROR" and header(error, "message") == message
+    if "selector" in headers:
+        assert headers["selector"].encode() in error  # the ERROR quotes the selector
+    assert not any(isinstance(op, ops.QueueDeclare | ops.BasicConsume) for op in out)
+
+
+def test_temp_queue_subscription_shares_the_reply_to_queue() -> None:
+    session = amq_session()
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/temp-queue/replies", "id": "r"}))
+    assert out[0] == ops.QueueDeclare("", exclusive=True, auto_delete=True)
+    assert ops.BasicConsume("amq.gen-test", "T_r", no_ack=True) in out
+    out = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-queue/replies"}))
+    publish = next(op for op in out if isinstance(op, ops.BasicPublish))
+    assert publish.properties.reply_to == "amq.gen-test"
+    assert not any(isinstance(op, ops.BasicConsume) for op in out)  # no second consumer
+
+
+def test_temp_queue_subscription_after_reply_to_replaces_the_implicit_consumer() -> None:
+    session = amq_session()
+    run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-queue/replies"}))
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/temp-queue/replies", "id": "r"}))
+    assert out[0] == ops.BasicCancel("T_/temp-queue/replies")
+    assert ops.BasicConsume("amq.gen-test", "T_r", no_ack=True) in out
+
+
+def test_durable_subscription_and_activemq_unsubscribe_sequence() -> None:
+    session = amq_session()
+    sub = {"destination": "/topic/t", "id": "1", "activemq.subscriptionName": "s"}
+    out = run(session, Frame("SUBSCRIBE", sub))
+    declare = next(op for op in out if isinstance(op, ops.QueueDeclare))
+    assert declare.queue == "activemq-durable:3:app:s" and declare.durable and not declare.auto_delete
+    out = run(session, Frame("UNSUBSCRIBE", {"id": "1"}))
+    assert out == [ops.BasicCancel("T_1")]  # the subscription stays
+    out = run(session, Frame("UNSUBSCRIBE", {"id": "1", "activemq.subscriptionName": "s", "receipt": "r"}))
+    assert out[0] == ops.QueueDelete("activemq-durable:3:app:s")
+    assert command_of(frames_of(out)[0]) == "RECEIPT"
+    out = run(session, Frame("UNSUBSCRIBE", {"durable-subscription-name": "s"}))
+    assert out == [ops.QueueDelete("activemq-durable:3:app:s")]
+
+
+def test_durable_subscription_without_client_id_is_refused() -> None:
+    out = run(
+        amq_session(client_id=None),
+        Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "1", "activemq.subscriptionName": "s"}),
+    )
+    assert header(frames_of(out)[0], "message") == "Missing client-id"
+
+
+def test_default_profile_ignores_activemq_headers() -> None:
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2", "client-id": "app"}))
+    assert session.client_id is None
+    out = run(
+        session,
+        Frame(
+            "SUBSCRIBE",
+            {"destination": "/topic/a.>", "id": "1", "selector": "x", "activemq.prefetchSize": "2"},
+        ),
+    )
+    bind = next(op for op in out if isinstance(op, ops.QueueBind))
+    assert bind.routing_key == "a.>"
+    assert not any(isinstance(op, ops.BasicQos) for op in out)
