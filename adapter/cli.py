@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
+from .logs import configure_logging
 from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
@@ -58,6 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     add_profile_argument(parser)
+    parser.add_argument(
+        "--log-format",
+        metavar="FORMAT",
+        help="text (default) or json: one JSON object per line, with the connection lines' fields as keys",
+    )
+    parser.add_argument(
+        "--http-listen",
+        metavar="HOST:PORT",
+        help="serve GET /metrics (Prometheus), /healthz and /readyz on this address "
+        "(default: no HTTP port; it has no authentication, keep it private)",
+    )
     return parser
 
 
@@ -211,6 +223,7 @@ def build_server(settings: Settings) -> Server:
         keepalive=settings.tcp_keepalive,
         sndbuf=settings.tcp_sndbuf,
         recbuf=settings.tcp_recbuf,
+        http_listen=parse_listener(settings.http_listen) if settings.http_listen else None,
     )
 
 
@@ -267,16 +280,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "amqp_url": args.amqp_url,
                 "log_level": args.log_level,
                 "profile": args.profile,
+                "log_format": args.log_format,
+                "http_listen": args.http_listen,
             },
         )
         server = build_server(settings)
     except ConfigError as error:
         print(f"stomp-amqp-adapter: configuration error:\n{error}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.log_level, settings.log_format)
     log.info("fronting broker %s", redact_url(settings.amqp_url))
     log.info("file-descriptor limit: %d (two per STOMP client)", raise_soft_limit())
     tune_malloc()

@@ -175,6 +175,16 @@ def redact_url(url: str) -> str:
         return "<unparseable URL>"
 
 
+def _http_listen(value: object) -> str | None:
+    """The metrics and health HTTP listener: HOST:PORT, or none (no HTTP port at all)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    try:
+        return _normalise_listener(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (or none for no HTTP port)") from None
+
+
 def _amqp_url(value: object) -> str:
     """One amqp:// or amqps:// URL, or several separated by commas (the nodes of a cluster)."""
     allowed = (
@@ -381,6 +391,8 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "tcp_sndbuf": _optional(_int_converter(1), "(or none for the OS default)"),
     "tcp_recbuf": _optional(_int_converter(1), "(or none for the OS default)"),
     "log_level": _log_level,
+    "log_format": _one_of("text", "json"),
+    "http_listen": _http_listen,
     "trailing_lf": _to_bool,
     "web_stomp_listeners": _listeners,
     "web_stomp_ssl_listeners": _listeners,
@@ -477,6 +489,10 @@ class Settings(BaseSettings):
     tcp_sndbuf: int | None = None
     tcp_recbuf: int | None = None
     log_level: str = "INFO"
+    # "text": one human-readable line per event; "json": one JSON object per line (log shippers)
+    log_format: Literal["text", "json"] = "text"
+    # HOST:PORT of the HTTP listener for /metrics, /healthz and /readyz; None: no HTTP port
+    http_listen: str | None = None
     # Append LF after the NUL of every outgoing frame, as the plugin does.
     trailing_lf: bool = True
     # STOMP over WebSocket (the web_stomp.* keys of rabbitmq_web_stomp).  No listener unless a
@@ -590,6 +606,8 @@ _ADAPTER_KEYS: dict[str, str] = {
         "amqp_heartbeat",
         "loopback_users",
         "log_level",
+        "log_format",
+        "http_listen",
         "trailing_lf",
         "profile",
     )
@@ -1008,7 +1026,13 @@ _ACTIVE_INI: contextvars.ContextVar[IniFile | None] = contextvars.ContextVar("_A
 # --------------------------------------------------------------------------------------------------------
 
 # Command-line flags that exist (cli.py), for error messages about overrides.
-_CLI_FLAGS = {"listeners": "--listen", "amqp_url": "--amqp-url", "log_level": "--log-level"}
+_CLI_FLAGS = {
+    "listeners": "--listen",
+    "amqp_url": "--amqp-url",
+    "log_level": "--log-level",
+    "log_format": "--log-format",
+    "http_listen": "--http-listen",
+}
 _CLI_FLAGS["profile"] = "--profile"
 
 

@@ -188,6 +188,15 @@ class Session:
         # (docs/destinations.md#common-steps)
         self._unfinished_subscription_queue: str | None = None
         self._prefix = b""
+        # counted for the metrics (adapter/server/stats.py): MESSAGE frames rendered, every other
+        # frame by command, ERROR frames by message, and why a login failed (None: it did not)
+        self.messages_sent = 0
+        self.frames_sent: dict[str, int] = {}
+        self.errors_sent: dict[str, int] = {}
+        self.login_failure: str | None = None
+        # the login and vhost the last CONNECT asked for, successful or not (for the close log line)
+        self.requested_user: str | None = None
+        self.requested_vhost: str | None = None
 
     # ------------------------------------------------------------------ frames from the client
     def handle_frame(self, frame: Frame) -> Steps:
@@ -262,15 +271,19 @@ class Session:
 
     def _login(self, version: str, headers: dict[str, str], frame: Frame, send_connected: bool) -> Steps:
         user, password = self._credentials(headers)
+        self.requested_user = user
         if user is None:
+            self.login_failure = "missing_credentials"
             yield from self._fail("Bad CONNECT", "Missing login or passcode header(s)", frame)
             return
         if user in self.settings.loopback_users and not self.peer_is_loopback:
             # RabbitMQ's loopback_users: the broker sees every connection coming from the
             # adapter's host, so the adapter applies the rule to the STOMP client's address
+            self.login_failure = "loopback_only"
             yield from self._fail("Bad CONNECT", "non-loopback access denied", frame)
             return
         vhost = headers.get("host", self.settings.default_vhost)
+        self.requested_vhost = vhost
         try:
             client_heart_beat = heartbeat.parse_heart_beat(headers.get("heart-beat"))
         except heartbeat.HeartBeatError as error:
@@ -279,6 +292,9 @@ class Session:
         result = yield OpenConnection(user, password or "", vhost)
         assert isinstance(result, LoginResult)
         if not result.ok:
+            self.login_failure = {"auth": "access_refused", "vhost": "vhost"}.get(
+                result.failure or "", "broker_unavailable"
+            )
             if result.failure == "auth":
                 yield from self._fail("Bad CONNECT", f"Access refused for user '{user}'\n", frame)
             elif result.failure == "vhost":
@@ -764,6 +780,7 @@ class Session:
             # digits never need escaping, so the prefix can be escaped once
             subscription.message_id_prefix = escape(f"{consumer_tag}@@{self.session_id}@@")
         message_id = subscription.message_id_prefix + str(delivery_tag)
+        self.messages_sent += 1
         lines = [
             head,
             "destination:",
@@ -853,6 +870,11 @@ class Session:
         return done
 
     @property
+    def publish_seq(self) -> int:
+        """The confirm sequence number of the last publish (0: confirms are off)."""
+        return self._publish_seq
+
+    @property
     def confirms_outstanding(self) -> bool:
         return bool(self._pending_receipts or self._pending_commits)
 
@@ -904,6 +926,8 @@ class Session:
     def _encode(
         self, command: str, headers: Iterable[tuple[str, str]], body: bytes = b"", escape_headers: bool = True
     ) -> bytes:
+        sent = self.frames_sent
+        sent[command] = sent.get(command, 0) + 1
         return encode_frame(
             command, headers, body, trailing_lf=self.settings.trailing_lf, escape_headers=escape_headers
         )
@@ -925,6 +949,8 @@ class Session:
         ]
         if receipt is not None:
             headers.append(("receipt-id", receipt))
+        errors = self.errors_sent
+        errors[message] = errors.get(message, 0) + 1
         return self._encode(Command.ERROR, headers, detail.encode("utf-8", "surrogateescape"))
 
     def _receipt(self, frame: Frame) -> Steps:

@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import ssl
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -72,12 +73,23 @@ def is_loopback(host: str) -> bool:
 
 class ClientConnection(asyncio.Protocol):
     """One STOMP client.  ``proxy_protocol`` (default: the TCP listeners' setting) makes it
-    expect a PROXY header first; ``label`` names the transport in the log ("WebSocket ")."""
+    expect a PROXY header first; ``label`` names the transport in the log ("WebSocket ");
+    ``listener`` is the kind of listener in the metrics: tcp, tls or websocket (by default
+    websocket for a labelled transport, since the WebSocket transport is the one that labels
+    itself, else tcp)."""
 
-    def __init__(self, server: Server, *, proxy_protocol: bool | None = None, label: str = "") -> None:
+    def __init__(
+        self,
+        server: Server,
+        *,
+        proxy_protocol: bool | None = None,
+        label: str = "",
+        listener: str | None = None,
+    ) -> None:
         self._server = server
         self._expect_proxy_header = server.proxy_protocol if proxy_protocol is None else proxy_protocol
         self._label = label
+        self.listener = listener or ("websocket" if label.startswith("WebSocket") else "tcp")
         # a transport that frames each write (WebSocket: one message per STOMP frame) gets the
         # frames as separate items of one writelines call instead of joined
         self.frame_per_write = False
@@ -117,6 +129,34 @@ class ClientConnection(asyncio.Protocol):
         # with stomp.proxy_protocol: the start of the PROXY header until it is complete
         self._proxy_header: bytes | None = None
         self.done: asyncio.Future[None] = self._loop.create_future()
+        # Counters for the metrics and the close log line: plain attributes, read by
+        # adapter/server/metrics.py at scrape time and added to server.stats when the
+        # connection finishes (adapter/server/stats.py says why not prometheus counters).
+        # time.monotonic, not loop.time: uvloop's clock has millisecond steps
+        self.opened_at = time.monotonic()
+        self.frames_received: dict[str, int] = {}
+        self.messages_published = 0
+        self.acks = 0
+        self.nacks = 0
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self.paused_seconds: dict[str, float] = {}
+        self.paused_since: dict[str, float] = {}  # pause reason -> when it started
+        # publisher-confirm latency: one publish per connection is timed at a time (the
+        # sequence number it got, when it was sent; 0 when none is being timed), so the
+        # message path pays one comparison, not a clock read and a dict entry per message
+        self._timed_publish = 0
+        self._timed_publish_at = 0.0
+
+    @property
+    def closed(self) -> bool:
+        """Closed by either side (the AMQP connection may still be closing)."""
+        return self._closed
+
+    @property
+    def finished(self) -> bool:
+        """Its counters are in server.stats (see Server.add_finished)."""
+        return self._finished
 
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -133,12 +173,22 @@ class ClientConnection(asyncio.Protocol):
             self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=is_loopback(host)
         )
         self._server.connections.add(self)
+        self._server.stats.connections_opened[self.listener] += 1
         # the login timeout also bounds a PROXY header that arrives slowly
         self._timers.append(self._loop.call_later(self._server.login_timeout, self._login_timed_out))
         if self._expect_proxy_header:
             self._proxy_header = b""  # the peer is the proxy: wait for the client's address
             return
-        log.info("%sconnection opened peer=%s", self._label, self.peer)
+        self._log_opened()
+
+    def _log_opened(self, via: str = "") -> None:
+        log.info(
+            "%sconnection opened peer=%s%s",
+            self._label,
+            self.peer,
+            via,
+            extra={"fields": {"event": "connection_opened", "peer": self.peer, "listener": self.listener}},
+        )
 
     def _read_proxy_header(self, data: bytes) -> bytes | None:
         """Collect and apply the PROXY header; the bytes after it, or None while incomplete.
@@ -166,13 +216,14 @@ class ClientConnection(asyncio.Protocol):
             self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             assert self.session is not None
             self.session.peer_is_loopback = is_loopback(host)
-            log.info("connection opened peer=%s via proxy %s", self.peer, proxy)
+            self._log_opened(f" via proxy {proxy}")
         else:
-            log.info("connection opened peer=%s (PROXY header without a client address)", self.peer)
+            self._log_opened(" (PROXY header without a client address)")
         return buffered[header.length :]
 
     def data_received(self, data: bytes) -> None:
         self._read_since_check = True
+        self.bytes_received += len(data)
         if self._closed:
             return
         if self._proxy_header is not None:
@@ -293,12 +344,20 @@ class ClientConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         # the client reads slower than the broker delivers: stop reading deliveries from the
         # broker, so TCP back-pressure reaches RabbitMQ instead of our memory
+        self.paused_since.setdefault("slow-client", time.monotonic())
         if self._amqp is not None:
             self._amqp.pause_reading()
 
     def resume_writing(self) -> None:
+        self._end_pause_clock("slow-client")
         if self._amqp is not None:
             self._amqp.resume_reading()
+
+    def _end_pause_clock(self, reason: str) -> None:
+        started = self.paused_since.pop(reason, None)
+        if started is not None:
+            seconds = self.paused_seconds
+            seconds[reason] = seconds.get(reason, 0.0) + time.monotonic() - started
 
     # ------------------------------------------------------------------ the pump
     def _pump(self) -> None:
@@ -317,6 +376,8 @@ class ClientConnection(asyncio.Protocol):
                     break
                 self._frames_read += 1
                 self._frame = frame
+                received = self.frames_received
+                received[frame.command] = received.get(frame.command, 0) + 1
                 # the two frames of the message flow skip the generator when they can
                 if frame.command == "SEND":
                     publish = session.quick_send(frame)
@@ -326,6 +387,9 @@ class ClientConnection(asyncio.Protocol):
                             self._amqp.publish(
                                 publish.exchange, publish.routing_key, publish.properties, publish.body
                             )
+                            self.messages_published += 1
+                            if not self._timed_publish:
+                                self._time_publish()
                         except ProcessingError as error:  # a value AMQP cannot carry
                             self._processing_error(error)
                             return
@@ -336,6 +400,7 @@ class ClientConnection(asyncio.Protocol):
                     if ack is not None:
                         assert self._amqp is not None
                         self._amqp.ack(ack.delivery_tag, ack.multiple)
+                        self.acks += 1
                         self._frame = None
                         continue
                 steps = self._steps = session.handle_frame(frame)
@@ -366,20 +431,34 @@ class ClientConnection(asyncio.Protocol):
 
     _result: object = None
 
+    def _time_publish(self) -> None:
+        """Start timing the publish just made, if it will be confirmed (confirm mode is on
+        once a SEND asked for a receipt)."""
+        assert self.session is not None
+        seq = self.session.publish_seq
+        if seq:
+            self._timed_publish = seq
+            self._timed_publish_at = time.monotonic()
+
     def _execute(self, op: ops.Operation) -> object:
         """Run an operation that needs no reply, or start a task for one that does."""
         amqp = self._amqp
         if isinstance(op, ops.BasicPublish):
             assert amqp is not None
             amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
+            self.messages_published += 1
+            if not self._timed_publish:
+                self._time_publish()
         elif isinstance(op, ops.SendFrame):
             self._write(op.data)
         elif isinstance(op, ops.BasicAck):
             assert amqp is not None
             amqp.ack(op.delivery_tag, op.multiple)
+            self.acks += 1
         elif isinstance(op, ops.BasicNack):
             assert amqp is not None
             amqp.nack(op.delivery_tag, op.multiple, op.requeue)
+            self.nacks += 1
         elif isinstance(op, ops.QueueDeclare) and op.nowait:
             assert amqp is not None
             amqp.declare_nowait(op)
@@ -446,6 +525,7 @@ class ClientConnection(asyncio.Protocol):
         rested); a login the broker refuses is final (docs/behaviour.md, "Broker nodes")."""
         broker = self._server.broker
         nodes = self._server.nodes
+        failures = self._server.stats.amqp_connection_failures
         deadline = self._loop.time() + self._server.login_timeout
         problems: list[str] = []
         amqp: AmqpConnection | None = None
@@ -480,21 +560,27 @@ class ClientConnection(asyncio.Protocol):
                 )
                 if error.code == 403 or (error.phase == "auth" and error.code == 0):
                     # RabbitMQ closes the socket on a failed login (authentication_failure_close)
+                    failures["access_refused"] += 1
                     return ops.LoginResult(False, "auth", error.text)
                 if error.code in (530, 402) or error.phase == "vhost":
+                    failures["vhost"] += 1
                     return ops.LoginResult(False, "vhost", error.text)
+                failures["refused"] += 1
                 return ops.LoginResult(False, "other", error.text)
             except ssl.SSLCertVerificationError as error:
+                failures["tls"] += 1
                 nodes.failed(node)
                 problem = f"TLS certificate verification failed for {node.label}: {error.verify_message}"
                 log.warning("peer=%s: %s (%s)", self.peer, problem, error)
                 problems.append(problem)
             except (OSError, TimeoutError) as error:
                 if isinstance(error, OSError) and error.errno in EXHAUSTED:
+                    failures["file_descriptors"] += 1
                     self._server.descriptors.exhausted(f"cannot open an AMQP connection: {error.strerror}")
                     return ops.LoginResult(
                         False, "other", "The adapter is out of file descriptors, try again later"
                     )
+                failures["timeout" if isinstance(error, TimeoutError) else "unreachable"] += 1
                 nodes.failed(node)
                 reason = str(error) or type(error).__name__
                 log.warning("broker node unreachable for peer=%s: %s: %s", self.peer, node.label, reason)
@@ -559,6 +645,17 @@ class ClientConnection(asyncio.Protocol):
             op.version,
             op.send_ms,
             op.receive_ms,
+            extra={
+                "fields": {
+                    "event": "connection_logged_in",
+                    "peer": self.peer,
+                    "listener": self.listener,
+                    "user": session.user,
+                    "vhost": session.vhost,
+                    "version": op.version,
+                    "heart_beat": f"{op.send_ms},{op.receive_ms}",
+                }
+            },
         )
         if op.send_ms:
             self._timers.append(
@@ -574,6 +671,7 @@ class ClientConnection(asyncio.Protocol):
             return
         if not self._wrote_since_check and not self._out:
             self.transport.write(b"\n")
+            self.bytes_sent += 1
         self._wrote_since_check = False
         self._timers.append(self._loop.call_later(interval, self._send_heartbeat, interval))
 
@@ -625,6 +723,10 @@ class ClientConnection(asyncio.Protocol):
         session = self.session
         if session is None or self._closed:
             return
+        timed = self._timed_publish
+        if timed and (delivery_tag == timed or (multiple and delivery_tag > timed)):
+            self._server.stats.confirm_latency.observe(time.monotonic() - self._timed_publish_at)
+            self._timed_publish = 0
         data = session.on_confirm(delivery_tag, multiple, ack)
         if data:
             self._out.append(data)  # flushed by on_read_done, as for deliveries
@@ -644,6 +746,11 @@ class ClientConnection(asyncio.Protocol):
             self._amqp = None  # the connection itself is gone; a closed channel still needs closing
         if session is None or self._closed:
             return
+        if not error.channel_only:
+            # the broker closed the connection (connection.close: forced, a memory alarm ...) or
+            # the link died without one (network, broker crash)
+            reason = "closed_by_broker" if error.code else "connection_lost"
+            self._server.stats.amqp_connection_failures[reason] += 1
         if error.code:
             # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close
             # (docs/behaviour.md#error-handling)
@@ -688,19 +795,25 @@ class ClientConnection(asyncio.Protocol):
         self._wrote_since_check = True
         if self._out_large or self.frame_per_write:
             self._out_large = False  # large MESSAGEs are not copied again into one write
+            self.bytes_sent += sum(map(len, out))
             self.transport.writelines(out)
         else:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+            data = b"".join(out) if len(out) > 1 else out[0]
+            self.bytes_sent += len(data)
+            self.transport.write(data)
 
     def _pause(self, reason: str) -> None:
         if not self._pause_reasons and self.transport is not None:
             self.transport.pause_reading()
-        self._pause_reasons.add(reason)
+        if reason not in self._pause_reasons:
+            self._pause_reasons.add(reason)
+            self.paused_since[reason] = time.monotonic()
 
     def _resume(self, reason: str) -> None:
         if reason not in self._pause_reasons:
             return
         self._pause_reasons.discard(reason)
+        self._end_pause_clock(reason)
         if not self._pause_reasons and self.transport is not None and not self._closed:
             self.transport.resume_reading()
 
@@ -767,19 +880,52 @@ class ClientConnection(asyncio.Protocol):
         if self._finished:
             return
         self._finished = True
-        session = self.session
-        log.info(
-            "connection closed peer=%s user=%s vhost=%s reason=%s",
-            self.peer,
-            session.user if session else None,
-            session.vhost if session else None,
-            self._close_reason,
-        )
+        for reason in list(self.paused_since):
+            self._end_pause_clock(reason)
+        self._server.add_finished(self)
+        self._log_closed()
         if amqp is not None and amqp.is_open:
             task = self._server.spawn(self._close_amqp(amqp, self._delete_on_close))
             task.add_done_callback(lambda _t: self._set_done())
         else:
             self._set_done()
+
+    def _log_closed(self) -> None:
+        session = self.session
+        logged_in = session is not None and session.user is not None
+        frames_sent = sum(session.frames_sent.values()) + session.messages_sent if session else 0
+        fields = {
+            "event": "connection_closed",
+            "peer": self.peer,
+            "listener": self.listener,
+            "user": session.requested_user if session else None,
+            "vhost": session.requested_vhost if session else None,
+            "logged_in": logged_in,
+            "version": session.version if session and logged_in else None,
+            "duration_seconds": round(time.monotonic() - self.opened_at, 3),
+            "frames_received": sum(self.frames_received.values()),
+            "frames_sent": frames_sent,
+            "messages_published": self.messages_published,
+            "messages_delivered": session.messages_sent if session else 0,
+            "bytes_received": self.bytes_received,
+            "bytes_sent": self.bytes_sent,
+            "reason": self._close_reason,
+        }
+        log.info(
+            "connection closed peer=%s user=%s vhost=%s version=%s duration=%.3fs frames_in=%d"
+            " frames_out=%d published=%d delivered=%d reason=%s",
+            self.peer,
+            fields["user"],
+            fields["vhost"],
+            fields["version"],
+            fields["duration_seconds"],
+            fields["frames_received"],
+            frames_sent,
+            self.messages_published,
+            fields["messages_delivered"],
+            self._close_reason,
+            extra={"fields": fields},
+        )
 
     async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
         for queue in delete_queues:

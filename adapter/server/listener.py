@@ -1,5 +1,8 @@
 """The server: TCP listeners, the set of live client connections, and graceful shutdown.
 
+Also owns the operator's HTTP listener (metrics and health, when ``http_listen`` is set) and
+the server-wide counters it reports (``stats``, with the totals of closed connections).
+
 Owns the lifecycle, in uvicorn's order: stop accepting, tell every client the server is shutting
 down (an ERROR frame) and close it, let the AMQP connections close cleanly (so unacknowledged
 messages are requeued by the broker), wait up to ``shutdown_timeout``, then give up on the rest.
@@ -11,6 +14,7 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +23,10 @@ from ..session import SessionSettings
 from .brokers import BrokerNodes
 from .connection import BrokerSettings, ClientConnection
 from .fdlimit import EXHAUSTED, DescriptorWatch
+from .health import BrokerCheck
+from .http import OperatorHttp
+from .metrics import add_connection, build_registry
+from .stats import ServerStats
 from .websocket import WebSocketConnection, WebStompSettings
 
 log = logging.getLogger("adapter.server")
@@ -57,6 +65,7 @@ class Server:
         recbuf: int | None = None,
         frame_timeout: float = 60.0,
         incomplete_input_budget: int = 256 * 1024 * 1024,
+        http_listen: tuple[str, int] | None = None,
     ) -> None:
         self.session_settings = session_settings
         self.broker = broker
@@ -92,6 +101,30 @@ class Server:
         self.addresses: list[tuple[str, int]] = []
         self.tls_addresses: list[tuple[str, int]] = []
         self.web_addresses: list[tuple[str, int]] = []  # web_stomp listeners, ws:// and wss://
+        # metrics and health (adapter/server/http.py): where to listen, None for nowhere
+        self.http_listen = http_listen
+        self.http_addresses: list[tuple[str, int]] = []
+        self.http_connections: set[OperatorHttp] = set()
+        self.stats = ServerStats()
+        self.registry = build_registry(self)
+        self.broker_check = BrokerCheck(self)
+        self.started = False
+        self.shutting_down = False
+
+    @staticmethod
+    def clock() -> float:
+        """The clock connections time their pauses with."""
+        return time.monotonic()
+
+    def add_finished(self, connection: ClientConnection) -> None:
+        """Keep what a finished connection counted (it leaves ``connections`` later, once its
+        AMQP connection has closed; the metrics skip it from now on)."""
+        stats = self.stats
+        add_connection(stats.closed, connection, self.clock())
+        stats.connections_closed[connection.listener] += 1
+        session = connection.session
+        if session is not None and session.login_failure is not None:
+            stats.login_failures[session.login_failure] += 1
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -101,7 +134,12 @@ class Server:
         for host, port in self.tls_listeners:
             assert self._tls_context is not None
             await self._listen(
-                loop, host, port, self._tls_context, self.tls_addresses, lambda: ClientConnection(self)
+                loop,
+                host,
+                port,
+                self._tls_context,
+                self.tls_addresses,
+                lambda: ClientConnection(self, listener="tls"),
             )
         for web in self.web_listeners:
 
@@ -111,6 +149,19 @@ class Server:
             await self._listen(
                 loop, web.host, web.port, web.tls, self.web_addresses, factory, web.backlog, "WebSocket"
             )
+        if self.http_listen is not None:
+            host, port = self.http_listen
+            await self._listen(
+                loop,
+                host,
+                port,
+                None,
+                self.http_addresses,
+                lambda: OperatorHttp(self),
+                None,
+                "HTTP metrics and health",
+            )
+        self.started = True
 
     async def _listen(
         self,
@@ -183,6 +234,7 @@ class Server:
             log.debug("could not tune socket: %s", error)
 
     async def shutdown(self) -> None:
+        self.shutting_down = True  # /healthz and /readyz answer 503 from now on
         for server in self._servers:
             server.close()
         connections = list(self.connections)
@@ -206,4 +258,8 @@ class Server:
             for open_socket in list(self.open_sockets):
                 open_socket.abort()
             await asyncio.sleep(0)  # let the transports report connection_lost
+        if self.http_connections:
+            for http in list(self.http_connections):
+                http.abort()
+            await asyncio.sleep(0)
         self._servers.clear()

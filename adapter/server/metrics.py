@@ -1,0 +1,214 @@
+"""The Prometheus view of the server: every ``stomp_adapter_*`` series, built at scrape time.
+
+Owns the metric names, their help texts and labels, and the registry ``GET /metrics`` renders.
+Nothing is counted here: a custom collector adds up the plain counters of the live connections
+and the totals the server kept of closed ones (adapter/server/stats.py) each time Prometheus
+asks, so the message path never touches prometheus_client.  Scrapes run inside the event loop,
+so they see the counters between two callbacks, never half-updated.
+
+The series and what they mean are listed in docs/configuration.md ("Metrics").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from ..session import State
+from ..stomp.frame import Command
+from .stats import CLIENT_COMMANDS, OTHER, PAUSE_REASONS, TrafficCounts
+
+if TYPE_CHECKING:
+    from .connection import ClientConnection
+    from .listener import Server
+
+PREFIX = "stomp_adapter"
+LISTENER_KINDS = ("tcp", "tls", "websocket")
+SERVER_COMMANDS = (Command.CONNECTED, Command.MESSAGE, Command.RECEIPT, Command.ERROR)
+
+
+def connection_state(connection: ClientConnection) -> str:
+    """connecting (no successful CONNECT yet), connected, or closing (closed by either side,
+    its AMQP connection still closing)."""
+    session = connection.session
+    if connection.closed or session is None or session.state is State.CLOSED:
+        return "closing"
+    return "connected" if session.state is State.CONNECTED else "connecting"
+
+
+def add_connection(counts: TrafficCounts, connection: ClientConnection, now: float) -> None:
+    """Add what one connection counted (pauses still running count up to ``now``)."""
+    counts.add_frames_received(connection.frames_received)
+    session = connection.session
+    if session is not None:
+        for command, count in session.frames_sent.items():
+            counts.frames_sent[str(command)] += count
+        counts.frames_sent[Command.MESSAGE.value] += session.messages_sent
+        counts.messages_delivered += session.messages_sent
+        counts.add_errors_sent(session.errors_sent)
+    counts.messages_published += connection.messages_published
+    counts.acks += connection.acks
+    counts.nacks += connection.nacks
+    counts.bytes_received += connection.bytes_received
+    counts.bytes_sent += connection.bytes_sent
+    for reason, seconds in connection.paused_seconds.items():
+        counts.add_paused(reason, seconds)
+    for reason, since in connection.paused_since.items():
+        counts.add_paused(reason, now - since)
+
+
+class ServerCollector(Collector):
+    """Reads one Server's counters into metric families on every scrape."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def collect(self) -> Iterator[Metric]:
+        server = self._server
+        stats = server.stats
+        now = server.clock()
+        live = TrafficCounts()
+        states: dict[tuple[str, str], int] = {
+            (kind, state): 0 for kind in LISTENER_KINDS for state in ("connecting", "connected", "closing")
+        }
+        for connection in server.connections:
+            key = (connection.listener, connection_state(connection))
+            states[key] = states.get(key, 0) + 1
+            if not connection.finished:  # a finished one is already in stats.closed
+                add_connection(live, connection, now)
+        traffic = stats.closed.merged(live)
+
+        connections = GaugeMetricFamily(
+            f"{PREFIX}_connections",
+            "STOMP connections now, by listener kind and state (connecting: no successful CONNECT yet; "
+            "closing: closed, its AMQP connection still closing)",
+            labels=["listener", "state"],
+        )
+        for (kind, state), count in sorted(states.items()):
+            connections.add_metric([kind, state], count)
+        yield connections
+        yield _by_label(
+            "connections_opened",
+            "STOMP connections accepted",
+            "listener",
+            stats.connections_opened,
+            LISTENER_KINDS,
+        )
+        yield _by_label(
+            "connections_closed",
+            "STOMP connections closed",
+            "listener",
+            stats.connections_closed,
+            LISTENER_KINDS,
+        )
+        yield _by_label(
+            "frames_received",
+            "STOMP frames received from clients, by command (unknown commands: other)",
+            "command",
+            traffic.frames_received,
+            (*sorted(CLIENT_COMMANDS), OTHER),
+        )
+        yield _by_label(
+            "frames_sent",
+            "STOMP frames sent to clients, by command (heart-beats are not frames)",
+            "command",
+            traffic.frames_sent,
+            SERVER_COMMANDS,
+        )
+        yield _by_label(
+            "error_frames",
+            "ERROR frames sent, by their message header (at most 100 distinct messages, then other)",
+            "message",
+            traffic.errors_sent,
+            (),
+        )
+        yield _counter(
+            "receipts_sent", "RECEIPT frames sent", traffic.frames_sent.get(Command.RECEIPT.value, 0)
+        )
+        yield _counter(
+            "messages_published",
+            "messages published to the broker (one per SEND; a transaction's at its COMMIT)",
+            traffic.messages_published,
+        )
+        yield _counter("messages_delivered", "MESSAGE frames sent to subscribers", traffic.messages_delivered)
+        yield _counter(
+            "acks",
+            "basic.ack sent to the broker for client ACK frames (a 'client'-mode ACK also covers the "
+            "messages before it and counts once)",
+            traffic.acks,
+        )
+        yield _counter("nacks", "basic.nack sent to the broker for client NACK frames", traffic.nacks)
+        yield _counter(
+            "received_bytes",
+            "STOMP bytes received from clients (after TLS/WebSocket)",
+            traffic.bytes_received,
+        )
+        yield _counter("sent_bytes", "STOMP bytes sent to clients (before TLS/WebSocket)", traffic.bytes_sent)
+        paused = CounterMetricFamily(
+            f"{PREFIX}_reads_paused_seconds",
+            "seconds connections spent with a socket not read, by reason (broker_call: waiting for a "
+            "broker reply; broker_flow: the broker blocked publishers or its socket was full; "
+            "input_buffer: client frames waiting; slow_client: broker reads paused for a slow client)",
+            labels=["reason"],
+        )
+        for internal, label in PAUSE_REASONS.items():
+            paused.add_metric([label], traffic.paused_seconds.get(internal, 0.0))
+        yield paused
+        yield _by_label(
+            "amqp_connection_failures",
+            "AMQP connections that failed to open or were lost, by reason",
+            "reason",
+            stats.amqp_connection_failures,
+            ("unreachable", "timeout", "tls", "access_refused", "vhost", "connection_lost"),
+        )
+        yield _by_label(
+            "login_failures",
+            "CONNECT frames refused, by reason",
+            "reason",
+            stats.login_failures,
+            ("access_refused", "vhost", "loopback_only", "missing_credentials", "broker_unavailable"),
+        )
+        latency = stats.confirm_latency
+        histogram = HistogramMetricFamily(
+            f"{PREFIX}_publisher_confirm_seconds",
+            "time from a publish to the broker's confirm (with confirms on, i.e. after a SEND with a "
+            "receipt; one publish per connection timed at a time)",
+        )
+        histogram.add_metric([], latency.cumulative(), latency.total)
+        yield histogram
+
+
+def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
+
+
+def _by_label(
+    name: str, documentation: str, label: str, counts: dict[str, int], always: tuple[str, ...]
+) -> CounterMetricFamily:
+    """A counter per label value; the values in ``always`` appear even at 0, so that a dashboard's
+    rate() has a series from the start."""
+    family = CounterMetricFamily(f"{PREFIX}_{name}", documentation, labels=[label])
+    for value in sorted({*always, *counts}):
+        family.add_metric([value], counts.get(value, 0))
+    return family
+
+
+def build_registry(server: Server) -> CollectorRegistry:
+    """The adapter's series plus the process ones (CPU, memory, open file descriptors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ServerCollector(server))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,148 @@
+"""The adapter's counters: what each connection counts and what the server keeps of closed ones.
+
+Owns the server-wide ``ServerStats`` (totals of closed connections, rare events such as refused
+logins and failed AMQP connections, the publisher-confirm latency histogram), the label bounds
+and the names of the pause reasons.  The per-message counters themselves are plain integers and
+dicts on ``ClientConnection`` and ``Session``: incrementing an attribute costs a few tens of
+nanoseconds, where a prometheus_client ``Counter.inc()`` takes a lock.  Nothing here is read on
+the message path; ``adapter/server/metrics.py`` adds everything up when Prometheus scrapes.
+
+No I/O, no prometheus_client: the numbers can be checked without either.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..stomp.frame import Command
+
+# Client frames counted under their own command; anything else (a client sending "HELLO") is
+# "other", so that a client cannot create series by inventing commands.
+CLIENT_COMMANDS = frozenset(
+    {
+        Command.CONNECT,
+        Command.STOMP,
+        Command.SEND,
+        Command.SUBSCRIBE,
+        Command.UNSUBSCRIBE,
+        Command.ACK,
+        Command.NACK,
+        Command.BEGIN,
+        Command.COMMIT,
+        Command.ABORT,
+        Command.DISCONNECT,
+    }
+)
+
+# ERROR frames are counted by their ``message`` header.  The adapter's messages are fixed texts
+# and AMQP reply names, a few dozen in all; the bound only guards against a message built from
+# input, which would otherwise add a series per distinct value.
+MAX_ERROR_MESSAGES = 100
+OTHER = "other"
+
+# Why a connection stopped reading one of its sockets, as the shell names it -> the metric label.
+PAUSE_REASONS = {
+    "broker": "broker_call",  # waiting for the broker's reply to a declare, consume, login ...
+    "broker-flow": "broker_flow",  # RabbitMQ blocked publishers (connection.blocked) or its socket is full
+    "input": "input_buffer",  # over a megabyte of the client's frames wait behind a broker call
+    "slow-client": "slow_client",  # the client reads slower than the broker delivers: broker reads stop
+}
+
+# Publisher-confirm latency buckets, seconds: a local broker confirms in well under a
+# millisecond, a loaded or remote one in tens of milliseconds, a broker under a memory alarm
+# in seconds.
+CONFIRM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def client_command_label(command: str) -> str:
+    return command if command in CLIENT_COMMANDS else OTHER
+
+
+@dataclass(slots=True)
+class Histogram:
+    """Cumulative-at-scrape bucket counts: ``observe`` adds one value to its bucket."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    observations: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.observations += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """(upper bound, observations <= it), ending with +Inf, as Prometheus buckets are."""
+        running = 0
+        buckets = []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        return buckets
+
+
+@dataclass(slots=True)
+class TrafficCounts:
+    """What connections counted: the totals of closed ones, or a sum at scrape time."""
+
+    frames_received: Counter[str] = field(default_factory=Counter)
+    frames_sent: Counter[str] = field(default_factory=Counter)
+    errors_sent: Counter[str] = field(default_factory=Counter)
+    messages_published: int = 0
+    messages_delivered: int = 0
+    acks: int = 0
+    nacks: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    paused_seconds: dict[str, float] = field(default_factory=dict)
+
+    def add_paused(self, reason: str, seconds: float) -> None:
+        self.paused_seconds[reason] = self.paused_seconds.get(reason, 0.0) + seconds
+
+    def add_frames_received(self, counts: dict[str, int]) -> None:
+        for command, count in counts.items():
+            self.frames_received[client_command_label(command)] += count
+
+    def add_errors_sent(self, counts: dict[str, int]) -> None:
+        errors = self.errors_sent
+        for message, count in counts.items():
+            if message not in errors and len(errors) >= MAX_ERROR_MESSAGES:
+                message = OTHER
+            errors[message] += count
+
+    def merged(self, other: TrafficCounts) -> TrafficCounts:
+        combined = TrafficCounts(
+            frames_received=self.frames_received + other.frames_received,
+            frames_sent=self.frames_sent + other.frames_sent,
+            errors_sent=Counter(self.errors_sent),
+            messages_published=self.messages_published + other.messages_published,
+            messages_delivered=self.messages_delivered + other.messages_delivered,
+            acks=self.acks + other.acks,
+            nacks=self.nacks + other.nacks,
+            bytes_received=self.bytes_received + other.bytes_received,
+            bytes_sent=self.bytes_sent + other.bytes_sent,
+            paused_seconds=dict(self.paused_seconds),
+        )
+        combined.add_errors_sent(other.errors_sent)
+        for reason, seconds in other.paused_seconds.items():
+            combined.add_paused(reason, seconds)
+        return combined
+
+
+@dataclass(slots=True)
+class ServerStats:
+    """Everything the server counts beyond its live connections."""
+
+    closed: TrafficCounts = field(default_factory=TrafficCounts)
+    connections_opened: Counter[str] = field(default_factory=Counter)  # by listener kind
+    connections_closed: Counter[str] = field(default_factory=Counter)
+    login_failures: Counter[str] = field(default_factory=Counter)  # by reason
+    amqp_connection_failures: Counter[str] = field(default_factory=Counter)  # by reason
+    confirm_latency: Histogram = field(default_factory=lambda: Histogram(CONFIRM_BUCKETS))
