@@ -1,0 +1,114 @@
+"""Pure parts of the operator's view: counters and their label bounds, the histogram, the JSON log
+format, and the new settings (adapter/server/stats.py, adapter/logs.py, adapter/config.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from adapter.config import ConfigError, load_settings
+from adapter.logs import JsonLinesFormatter
+from adapter.server.stats import MAX_ERROR_MESSAGES, OTHER, Histogram, TrafficCounts
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    histogram = Histogram((0.001, 0.01, 0.1))
+    for seconds in (0.0005, 0.001, 0.005, 0.05, 3.0):
+        histogram.observe(seconds)
+    assert histogram.cumulative() == [("0.001", 2), ("0.01", 3), ("0.1", 4), ("+Inf", 5)]
+    assert histogram.observations == 5
+    assert histogram.total == pytest.approx(3.0565)
+
+
+def test_unknown_client_commands_are_other() -> None:
+    counts = TrafficCounts()
+    counts.add_frames_received({"SEND": 3, "HELLO": 1, "GET": 2})
+    assert counts.frames_received == {"SEND": 3, OTHER: 3}
+
+
+def test_error_messages_are_bounded() -> None:
+    counts = TrafficCounts()
+    counts.add_errors_sent({f"message {n}": 1 for n in range(MAX_ERROR_MESSAGES + 5)})
+    assert len(counts.errors_sent) == MAX_ERROR_MESSAGES + 1
+    assert counts.errors_sent[OTHER] == 5
+    counts.add_errors_sent({"message 0": 2})  # a known message keeps its series
+    assert counts.errors_sent["message 0"] == 3
+
+
+def test_merging_adds_every_counter() -> None:
+    first = TrafficCounts(messages_published=2, bytes_sent=10, paused_seconds={"broker": 0.5})
+    first.add_frames_received({"SEND": 2})
+    second = TrafficCounts(messages_published=1, acks=4, paused_seconds={"broker": 0.25, "input": 1.0})
+    second.add_frames_received({"SEND": 1, "ACK": 4})
+    merged = first.merged(second)
+    assert merged.messages_published == 3 and merged.acks == 4 and merged.bytes_sent == 10
+    assert merged.frames_received == {"SEND": 3, "ACK": 4}
+    assert merged.paused_seconds == {"broker": 0.75, "input": 1.0}
+    assert first.messages_published == 2  # the operands are left alone
+
+
+def _record(message: str, *args: object, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("adapter.connection", logging.INFO, __file__, 1, message, args, None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_json_lines_carry_the_fields() -> None:
+    line = JsonLinesFormatter().format(
+        _record("connection closed peer=%s", "1.2.3.4:5", fields={"event": "connection_closed", "frames": 3})
+    )
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["message"] == "connection closed peer=1.2.3.4:5"
+    assert entry["level"] == "INFO" and entry["logger"] == "adapter.connection"
+    assert entry["event"] == "connection_closed" and entry["frames"] == 3
+    assert entry["time"].endswith("+00:00")
+
+
+def test_json_fields_never_replace_the_base_keys() -> None:
+    entry = json.loads(
+        JsonLinesFormatter().format(_record("real", fields={"message": "forged", "level": "X"}))
+    )
+    assert entry["message"] == "real" and entry["level"] == "INFO"
+
+
+def test_json_exceptions_stay_on_one_line() -> None:
+    try:
+        raise RuntimeError("boom\nsecond line")
+    except RuntimeError:
+        record = logging.LogRecord("adapter", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    line = JsonLinesFormatter().format(record)
+    assert "\n" not in line
+    assert "RuntimeError: boom" in json.loads(line)["exception"]
+
+
+def test_new_settings_default_to_off_and_text() -> None:
+    settings = load_settings(None, {})
+    assert settings.http_listen is None
+    assert settings.log_format == "text"
+
+
+def test_new_settings_from_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ini = tmp_path / "adapter.ini"
+    ini.write_text("adapter.http_listen = 127.0.0.1:9613\nadapter.log_format = JSON\n")
+    settings = load_settings(ini, {})
+    assert settings.http_listen == "127.0.0.1:9613" and settings.log_format == "json"
+    monkeypatch.setenv("STOMP_ADAPTER_HTTP_LISTEN", "[::1]:9614")
+    assert load_settings(ini, {}).http_listen == "[::1]:9614"
+    assert load_settings(ini, {"http_listen": "0.0.0.0:9615", "log_format": "text"}).log_format == "text"
+    ini.write_text("adapter.http_listen = none\n")
+    monkeypatch.delenv("STOMP_ADAPTER_HTTP_LISTEN")
+    assert load_settings(ini, {}).http_listen is None
+
+
+def test_bad_new_settings_name_the_key(tmp_path: Path) -> None:
+    ini = tmp_path / "adapter.ini"
+    ini.write_text("adapter.log_format = yaml\n")
+    with pytest.raises(ConfigError, match=r"adapter.log_format = 'yaml': must be one of text, json"):
+        load_settings(ini, {})
+    with pytest.raises(ConfigError, match=r"command line: --http-listen = .*or none for no HTTP port"):
+        load_settings(None, {"http_listen": "localhost:99999"})
