@@ -22,8 +22,9 @@ COPY config ./config
 RUN useradd --system --create-home --uid 10001 --user-group adapter
 USER adapter
 
-# STOMP (the default listener is 0.0.0.0:61613).
-EXPOSE 61613
+# STOMP (the default listener is 0.0.0.0:61613); metrics and health when
+# STOMP_ADAPTER_HTTP_LISTEN=0.0.0.0:9613 is set (docker-compose.yml does).
+EXPOSE 61613 9613
 
 ENTRYPOINT ["stomp-amqp-adapter"]
 # Command-line flags win over STOMP_ADAPTER_* variables: to configure the broker through

@@ -168,7 +168,17 @@ class ServerCollector(Collector):
             "AMQP connections that failed to open or were lost, by reason",
             "reason",
             stats.amqp_connection_failures,
-            ("unreachable", "timeout", "tls", "access_refused", "vhost", "connection_lost"),
+            (
+                "unreachable",
+                "timeout",
+                "tls",
+                "access_refused",
+                "vhost",
+                "refused",
+                "file_descriptors",
+                "connection_lost",
+                "closed_by_broker",
+            ),
         )
         yield _by_label(
             "login_failures",

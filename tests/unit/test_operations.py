@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -112,3 +113,23 @@ def test_bad_new_settings_name_the_key(tmp_path: Path) -> None:
         load_settings(ini, {})
     with pytest.raises(ConfigError, match=r"command line: --http-listen = .*or none for no HTTP port"):
         load_settings(None, {"http_listen": "localhost:99999"})
+
+
+def test_dashboard_uses_only_series_the_adapter_exports() -> None:
+    """docs/grafana-dashboard.json must not chart a name the adapter does not expose."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from adapter.cli import build_server
+    from adapter.server.metrics import render
+
+    server = build_server(load_settings(None, {"listeners": ["127.0.0.1:0"]}))
+    text = render(server.registry).decode()
+    exported = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+    # a family without samples yet (ERROR frames by message, before the first ERROR) has its HELP line
+    exported |= {line.split()[2] for line in text.splitlines() if line.startswith("# HELP ")}
+    dashboard = json.loads((Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    charted = {
+        name for expr in expressions for name in re.findall(r"\b((?:stomp_adapter|process)_\w+)\{", expr)
+    }
+    assert charted and charted <= exported, charted - exported
