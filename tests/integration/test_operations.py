@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from stomp.exception import ConnectFailedException
+from websockets.sync.client import connect
 
 from tests.support import StompClient, TcpRelay, free_port, unique, wait_for_port
 
@@ -139,6 +140,22 @@ def test_unknown_commands_share_one_series(metered) -> None:
     samples = scrape(metered.http_port)
     assert value(samples, "stomp_adapter_frames_received_total", command="other") == 1
     assert not any(labels == frozenset({("command", "INVENTED")}) for _name, labels in samples)
+
+
+def test_websocket_connections_have_their_own_series(start_adapter) -> None:
+    adapter = start_adapter(http_listen="127.0.0.1:0", web_stomp_listeners=["127.0.0.1:0"])
+    http_port = adapter.server.http_addresses[0][1]
+    web_port = adapter.server.web_addresses[0][1]
+    with connect(f"ws://127.0.0.1:{web_port}/ws", subprotocols=["v12.stomp"], open_timeout=5) as ws:
+        ws.send("CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        assert str(ws.recv(timeout=5)).startswith("CONNECTED")
+        samples = scrape(http_port)
+        assert value(samples, "stomp_adapter_connections", listener="websocket", state="connected") == 1
+        assert value(samples, "stomp_adapter_connections", listener="tcp", state="connected") == 0
+    wait_for(lambda: adapter.connection_count == 0, "the WebSocket session to finish")
+    samples = scrape(http_port)
+    assert value(samples, "stomp_adapter_connections_closed_total", listener="websocket") == 1
+    assert value(samples, "stomp_adapter_frames_received_total", command="CONNECT") == 1
 
 
 def test_http_answers(metered) -> None:
