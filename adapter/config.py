@@ -1032,8 +1032,8 @@ _CLI_FLAGS = {
     "log_level": "--log-level",
     "log_format": "--log-format",
     "http_listen": "--http-listen",
+    "profile": "--profile",
 }
-_CLI_FLAGS["profile"] = "--profile"
 
 
 def _env_var(field_name: str, environ: Mapping[str, str]) -> str | None:
