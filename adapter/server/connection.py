@@ -85,8 +85,11 @@ class ClientConnection(asyncio.Protocol):
         proxy_protocol: bool | None = None,
         label: str = "",
         listener: str | None = None,
+        client_address: tuple[str, int] | None = None,
     ) -> None:
         self._server = server
+        # the client's address from a PROXY header read before the TLS handshake (listener.py)
+        self._client_address = client_address
         self._expect_proxy_header = server.proxy_protocol if proxy_protocol is None else proxy_protocol
         self._label = label
         self.listener = listener or ("websocket" if label.startswith("WebSocket") else "tcp")
@@ -165,6 +168,10 @@ class ClientConnection(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         host, port = (peername[0], peername[1]) if peername else ("?", 0)
         self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        proxy = None
+        if self._client_address is not None:
+            proxy, (host, port) = self.peer, self._client_address
+            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             self._server.tune_socket(sock)
@@ -179,7 +186,7 @@ class ClientConnection(asyncio.Protocol):
         if self._expect_proxy_header:
             self._proxy_header = b""  # the peer is the proxy: wait for the client's address
             return
-        self._log_opened()
+        self._log_opened(f" via proxy {proxy}" if proxy is not None else "")
 
     def _log_opened(self, via: str = "") -> None:
         log.info(

@@ -26,6 +26,7 @@ from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
 from .http import OperatorHttp
 from .metrics import add_connection, build_registry
+from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
 from .stats import ServerStats
 from .websocket import WebSocketConnection, WebStompSettings
 
@@ -98,6 +99,10 @@ class Server:
         # tasks that wait for the broker on a client's behalf; shutdown waits for them too
         self.tasks: set[asyncio.Task[None]] = set()
         self._servers: list[asyncio.Server] = []
+        # STOMP TLS listeners accept by themselves (see _listen_tls)
+        self._tls_sockets: list[socket.socket] = []
+        self._accept_tasks: list[asyncio.Task[None]] = []
+        self._handshakes: set[asyncio.Task[None]] = set()
         self.addresses: list[tuple[str, int]] = []
         self.tls_addresses: list[tuple[str, int]] = []
         self.web_addresses: list[tuple[str, int]] = []  # web_stomp listeners, ws:// and wss://
@@ -133,14 +138,7 @@ class Server:
             await self._listen(loop, host, port, None, self.addresses, lambda: ClientConnection(self))
         for host, port in self.tls_listeners:
             assert self._tls_context is not None
-            await self._listen(
-                loop,
-                host,
-                port,
-                self._tls_context,
-                self.tls_addresses,
-                lambda: ClientConnection(self, listener="tls"),
-            )
+            self._listen_tls(loop, host, port, self._tls_context)
         for web in self.web_listeners:
 
             def factory(web: WebListener = web) -> asyncio.Protocol:
@@ -191,6 +189,72 @@ class Server:
             addresses.append((address[0], address[1]))
             log.info("listening on %s:%s (%s%s)", address[0], address[1], kind, ", TLS" if tls else "")
 
+    def _listen_tls(self, loop: asyncio.AbstractEventLoop, host: str, port: int, tls: ssl.SSLContext) -> None:
+        """A STOMP TLS listener with its own accept loop instead of ``create_server(ssl=...)``,
+        for two things asyncio's server cannot do: read a PROXY header that comes *before*
+        the TLS handshake (stomp.proxy_protocol applies to every STOMP listener, as in the
+        plugin), and log a failed handshake at INFO with its reason (asyncio logs it at DEBUG
+        only, before the adapter has a connection object)."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listening = socket.create_server((host or "0.0.0.0", port), family=family, backlog=self._backlog)
+        listening.setblocking(False)
+        self._tls_sockets.append(listening)
+        address = listening.getsockname()
+        self.tls_addresses.append((address[0], address[1]))
+        self._accept_tasks.append(loop.create_task(self._accept_tls(loop, listening, tls)))
+        log.info("listening on %s:%s (STOMP, TLS)", address[0], address[1])
+
+    async def _accept_tls(
+        self, loop: asyncio.AbstractEventLoop, listening: socket.socket, tls: ssl.SSLContext
+    ) -> None:
+        while True:
+            try:
+                sock, _address = await loop.sock_accept(listening)
+            except OSError as error:
+                if listening.fileno() == -1:
+                    return  # closed by shutdown
+                if error.errno in EXHAUSTED:
+                    self.descriptors.exhausted(f"accept() failed: {error.strerror}")
+                else:
+                    log.warning("accept() failed on a TLS listener: %s", error)
+                await asyncio.sleep(0.1)  # the kernel keeps the connection queued; try again soon
+                continue
+            handshake = loop.create_task(self._start_tls(loop, sock, tls))
+            self._handshakes.add(handshake)
+            handshake.add_done_callback(self._handshakes.discard)
+
+    async def _start_tls(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, tls: ssl.SSLContext
+    ) -> None:
+        """PROXY header (with stomp.proxy_protocol), then the TLS handshake, both within the
+        login timeout; then the same ClientConnection as on every listener."""
+        try:
+            host, port = sock.getpeername()[:2]
+        except OSError:
+            sock.close()
+            return
+        peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        deadline = loop.time() + self.login_timeout
+        source: tuple[str, int] | None = None
+        try:
+            if self.proxy_protocol:
+                async with asyncio.timeout(self.login_timeout):
+                    header = await read_proxy_header(loop, sock)
+                source = header.source
+            await loop.connect_accepted_socket(
+                lambda: ClientConnection(self, proxy_protocol=False, listener="tls", client_address=source),
+                sock,
+                ssl=tls,
+                ssl_handshake_timeout=max(0.001, deadline - loop.time()),
+            )
+        except ProxyHeaderError as error:
+            log.warning("closing connection from proxy %s: %s", peer, error)
+            sock.close()
+        except (OSError, TimeoutError, EOFError) as error:  # ssl.SSLError is an OSError
+            client = f"{source[0]}:{source[1]} via proxy {peer}" if source else peer
+            log.info("TLS handshake failed peer=%s: %s", client, _handshake_problem(error))
+            sock.close()
+
     def _report_accept_exhaustion(self, loop: asyncio.AbstractEventLoop) -> None:
         """asyncio's own loop (uvloop stays silent) reports an accept() that failed for lack of
         file descriptors through the loop's exception handler, as an ERROR with a traceback;
@@ -237,6 +301,12 @@ class Server:
         self.shutting_down = True  # /healthz and /readyz answer 503 from now on
         for server in self._servers:
             server.close()
+        for task in self._accept_tasks:
+            task.cancel()
+        for listening in self._tls_sockets:
+            listening.close()
+        for handshake in list(self._handshakes):
+            handshake.cancel()
         connections = list(self.connections)
         log.info("shutting down: closing %d connection(s)", len(connections))
         for connection in connections:
@@ -263,3 +333,52 @@ class Server:
                 http.abort()
             await asyncio.sleep(0)
         self._servers.clear()
+
+
+# Bytes looked at for a PROXY header: v2's largest (16 + 65535), v1's are at most 107.
+_PROXY_PEEK = 16 + 65535
+
+
+async def read_proxy_header(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> ProxyHeader:
+    """Read exactly the PROXY header from an accepted socket and nothing after it (the TLS
+    handshake that follows belongs to the TLS transport): peek, parse, then consume the
+    header's own length."""
+    while True:
+        await _readable(loop, sock)
+        try:
+            peeked = sock.recv(_PROXY_PEEK, socket.MSG_PEEK)
+        except BlockingIOError:
+            continue
+        if not peeked:
+            raise ProxyHeaderError("the connection closed before its PROXY header was complete")
+        header = parse_proxy_header(peeked)
+        if header is not None:
+            consumed = 0
+            while consumed < header.length:  # already in the kernel's buffer: no waiting
+                consumed += len(sock.recv(header.length - consumed))
+            return header
+        # incomplete: the socket stays readable, so wait a little instead of spinning
+        await asyncio.sleep(0.01)
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+def _handshake_problem(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "no complete handshake within the login timeout"
+    if isinstance(error, ssl.SSLError):
+        return error.reason or str(error)
+    return str(error) or type(error).__name__

@@ -119,3 +119,77 @@ def test_haproxy_terminating_tls(proxied, caplog):
         context.wrap_socket(raw, server_hostname="localhost") as sock,
     ):
         connected_and_seen_as(sock, sock.getsockname()[1], caplog)
+
+
+@pytest.fixture
+def proxied_tls(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, Path]]:  # type: ignore[no-untyped-def]
+    """The adapter's TLS listener with stomp.proxy_protocol, behind HAProxy passing TLS through
+    (mode tcp, no termination) with a PROXY v1 or v2 header in front of the handshake."""
+    binary = shutil.which("haproxy")
+    assert binary, "haproxy is not installed: .ci/run installs Debian's haproxy"
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "tls.pem")
+    )
+    adapter = start_adapter(
+        proxy_protocol=True,
+        login_timeout=2,
+        ssl_listeners=["127.0.0.1:0"],
+        ssl_certfile=str(tmp_path / "tls.pem"),
+    )
+    tls_port = adapter.server.tls_addresses[0][1]
+    v1, v2 = free_port(), free_port()
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(
+        "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n"
+        f"frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend tls_v1\n"
+        f"backend tls_v1\n  server a 127.0.0.1:{tls_port} send-proxy\n"
+        f"frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend tls_v2\n"
+        f"backend tls_v2\n  server a 127.0.0.1:{tls_port} send-proxy-v2\n"
+    )
+    log = (tmp_path / "haproxy.log").open("wb")
+    process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for port in (v1, v2):
+            wait_for_port(port, process, "haproxy", tmp_path / "haproxy.log")
+        yield adapter, v1, v2, tmp_path / "ca.pem"
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_proxy_header_before_the_tls_handshake(proxied_tls, caplog, version):
+    """stomp.proxy_protocol applies to TLS listeners too: the header comes before the handshake
+    (HAProxy passing TLS through), and the adapter logs the client's own address."""
+    caplog.set_level(logging.INFO, logger="adapter.connection")
+    _adapter, v1, v2, ca = proxied_tls
+    context = ssl.create_default_context(cafile=str(ca))
+    with (
+        socket.create_connection(("127.0.0.1", v1 if version == "v1" else v2), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        connected_and_seen_as(sock, sock.getsockname()[1], caplog)
+
+
+def test_tls_listener_without_a_proxy_header_is_closed(proxied_tls, caplog):
+    """A TLS handshake straight to the listener, with no PROXY header first, is refused and
+    logged; clients through the proxy are still served."""
+    adapter, _v1, v2, ca = proxied_tls
+    context = ssl.create_default_context(cafile=str(ca))
+    port = adapter.server.tls_addresses[0][1]
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        pytest.raises((ssl.SSLError, OSError)),
+        context.wrap_socket(raw, server_hostname="localhost"),
+    ):
+        pass
+    assert any("closing connection from proxy" in r.getMessage() for r in caplog.records)
+    with (
+        socket.create_connection(("127.0.0.1", v2), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as sock,
+    ):
+        sock.sendall(CONNECT)
+        assert read_frames(sock, timeout=5, count=1)[0][0].startswith(b"CONNECTED")

@@ -4,6 +4,7 @@ client certificate; certificates made by trustme for the test run."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -139,3 +140,26 @@ def test_failed_handshakes_leak_nothing(start_adapter, pki):
         time.sleep(0.1)
     assert open_descriptors() <= before + 2, (before, open_descriptors())
     assert adapter.connection_count == 0
+
+
+def test_failed_handshake_is_logged_with_its_reason(start_adapter, pki, caplog):
+    """A handshake that fails gets one INFO line naming the peer and the reason (asyncio itself
+    logs it at DEBUG only)."""
+    caplog.set_level(logging.INFO, logger="adapter.server")
+    _adapter, port = tls_adapter(start_adapter, pki, ssl_verify="verify_peer", ssl_fail_if_no_peer_cert=True)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        client_port = sock.getsockname()[1]
+        sock.sendall(CONNECT)  # plain text to the TLS port
+        read_frames(sock, timeout=2)
+    s_client(port, pki)  # no client certificate where one is required
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+        if len(lines) >= 2:
+            break
+        time.sleep(0.05)
+    assert any(f"peer=127.0.0.1:{client_port}:" in line for line in lines), lines
+    assert len(lines) >= 2 and all(
+        r.levelno == logging.INFO for r in caplog.records if "TLS handshake" in r.getMessage()
+    )
+    assert any("CERTIFICATE" in line.upper() for line in lines), lines
