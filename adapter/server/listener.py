@@ -138,14 +138,48 @@ class Server:
             await self._listen(loop, host, port, None, self.addresses, lambda: ClientConnection(self))
         for host, port in self.tls_listeners:
             assert self._tls_context is not None
-            self._listen_tls(loop, host, port, self._tls_context)
+            self._listen_tls(
+                loop,
+                host,
+                port,
+                self._tls_context,
+                self.proxy_protocol,
+                lambda source: ClientConnection(
+                    self, proxy_protocol=False, listener="tls", client_address=source
+                ),
+                self.tls_addresses,
+                self._backlog,
+                "STOMP",
+            )
         for web in self.web_listeners:
+            if web.tls is not None:
+
+                def secure_factory(
+                    source: tuple[str, int] | None, web: WebListener = web
+                ) -> asyncio.Protocol:
+                    return WebSocketConnection(
+                        self, web.settings, tls=True, proxy_read=True, client_address=source
+                    )
+
+                # wss://: the PROXY header (web_stomp.proxy_protocol) comes before the handshake
+                self._listen_tls(
+                    loop,
+                    web.host,
+                    web.port,
+                    web.tls,
+                    web.settings.proxy_protocol,
+                    secure_factory,
+                    self.web_addresses,
+                    web.backlog,
+                    "WebSocket",
+                )
+                continue
 
             def factory(web: WebListener = web) -> asyncio.Protocol:
-                return WebSocketConnection(self, web.settings, tls=web.tls is not None)
+                return WebSocketConnection(self, web.settings, tls=False)
 
             await self._listen(
-                loop, web.host, web.port, web.tls, self.web_addresses, factory, web.backlog, "WebSocket"
+                loop, web.host, web.port, None, self.web_addresses, factory, web.backlog, "WebSocket"
             )
         if self.http_listen is not None:
             host, port = self.http_listen
@@ -189,23 +223,42 @@ class Server:
             addresses.append((address[0], address[1]))
             log.info("listening on %s:%s (%s%s)", address[0], address[1], kind, ", TLS" if tls else "")
 
-    def _listen_tls(self, loop: asyncio.AbstractEventLoop, host: str, port: int, tls: ssl.SSLContext) -> None:
-        """A STOMP TLS listener with its own accept loop instead of ``create_server(ssl=...)``,
-        for two things asyncio's server cannot do: read a PROXY header that comes *before*
-        the TLS handshake (stomp.proxy_protocol applies to every STOMP listener, as in the
-        plugin), and log a failed handshake at INFO with its reason (asyncio logs it at DEBUG
-        only, before the adapter has a connection object)."""
+    def _listen_tls(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext,
+        proxy_protocol: bool,
+        factory: Callable[[tuple[str, int] | None], asyncio.Protocol],
+        addresses: list[tuple[str, int]],
+        backlog: int,
+        kind: str,
+    ) -> None:
+        """A TLS listener (STOMP or wss://) with its own accept loop instead of
+        ``create_server(ssl=...)``, for two things asyncio's server cannot do: read a PROXY
+        header that comes *before* the TLS handshake (the proxy_protocol settings apply to every
+        listener, as in the plugins), and log a failed handshake at INFO with its reason
+        (asyncio logs it at DEBUG only, before the adapter has a connection object).
+        ``factory`` gets the client's address from the PROXY header (or None)."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listening = socket.create_server((host or "0.0.0.0", port), family=family, backlog=self._backlog)
+        listening = socket.create_server((host or "0.0.0.0", port), family=family, backlog=backlog)
         listening.setblocking(False)
         self._tls_sockets.append(listening)
         address = listening.getsockname()
-        self.tls_addresses.append((address[0], address[1]))
-        self._accept_tasks.append(loop.create_task(self._accept_tls(loop, listening, tls)))
-        log.info("listening on %s:%s (STOMP, TLS)", address[0], address[1])
+        addresses.append((address[0], address[1]))
+        self._accept_tasks.append(
+            loop.create_task(self._accept_tls(loop, listening, tls, proxy_protocol, factory))
+        )
+        log.info("listening on %s:%s (%s, TLS)", address[0], address[1], kind)
 
     async def _accept_tls(
-        self, loop: asyncio.AbstractEventLoop, listening: socket.socket, tls: ssl.SSLContext
+        self,
+        loop: asyncio.AbstractEventLoop,
+        listening: socket.socket,
+        tls: ssl.SSLContext,
+        proxy_protocol: bool,
+        factory: Callable[[tuple[str, int] | None], asyncio.Protocol],
     ) -> None:
         while True:
             try:
@@ -219,12 +272,17 @@ class Server:
                     log.warning("accept() failed on a TLS listener: %s", error)
                 await asyncio.sleep(0.1)  # the kernel keeps the connection queued; try again soon
                 continue
-            handshake = loop.create_task(self._start_tls(loop, sock, tls))
+            handshake = loop.create_task(self._start_tls(loop, sock, tls, proxy_protocol, factory))
             self._handshakes.add(handshake)
             handshake.add_done_callback(self._handshakes.discard)
 
     async def _start_tls(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, tls: ssl.SSLContext
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        tls: ssl.SSLContext,
+        proxy_protocol: bool,
+        factory: Callable[[tuple[str, int] | None], asyncio.Protocol],
     ) -> None:
         """PROXY header (with stomp.proxy_protocol), then the TLS handshake, both within the
         login timeout; then the same ClientConnection as on every listener."""
@@ -237,12 +295,12 @@ class Server:
         deadline = loop.time() + self.login_timeout
         source: tuple[str, int] | None = None
         try:
-            if self.proxy_protocol:
+            if proxy_protocol:
                 async with asyncio.timeout(self.login_timeout):
                     header = await read_proxy_header(loop, sock)
                 source = header.source
             await loop.connect_accepted_socket(
-                lambda: ClientConnection(self, proxy_protocol=False, listener="tls", client_address=source),
+                lambda: factory(source),
                 sock,
                 ssl=tls,
                 ssl_handshake_timeout=max(0.001, deadline - loop.time()),

@@ -197,8 +197,20 @@ class WebSocketTransport:
 class WebSocketConnection(asyncio.Protocol):
     """One socket of a web_stomp listener: PROXY header, HTTP, then WebSocket."""
 
-    def __init__(self, server: Server, settings: WebStompSettings, *, tls: bool) -> None:
+    def __init__(
+        self,
+        server: Server,
+        settings: WebStompSettings,
+        *,
+        tls: bool,
+        proxy_read: bool = False,
+        client_address: tuple[str, int] | None = None,
+    ) -> None:
+        """``proxy_read``: the PROXY header was already read before the TLS handshake (wss://,
+        adapter/server/listener.py), and ``client_address`` is what it said."""
         self._server = server
+        self._proxy_read = proxy_read
+        self._client_address = client_address
         self._settings = settings
         self._tls = tls
         self._loop = asyncio.get_running_loop()
@@ -225,9 +237,11 @@ class WebSocketConnection(asyncio.Protocol):
         peername = transport.get_extra_info("peername")
         if peername:
             self._peername = (peername[0], peername[1])
+        if self._client_address is not None:
+            self._peername = self._client_address
         self.peer = _format_peer(self._peername)
         # socket options and the descriptor watch are applied by ClientConnection, after the upgrade
-        if self._settings.proxy_protocol:
+        if self._settings.proxy_protocol and not self._proxy_read:
             self._phase = "proxy"
         # the request (and a PROXY header before it) must arrive in time
         self._timer = self._loop.call_later(self._settings.request_timeout, self._request_timed_out)

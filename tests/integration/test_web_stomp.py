@@ -469,3 +469,28 @@ def test_many_websocket_clients_at_once(start_adapter):
     for thread in threads:
         thread.join(30)
     assert not errors and received == [10] * 10
+
+
+def test_wss_with_a_proxy_header_before_the_handshake(start_adapter, tmp_path: Path):
+    """web_stomp.proxy_protocol on a wss:// listener: the PROXY header comes before the TLS
+    handshake (a load balancer passing TLS through), and its address is the client's."""
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    adapter = start_adapter(
+        web_stomp_ssl_listeners=["127.0.0.1:0"],
+        web_stomp_ssl_certfile=str(tmp_path / "server.pem"),
+        web_stomp_proxy_protocol=True,
+    )
+    port = adapter.server.web_addresses[0][1]
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+
+    def first_answer(source: str) -> str:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+        raw.sendall(f"PROXY TCP4 {source} 127.0.0.1 40000 15673\r\n".encode())
+        with connect(f"wss://127.0.0.1:{port}/ws", sock=raw, ssl=context, subprotocols=["v12.stomp"]) as ws:
+            ws.send(CONNECT)
+            return str(recv(ws))
+
+    assert "non-loopback access denied" in first_answer("203.0.113.7")
+    assert command(first_answer("127.0.0.1")) == "CONNECTED"
