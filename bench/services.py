@@ -35,6 +35,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
+    """Wait until ``process`` (a server the bench started) accepts on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout
+    while not port_answers("127.0.0.1", port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start on port {port}")
+        time.sleep(0.05)
+
+
 def port_answers(host: str, port: int, timeout: float = 1.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -20,32 +20,14 @@ Arguments after ``--`` go to ``python -m bench`` (default: ``--scenarios queue,t
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from .services import free_port, wait_port
+
 DEFAULT_ARGS = ["--scenarios", "queue,topic,connect", "--rounds", "2", "--duration", "4"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_port(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{what} did not start on port {port}") from None
-            time.sleep(0.05)
 
 
 def main(argv: list[str]) -> int:

@@ -16,25 +16,11 @@ import bisect
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..stomp.frame import Command
+from ..stomp import frame
 
 # Client frames counted under their own command; anything else (a client sending "HELLO") is
 # "other", so that a client cannot create series by inventing commands.
-CLIENT_COMMANDS = frozenset(
-    {
-        Command.CONNECT,
-        Command.STOMP,
-        Command.SEND,
-        Command.SUBSCRIBE,
-        Command.UNSUBSCRIBE,
-        Command.ACK,
-        Command.NACK,
-        Command.BEGIN,
-        Command.COMMIT,
-        Command.ABORT,
-        Command.DISCONNECT,
-    }
-)
+CLIENT_COMMANDS = frame.CLIENT_COMMANDS  # the codec's own list
 
 # ERROR frames are counted by their ``message`` header.  The adapter's messages are fixed texts
 # and AMQP reply names, a few dozen in all; the bound only guards against a message built from

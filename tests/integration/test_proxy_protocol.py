@@ -4,6 +4,7 @@ without a valid header is closed at once, a header that never completes by the l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import socket
@@ -20,11 +21,30 @@ from tests.support import free_port, read_frames, wait_for_port
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
 
+@contextlib.contextmanager
+def haproxy(tmp_path: Path, frontends: str, ports: tuple[int, ...]) -> Iterator[None]:
+    """Debian's HAProxy (mode tcp) with these frontends and backends, until the block ends."""
+    binary = shutil.which("haproxy")
+    assert binary, "haproxy is not installed: .ci/run installs Debian's haproxy"
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(
+        "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n" + frontends
+    )
+    log = (tmp_path / "haproxy.log").open("wb")
+    process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for port in ports:
+            wait_for_port(port, process, "haproxy", tmp_path / "haproxy.log")
+        yield
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
 @pytest.fixture
 def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, int, Path]]:  # type: ignore[no-untyped-def]
     """The adapter with stomp.proxy_protocol, and HAProxy ports sending v1 and v2 to it."""
-    binary = shutil.which("haproxy")
-    assert binary, "haproxy is not installed: .ci/run installs Debian's haproxy"
     adapter = start_adapter(proxy_protocol=True, login_timeout=2)
     v1, v2, tls = free_port(), free_port(), free_port()
     ca = trustme.CA()
@@ -32,9 +52,7 @@ def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, i
     ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
         str(tmp_path / "tls.pem")
     )
-    config = tmp_path / "haproxy.cfg"
-    config.write_text(
-        "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n"
+    frontends = (
         f"frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend adapter_v1\n"
         f"backend adapter_v1\n  server a 127.0.0.1:{adapter.port} send-proxy\n"
         f"frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend adapter_v2\n"
@@ -42,16 +60,8 @@ def proxied(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, i
         # HAProxy terminating TLS for STOMP clients, passing the client's address on
         f"frontend tls\n  bind 127.0.0.1:{tls} ssl crt {tmp_path / 'tls.pem'}\n  default_backend adapter_v2\n"
     )
-    log = (tmp_path / "haproxy.log").open("wb")
-    process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for port in (v1, v2, tls):
-            wait_for_port(port, process, "haproxy", tmp_path / "haproxy.log")
+    with haproxy(tmp_path, frontends, (v1, v2, tls)):
         yield adapter, v1, v2, tls, tmp_path / "ca.pem"
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
 
 
 def connected_and_seen_as(sock: socket.socket, client_port: int, caplog: pytest.LogCaptureFixture) -> None:
@@ -125,8 +135,6 @@ def test_haproxy_terminating_tls(proxied, caplog):
 def proxied_tls(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, Path]]:  # type: ignore[no-untyped-def]
     """The adapter's TLS listener with stomp.proxy_protocol, behind HAProxy passing TLS through
     (mode tcp, no termination) with a PROXY v1 or v2 header in front of the handshake."""
-    binary = shutil.which("haproxy")
-    assert binary, "haproxy is not installed: .ci/run installs Debian's haproxy"
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
@@ -140,24 +148,14 @@ def proxied_tls(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, in
     )
     tls_port = adapter.server.tls_addresses[0][1]
     v1, v2 = free_port(), free_port()
-    config = tmp_path / "haproxy.cfg"
-    config.write_text(
-        "defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n"
+    frontends = (
         f"frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend tls_v1\n"
         f"backend tls_v1\n  server a 127.0.0.1:{tls_port} send-proxy\n"
         f"frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend tls_v2\n"
         f"backend tls_v2\n  server a 127.0.0.1:{tls_port} send-proxy-v2\n"
     )
-    log = (tmp_path / "haproxy.log").open("wb")
-    process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        for port in (v1, v2):
-            wait_for_port(port, process, "haproxy", tmp_path / "haproxy.log")
+    with haproxy(tmp_path, frontends, (v1, v2)):
         yield adapter, v1, v2, tmp_path / "ca.pem"
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
