@@ -1,0 +1,297 @@
+"""adapter/amqp/connection.py without a socket or a broker: an in-memory transport records what
+the AmqpConnection writes, the "broker" is frames built by pamqp (an independent AMQP
+implementation), and what the connection writes is read back with pamqp too.  Covers the
+handshake, publishing, deliveries fed whole and byte by byte, confirms, broker closes, server
+cancels, flow control and undecodable input."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pamqp import body, commands, frame, header, heartbeat
+
+from adapter.amqp.connection import AmqpConnection, AmqpError
+from adapter.mapping.operations import BasicQos, Delivery
+from adapter.mapping.properties import MessageProperties
+
+
+class MemoryTransport:
+    """The transport methods AmqpConnection uses, recording writes."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+        self.aborted = False
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def writelines(self, items: list[bytes]) -> None:
+        for item in items:
+            self.written += item
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 5672) if name == "peername" else default
+
+    def take_frames(self) -> list[tuple[int, Any]]:
+        """Every frame written since the last call, decoded by pamqp (protocol header skipped)."""
+        data = bytes(self.written)
+        self.written.clear()
+        if data.startswith(b"AMQP"):
+            data = data[8:]
+        frames = []
+        while data:
+            consumed, channel, value = frame.unmarshal(data)
+            frames.append((channel, value))
+            data = data[consumed:]
+        return frames
+
+
+class Events:
+    """BrokerEvents that records what the connection reports."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.confirms: list[tuple[int, bool, bool]] = []
+        self.cancels: list[str] = []
+        self.closed: list[AmqpError] = []
+        self.backpressure: list[bool] = []
+        self.reads = 0
+
+    def on_deliver(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        self.confirms.append((delivery_tag, multiple, ack))
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        self.cancels.append(consumer_tag)
+
+    def on_amqp_closed(self, error: AmqpError) -> None:
+        self.closed.append(error)
+
+    def on_broker_backpressure(self, paused: bool) -> None:
+        self.backpressure.append(paused)
+
+    def on_read_done(self) -> None:
+        self.reads += 1
+
+
+def broker(*frames: tuple[Any, int]) -> bytes:
+    return b"".join(frame.marshal(value, channel) for value, channel in frames)
+
+
+async def open_connection(heartbeat_seconds: int = 0) -> tuple[AmqpConnection, MemoryTransport, Events]:
+    """An AmqpConnection through the whole handshake, fed by pamqp's broker frames."""
+    events = Events()
+    connection = AmqpConnection(events, heartbeat=heartbeat_seconds, connection_name="STOMP 127.0.0.1:1")
+    connection._credentials = ("guest", "secret", "/vh")
+    transport = MemoryTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    assert bytes(transport.written) == b"AMQP\x00\x00\x09\x01"
+    connection.data_received(
+        broker((commands.Connection.Start(server_properties={"product": "RabbitMQ", "version": "3.10.8"}), 0))
+    )
+    (_, start_ok), *_ = transport.take_frames()
+    assert isinstance(start_ok, commands.Connection.StartOk)
+    assert start_ok.mechanism == "PLAIN" and start_ok.response == "\0guest\0secret"
+    assert start_ok.client_properties["connection_name"] == "STOMP 127.0.0.1:1"
+    connection.data_received(
+        broker((commands.Connection.Tune(channel_max=0, frame_max=131072, heartbeat=60), 0))
+    )
+    tune_ok, open_vhost = (value for _, value in transport.take_frames())
+    assert isinstance(tune_ok, commands.Connection.TuneOk) and tune_ok.heartbeat == heartbeat_seconds
+    assert isinstance(open_vhost, commands.Connection.Open) and open_vhost.virtual_host == "/vh"
+    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
+    ((channel, channel_open),) = transport.take_frames()
+    assert channel == 1 and isinstance(channel_open, commands.Channel.Open)
+    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+    assert connection._handshake.done() and connection.is_open
+    assert connection.server_properties["product"] == "RabbitMQ"
+    return connection, transport, events
+
+
+async def test_handshake() -> None:
+    connection, _transport, events = await open_connection()
+    assert events.closed == []
+    assert connection.frame_max == 131072
+
+
+async def test_refused_login_is_an_auth_error() -> None:
+    events = Events()
+    connection = AmqpConnection(events, heartbeat=0, connection_name="x")
+    transport = MemoryTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.data_received(broker((commands.Connection.Start(), 0)))
+    connection.data_received(
+        broker(
+            (
+                commands.Connection.Close(
+                    reply_code=403, reply_text="ACCESS_REFUSED - Login was refused", class_id=0, method_id=0
+                ),
+                0,
+            )
+        )
+    )
+    with pytest.raises(AmqpError) as info:
+        await connection._handshake
+    assert info.value.code == 403 and info.value.phase == "auth"
+    assert any(isinstance(value, commands.Connection.CloseOk) for _, value in transport.take_frames())
+
+
+async def test_publish_writes_method_header_and_body_frames_on_flush() -> None:
+    connection, transport, _events = await open_connection()
+    properties = MessageProperties(content_type="text/plain", delivery_mode=2, headers={"k": "v"})
+    connection.publish("amq.topic", "a.b", properties, b"hello")
+    assert transport.written == b""  # buffered until the flush at the end of the read
+    connection.flush()
+    (_, method), (_, content), (_, payload) = transport.take_frames()
+    assert isinstance(method, commands.Basic.Publish)
+    assert (method.exchange, method.routing_key) == ("amq.topic", "a.b")
+    assert isinstance(content, header.ContentHeader) and content.body_size == 5
+    assert content.properties.content_type == "text/plain" and content.properties.delivery_mode == 2
+    assert content.properties.headers == {"k": "v"}
+    assert isinstance(payload, body.ContentBody) and payload.value == b"hello"
+
+
+async def test_large_body_is_split_at_frame_max() -> None:
+    connection, transport, _events = await open_connection()
+    data = bytes(range(256)) * 1200  # 307,200 bytes: three body frames at frame_max 131072
+    connection.publish("", "q", MessageProperties(), data)
+    connection.flush()
+    frames = transport.take_frames()
+    bodies = [value.value for _, value in frames if isinstance(value, body.ContentBody)]
+    assert len(bodies) == 3 and b"".join(bodies) == data
+
+
+def _delivery_frames(tag: int, data: bytes) -> bytes:
+    properties = commands.Basic.Properties(content_type="application/json", priority=3, headers={"x": 1})
+    return broker(
+        (
+            commands.Basic.Deliver(
+                consumer_tag="T_1", delivery_tag=tag, redelivered=tag == 2, exchange="", routing_key="q"
+            ),
+            1,
+        ),
+        (header.ContentHeader(0, len(data), properties), 1),
+        (body.ContentBody(data), 1),
+    )
+
+
+async def test_deliveries_whole_and_byte_by_byte() -> None:
+    connection, _transport, events = await open_connection()
+    connection.data_received(_delivery_frames(1, b'{"a":1}'))
+    for byte in _delivery_frames(2, b"second"):
+        connection.data_received(bytes((byte,)))
+    first, second = events.deliveries
+    assert first.consumer_tag == "T_1" and first.delivery_tag == 1 and not first.redelivered
+    assert first.body == b'{"a":1}' and first.properties.content_type == "application/json"
+    assert first.properties.priority == 3 and first.properties.headers == {"x": 1}
+    assert second.delivery_tag == 2 and second.redelivered and second.body == b"second"
+
+
+async def test_confirms_and_server_cancel() -> None:
+    connection, transport, events = await open_connection()
+    connection.data_received(
+        broker(
+            (commands.Basic.Ack(delivery_tag=3, multiple=True), 1),
+            (commands.Basic.Nack(delivery_tag=4, multiple=False), 1),
+            (commands.Basic.Cancel(consumer_tag="T_2"), 1),
+        )
+    )
+    assert events.confirms == [(3, True, True), (4, False, False)]
+    assert events.cancels == ["T_2"]
+    ((_, cancel_ok),) = transport.take_frames()
+    assert isinstance(cancel_ok, commands.Basic.CancelOk) and cancel_ok.consumer_tag == "T_2"
+
+
+async def test_synchronous_call_waits_for_its_reply() -> None:
+    connection, transport, _events = await open_connection()
+    call = asyncio.ensure_future(connection.execute(BasicQos(prefetch_count=10)))
+    await asyncio.sleep(0)
+    connection.flush()
+    ((_, qos),) = transport.take_frames()
+    assert isinstance(qos, commands.Basic.Qos) and qos.prefetch_count == 10
+    assert not call.done()
+    connection.data_received(broker((commands.Basic.QosOk(), 1)))
+    assert await call is None
+
+
+async def test_channel_close_fails_the_waiting_call_and_is_answered() -> None:
+    connection, transport, events = await open_connection()
+    call = asyncio.ensure_future(connection.execute(BasicQos(prefetch_count=1)))
+    await asyncio.sleep(0)
+    transport.take_frames()
+    connection.data_received(
+        broker(
+            (
+                commands.Channel.Close(
+                    reply_code=406, reply_text="PRECONDITION_FAILED - no", class_id=60, method_id=10
+                ),
+                1,
+            )
+        )
+    )
+    with pytest.raises(AmqpError) as info:
+        await call
+    assert info.value.code == 406 and info.value.channel_only
+    assert events.closed and events.closed[0].name == "precondition_failed"
+    assert any(isinstance(value, commands.Channel.CloseOk) for _, value in transport.take_frames())
+
+
+async def test_connection_close_from_the_broker() -> None:
+    connection, transport, events = await open_connection()
+    connection.data_received(
+        broker(
+            (
+                commands.Connection.Close(
+                    reply_code=320, reply_text="CONNECTION_FORCED - shutdown", class_id=0, method_id=0
+                ),
+                0,
+            )
+        )
+    )
+    (error,) = events.closed
+    assert error.code == 320 and not error.channel_only and "shutdown" in error.text
+    assert any(isinstance(value, commands.Connection.CloseOk) for _, value in transport.take_frames())
+
+
+async def test_blocked_and_heartbeats() -> None:
+    connection, _transport, events = await open_connection()
+    connection.data_received(
+        broker((commands.Connection.Blocked(reason="low on memory"), 0))
+        + heartbeat.Heartbeat.marshal()
+        + broker((commands.Connection.Unblocked(), 0))
+    )
+    assert events.backpressure == [True, False]
+    assert events.closed == []
+
+
+async def test_a_bad_frame_end_closes_with_501() -> None:
+    connection, transport, events = await open_connection()
+    bad = bytearray(broker((commands.Basic.Ack(delivery_tag=1), 1)))
+    bad[-1] = 0x00  # the frame-end octet must be 0xCE
+    connection.data_received(bytes(bad))
+    (error,) = events.closed
+    assert error.code == 501
+    closes = [value for _, value in transport.take_frames() if isinstance(value, commands.Connection.Close)]
+    assert closes and closes[0].reply_code == 501
+    assert events.confirms == []
