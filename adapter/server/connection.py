@@ -22,7 +22,7 @@ import ssl
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp import wire
 from ..amqp.connection import AmqpConnection, AmqpError
@@ -35,7 +35,39 @@ from .fdlimit import EXHAUSTED
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 
 if TYPE_CHECKING:
-    from .listener import Server
+    from collections.abc import Coroutine
+
+    from .brokers import BrokerNodes
+    from .fdlimit import DescriptorWatch
+    from .stats import ServerStats
+
+
+class ServerState(Protocol):
+    """What a connection may use of the server that accepted it, and nothing more: settings,
+    the budgets and registries shared by all connections, and a task spawner.  The listener's
+    ``Server`` implements it; a new transport (TLS, WebSocket, a test's in-memory socket) hands
+    ``ClientConnection`` the same object, so the shell never sees listeners or sockets."""
+
+    session_settings: SessionSettings
+    broker: BrokerSettings
+    nodes: BrokerNodes
+    proxy_protocol: bool  # the TCP listeners' setting (TLS and WebSocket read theirs first)
+    login_timeout: float
+    heartbeat_tolerance: float
+    frame_timeout: float
+    incomplete_input: int  # bytes of unfinished frames held by all connections
+    incomplete_input_budget: int
+    descriptors: DescriptorWatch
+    stats: ServerStats
+    connections: set[ClientConnection]  # logged in or logging in; shutdown closes them
+    open_sockets: set[Any]  # every socket until connection_lost; shutdown aborts the rest
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
+
+    def tune_socket(self, sock: socket.socket) -> None: ...
+
+    def add_finished(self, connection: ClientConnection) -> None: ...
+
 
 # After the adapter closes a connection, how long it keeps reading (and dropping) what the
 # client still sends, so that the client reads the final ERROR instead of a TCP reset.
@@ -80,7 +112,7 @@ class ClientConnection(asyncio.Protocol):
 
     def __init__(
         self,
-        server: Server,
+        server: ServerState,
         *,
         proxy_protocol: bool | None = None,
         label: str = "",

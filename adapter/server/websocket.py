@@ -56,7 +56,7 @@ from .connection import ClientConnection
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 
 if TYPE_CHECKING:
-    from .listener import Server
+    from .connection import ServerState
 
 log = logging.getLogger("adapter.websocket")
 
@@ -199,7 +199,7 @@ class WebSocketConnection(asyncio.Protocol):
 
     def __init__(
         self,
-        server: Server,
+        server: ServerState,
         settings: WebStompSettings,
         *,
         tls: bool,
