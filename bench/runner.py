@@ -223,6 +223,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "only (bench/web.py)",
     )
     parser.add_argument("--ws-path", default="/ws", help="the WebSocket path (default /ws)")
+    parser.add_argument(
+        "--ws-compress",
+        action="store_true",
+        help="over WebSocket, offer permessage-deflate as browsers do (both servers accept it by default)",
+    )
     parser.add_argument("--no-uvloop", action="store_true", help="run the bench on asyncio's default loop")
     parser.add_argument(
         "--adapter-tls-ca",

@@ -50,6 +50,7 @@ class Side:
     port: int
     tls: ssl.SSLContext | None = None  # connect over TLS (bench/tls.py)
     websocket: str | None = None  # connect over WebSocket at this path (bench/web.py)
+    compress: bool = False  # over WebSocket: offer permessage-deflate, as browsers do
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Run:
             f"{self.side.name}/{name}",
             tls=self.side.tls,
             websocket=self.side.websocket,
+            compress=self.side.compress,
         )
         client.on_failure = self.fail
         client.on_chunk = self.notify
@@ -493,6 +495,7 @@ async def connect_scenario(run: Run) -> None:
                 timeout=10,
                 tls=run.side.tls,
                 websocket=run.side.websocket,
+                compress=run.side.compress,
             )
             client.expect_close = True  # the server closes after the DISCONNECT receipt
             if run.side.websocket:

@@ -22,7 +22,9 @@ import asyncio
 import contextlib
 import itertools
 import ssl
+import zlib
 from collections.abc import Callable
+from typing import Any
 
 Handler = Callable[[bytes, bytes], None]
 
@@ -274,13 +276,18 @@ class WebSocketShim(asyncio.Protocol):
     opcode) become the byte stream the StompClient parses.  Pings are answered; fragmented
     messages need no special case because the payloads are one stream anyway."""
 
-    def __init__(self, client: StompClient, host: str, port: int, path: str) -> None:
+    def __init__(self, client: StompClient, host: str, port: int, path: str, compress: bool = False) -> None:
         self.client = client
+        # compress: offer permessage-deflate, as browsers do; the client's own messages stay
+        # uncompressed (RFC 7692 lets each message choose), the server's are inflated here
+        offer = "Sec-WebSocket-Extensions: permessage-deflate\r\n" if compress else ""
         self._request = (
             f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             "Sec-WebSocket-Key: c3RvbXAtYmVuY2gta2V5MQ==\r\nSec-WebSocket-Version: 13\r\n"
-            "Sec-WebSocket-Protocol: v12.stomp\r\n\r\n"
+            f"Sec-WebSocket-Protocol: v12.stomp\r\n{offer}\r\n"
         ).encode()
+        self._inflater: Any = None
+        self._takeover = True
         self._buffer = b""
         self._open = False
         self._raw: asyncio.Transport | None = None
@@ -303,6 +310,10 @@ class WebSocketShim(asyncio.Protocol):
                 self._raw.close()
                 return
             self._open = True
+            response = buf[:end].lower()
+            if b"permessage-deflate" in response:
+                self._inflater = zlib.decompressobj(-15)
+                self._takeover = b"server_no_context_takeover" not in response
             assert self._raw is not None
             self.client.connection_made(_WebSocketTransport(self._raw))  # type: ignore[arg-type]
             self.opened.set_result(None)
@@ -323,8 +334,13 @@ class WebSocketShim(asyncio.Protocol):
             if n < start + length:
                 break
             body = buf[start : start + length]
+            compressed = buf[pos] & 0x40
             pos = start + length
             if opcode in (0, 1, 2):
+                if compressed and self._inflater is not None:
+                    body = self._inflater.decompress(body + b"\x00\x00\xff\xff")
+                    if not self._takeover:
+                        self._inflater = zlib.decompressobj(-15)
                 payload.append(body)
             elif opcode == 9 and self._raw is not None:  # ping: pong with the same payload
                 self._raw.write(bytes((0x8A, 0x80 | len(body))) + b"\0\0\0\0" + body)
@@ -356,6 +372,7 @@ async def connect(
     passcode: str = "guest",
     tls: ssl.SSLContext | None = None,
     websocket: str | None = None,
+    compress: bool = False,
 ) -> StompClient:
     """Open a connection (over TLS with ``tls``; over WebSocket at path ``websocket``) and log in
     (STOMP 1.2, no heart-beats)."""
@@ -366,7 +383,7 @@ async def connect(
             if websocket is not None:
                 client = StompClient(name)
                 _, shim = await loop.create_connection(
-                    lambda: WebSocketShim(client, host, port, websocket),  # type: ignore[arg-type]
+                    lambda: WebSocketShim(client, host, port, websocket, compress),  # type: ignore[arg-type]
                     host,
                     port,
                     ssl=tls,

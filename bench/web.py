@@ -14,7 +14,8 @@ so a batch of SENDs travels in one message (a browser's stompjs sends one messag
 every MESSAGE from a server is its own WebSocket message, as both servers frame them.
 
 Arguments after ``--`` go to ``python -m bench`` (default: ``--scenarios queue,topic,connect
---rounds 2 --duration 4``).  ``--plugin-port`` before ``--`` changes the plugin's port.
+--rounds 2 --duration 4``); add ``--ws-compress`` there to offer permessage-deflate as browsers
+do (both servers accept it by default).  ``--plugin-port`` before ``--`` changes the plugin's port.
 """
 
 from __future__ import annotations
