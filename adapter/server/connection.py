@@ -872,9 +872,13 @@ class ClientConnection(asyncio.Protocol):
                 # still writing (an oversized frame, a burst after an error) would see
                 # "connection reset" instead of the ERROR.  Input is read and dropped until the
                 # client closes too (eof_received), or until it stops making progress (_linger_check).
-                transport.write_eof()
-                transport.resume_reading()
-                self._linger = self._loop.call_later(_LINGER_SECONDS, self._linger_check, transport, None)
+                try:
+                    transport.write_eof()
+                except OSError:  # the peer reset the connection before we saw it go
+                    transport.abort()
+                else:
+                    transport.resume_reading()
+                    self._linger = self._loop.call_later(_LINGER_SECONDS, self._linger_check, transport, None)
             else:
                 transport.close()  # sends buffered bytes first
         self._finish()
