@@ -69,7 +69,7 @@ from .mapping.operations import (
     QueueDelete,
     SendFrame,
 )
-from .mapping.profile import Profile, rules_for, selector_lookup
+from .mapping.profile import ClientIds, Profile, client_id_in_use, rules_for, selector_lookup
 from .mapping.properties import MessageProperties, field_value_text
 from .mapping.selector import Selector
 from .stomp import heartbeat
@@ -113,6 +113,8 @@ class SessionSettings:
     unauthenticated_limits: FrameLimits = field(default_factory=lambda: FrameLimits(max_frame_size=65536))
     # the STOMP dialect: "rabbitmq" (the plugin's) or "activemq" (adapter/mapping/profile.py)
     profile: str = Profile.RABBITMQ
+    # activemq profile: the client ids connected now, shared by every connection of the process
+    client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
 
 
 class State(Enum):
@@ -302,9 +304,14 @@ class Session:
             else:
                 yield from self._fail("Processing error", result.detail or "Processing error", frame)
             return
+        client_id = self._rules.client_id(headers)
+        if client_id is not None:
+            if not self.settings.client_ids.claim(client_id, self):
+                yield from self._fail(*client_id_in_use(client_id), frame)
+                return
+            self.client_id = client_id
         self.state = State.CONNECTED
         self.version = version
-        self.client_id = self._rules.client_id(headers)
         self.user = user
         self.vhost = vhost
         self._ack_header = "id" if version == "1.2" else "message-id"
@@ -918,6 +925,11 @@ class Session:
     def on_connection_lost(self, reason: str) -> list[Operation]:
         """The AMQP connection died without a close from the broker (network, broker crash)."""
         return list(self._fail("AMQP connection died", f"Reason: {reason}", None))
+
+    def on_closed(self) -> None:
+        """The connection is gone (whatever closed it): give back its client id."""
+        if self.client_id is not None:
+            self.settings.client_ids.release(self.client_id, self)
 
     def shutdown_notice(self) -> bytes:
         return self._error_frame("Server shutdown", "The server is shutting down\n")

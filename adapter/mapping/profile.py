@@ -12,7 +12,8 @@ where the two differ instead of testing the profile name, so the differences are
 * the SUBSCRIBE plan (ActiveMQ: ``/topic/`` wildcards ``*`` and ``>``, durable subscriptions
   named by ``client-id`` + ``activemq.subscriptionName``);
 * the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once);
-* the queue an UNSUBSCRIBE removes.
+* the queue an UNSUBSCRIBE removes;
+* whether a ``client-id`` may log in (ActiveMQ: one connection per client id, ``ClientIds``).
 
 Pure: standard library and the sibling mapping modules only; the clock is injected.
 """
@@ -47,9 +48,11 @@ from .selector import Lookup, Selector, SelectorError, Value, compile_selector
 __all__ = [
     "PROFILES",
     "ActiveMQRules",
+    "ClientIds",
     "Profile",
     "RabbitMQRules",
     "activemq_binding_key",
+    "client_id_in_use",
     "durable_subscription_queue",
     "expires_to_ttl",
     "rules_for",
@@ -127,6 +130,49 @@ class RabbitMQRules:
     def names_durable_subscription(self, headers: Mapping[str, str]) -> bool:
         """Whether an UNSUBSCRIBE names a durable subscription that may have no consumer now."""
         return False
+
+
+class ClientIds:
+    """The ``client-id`` values of the connections logged in now, and who holds each.
+
+    ActiveMQ refuses a second connection with a client id already connected
+    (``InvalidClientIDException``).  One registry is shared by every connection of one adapter
+    process (it lives in the process's SessionSettings), so the check is per process: two
+    adapter processes, or an adapter and a plain AMQP client, do not see each other's ids.
+    """
+
+    __slots__ = ("_owners",)
+
+    def __init__(self) -> None:
+        self._owners: dict[str, object] = {}
+
+    def claim(self, client_id: str, owner: object) -> bool:
+        """Take ``client_id`` for ``owner``; False when another owner holds it."""
+        holder = self._owners.setdefault(client_id, owner)
+        return holder is owner
+
+    def release(self, client_id: str, owner: object) -> None:
+        """Give ``client_id`` back, if ``owner`` holds it."""
+        if self._owners.get(client_id) is owner:
+            del self._owners[client_id]
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._owners
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+
+def client_id_in_use(client_id: str) -> tuple[str, str]:
+    """The ERROR (message, body) for a CONNECT whose client id is connected already, in
+    ActiveMQ's words: ``Client: <id> already connected`` (ActiveMQ adds its broker's name and the
+    holder's address).  The header has no colon after ``Client``, because header values are
+    escaped (``\\c``) for every STOMP version, as the plugin does; the body has ActiveMQ's form."""
+    body = (
+        f"javax.jms.InvalidClientIDException: Client: {client_id} already connected "
+        "(client ids are unique per adapter process)\n"
+    )
+    return f"Client {client_id} already connected", body
 
 
 # ActiveMQ's SUBSCRIBE / UNSUBSCRIBE headers naming a durable topic subscription, in the order

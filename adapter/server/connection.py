@@ -914,6 +914,8 @@ class ClientConnection(asyncio.Protocol):
             timer.cancel()
         self._timers.clear()
         self._release_input()
+        if self.session is not None:
+            self.session.on_closed()  # activemq profile: frees its client-id
         if self._steps is not None:
             self._steps.close()
             self._steps = None

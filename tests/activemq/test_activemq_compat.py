@@ -10,6 +10,7 @@ queues the adapter creates on RabbitMQ are deleted afterwards.
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -235,3 +236,40 @@ def test_message_headers_applications_read(both, broker: BrokerProbe) -> None:
 
     outcome = compare(both, conversation)
     assert outcome == {**sent, "destination": f"/queue/{queue}", "subscription": "1"}
+
+
+def test_second_connection_with_a_connected_client_id(both) -> None:
+    client_id = unique("dup-")
+
+    def conversation(connect: Connect) -> object:
+        first = connect(client_id=client_id)
+        port = first.sock.getpeername()[1]
+        second = Peer(socket.create_connection(("127.0.0.1", port), timeout=5))
+        second.send(
+            "CONNECT",
+            {
+                "accept-version": "1.2",
+                "host": "/",
+                "login": "guest",
+                "passcode": "guest",
+                "client-id": client_id,
+            },
+        )
+        frames = second.read(3)  # up to the close
+        message = frames[0].headers.get("message", "") if frames else ""
+        second.sock.close()
+        # the first connection is untouched; once it is gone the id is free again
+        still = [f.command for f in first.request("SUBSCRIBE", {"destination": "/topic/x", "id": "1"})]
+        first.close()
+        third = connect(client_id=client_id)
+        third.close()
+        return (
+            [f.command for f in frames],
+            # ActiveMQ: "Broker: NAME - Client: ID already connected from tcp://HOST:PORT";
+            # the adapter: "Client ID already connected" (docs/migration-activemq.md)
+            client_id in message and "already connected" in message,
+            second.closed,
+            still,
+        )
+
+    assert compare(both, conversation) == (["ERROR"], True, True, ["RECEIPT"])

@@ -94,3 +94,21 @@ def test_bad_input_errors(start_adapter: Callable[..., AdapterProcess]) -> None:
         assert answers[-1][0] == "ERROR", frame
         assert answers[-1][1]["message"] == message
         assert quoted in answers[-1][2]
+
+
+def test_client_id_is_free_again_after_an_abrupt_close(start_adapter: Callable[..., AdapterProcess]) -> None:
+    """A connection that drops without DISCONNECT gives its client-id back (per process)."""
+    adapter = start_adapter(profile="activemq")
+    client_id = unique("cid")
+    connect = CONNECT.format(client=client_id)
+    holder = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+    holder.sendall(connect.encode() + b"\0")
+    assert frame_headers(read_frames(holder, count=1)[0][0])[0] == "CONNECTED"
+    refused = stomp(adapter.port, connect, count=1)
+    assert refused[0][0] == "ERROR" and refused[0][1]["message"] == f"Client {client_id} already connected"
+    holder.close()  # no DISCONNECT
+    deadline = time.monotonic() + 10
+    while adapter.connection_count:  # the adapter notices the close asynchronously
+        assert time.monotonic() < deadline, "the adapter kept the closed connection"
+        time.sleep(0.02)
+    assert stomp(adapter.port, connect, count=1)[0][0] == "CONNECTED"

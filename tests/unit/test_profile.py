@@ -15,6 +15,7 @@ from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationError, ProcessingError, parse_destination
 from adapter.mapping.profile import (
     ActiveMQRules,
+    ClientIds,
     RabbitMQRules,
     activemq_binding_key,
     durable_subscription_queue,
@@ -371,3 +372,44 @@ def test_default_profile_ignores_activemq_headers() -> None:
     bind = next(op for op in out if isinstance(op, ops.QueueBind))
     assert bind.routing_key == "a.>"
     assert not any(isinstance(op, ops.BasicQos) for op in out)
+
+
+# --- one connection per client-id (per adapter process) -----------------------------------------
+
+
+def test_client_ids_registry() -> None:
+    ids, first, second = ClientIds(), object(), object()
+    assert ids.claim("app", first) and ids.claim("app", first)
+    assert not ids.claim("app", second)
+    ids.release("app", second)  # not its holder: nothing happens
+    assert "app" in ids
+    ids.release("app", first)
+    assert "app" not in ids and ids.claim("app", second) and len(ids) == 1
+
+
+def test_second_connection_with_a_connected_client_id_is_refused() -> None:
+    settings = SessionSettings(profile="activemq")
+    connect = Frame("CONNECT", {"accept-version": "1.2", "host": "/", "client-id": "app"})
+    first = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
+    assert command_of(frames_of(run(first, connect))[-1]) == "CONNECTED"
+    second = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
+    out = run(second, connect)
+    error = frames_of(out)[-1]
+    assert command_of(error) == "ERROR"
+    assert header(error, "message") == "Client app already connected"
+    assert b"InvalidClientIDException" in error
+    assert isinstance(out[-1], ops.CloseClient) and second.client_id is None
+    second.on_closed()  # the refused connection holds nothing
+    assert "app" in settings.client_ids
+    first.on_closed()
+    third = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
+    assert command_of(frames_of(run(third, connect))[-1]) == "CONNECTED"
+
+
+def test_client_id_is_not_checked_in_the_default_profile() -> None:
+    settings = SessionSettings()
+    connect = Frame("CONNECT", {"accept-version": "1.2", "host": "/", "client-id": "app"})
+    for _ in range(2):
+        session = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
+        assert command_of(frames_of(run(session, connect))[-1]) == "CONNECTED"
+    assert len(settings.client_ids) == 0
