@@ -313,15 +313,28 @@ async def client_individual_scenario(run: Run) -> None:
     run.outcome.metrics["client-individual"] = acked[0] / elapsed
 
 
-async def topic_scenario(run: Run, subscribers: int = 4) -> None:
-    """One producer -> /topic/<name>, four subscribers (one connection each): deliveries/s in total."""
+async def topic_scenario(run: Run, subscribers: int = 4, selectors: bool = False) -> None:
+    """One producer -> /topic/<name>, four subscribers (one connection each): deliveries/s in total,
+    and messages published/s.
+
+    With ``selectors`` (the activemq profile, bench/activemq.py): messages alternate the header
+    ``parity:0`` / ``parity:1`` and subscriber i has the selector ``parity = <i mod 2>``, so each
+    selector matches half the messages and every message is tested by all four."""
     cfg = run.cfg
     destination = f"/topic/{run.queue_prefix}t"
     subs = [await run.client(f"sub{i}") for i in range(subscribers)]
-    for sub in subs:
-        await sub.request("SUBSCRIBE", {"destination": destination, "id": "0", "ack": "auto"})
+    for i, sub in enumerate(subs):
+        headers = {"destination": destination, "id": "0", "ack": "auto"}
+        if selectors:
+            headers["selector"] = f"parity = {i % 2}"
+        await sub.request("SUBSCRIBE", headers)
     producer = await run.client("producer")
-    payload = run.send_frame(destination)
+    # with selectors a unit is two messages (parity 0 and 1), of which each subscriber gets one
+    per_unit = 2 if selectors else 1
+    if selectors:
+        payload = run.send_frame(destination, "parity:0\n") + run.send_frame(destination, "parity:1\n")
+    else:
+        payload = run.send_frame(destination)
     sent = [0]
 
     def in_flight() -> int:
@@ -333,13 +346,25 @@ async def topic_scenario(run: Run, subscribers: int = 4) -> None:
     loop = run.loop
     run.start_meter()
     t0 = loop.time()
-    await run.produce(producer, payload, in_flight, t0 + cfg.duration, run.quota(), sent)
+    await run.produce(producer, payload, in_flight, t0 + cfg.duration, run.quota(per_unit), sent)
     expected = sent[0] * subscribers
     drained = await run.drain(lambda: total() >= expected, f"delivered {total()} of {expected}")
     elapsed = loop.time() - t0
     run.stop_meter()
-    run.outcome.counts.update(sent=sent[0], delivered=total(), drained=drained, seconds=elapsed)
-    run.outcome.metrics["topic"] = total() / elapsed
+    published = sent[0] * per_unit
+    run.outcome.counts.update(sent=published, delivered=total(), drained=drained, seconds=elapsed)
+    name = "topic-selector" if selectors else "topic"
+    run.outcome.metrics[name] = total() / elapsed
+    run.outcome.metrics[f"{name}-published"] = published / elapsed
+
+
+async def topic_selector_scenario(run: Run) -> None:
+    await topic_scenario(run, selectors=True)
+
+
+topic_selector_scenario.__doc__ = (
+    "topic with a selector per subscriber matching half the messages (activemq profile only)"
+)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -622,6 +647,7 @@ SCENARIOS: dict[str, ScenarioInfo] = {
             "client-individual", client_individual_scenario, ("adapter", "plugin"), _throughput_budget
         ),
         ScenarioInfo("topic", topic_scenario, ("adapter", "plugin"), _throughput_budget),
+        ScenarioInfo("topic-selector", topic_selector_scenario, ("adapter",), _throughput_budget),
         ScenarioInfo(
             "reqrep",
             request_reply_scenario,
