@@ -543,7 +543,13 @@ class Session:
             arguments["x-stream-offset"] = offset
         # registered before the consume is sent: the broker may deliver right after consume-ok
         self._subscriptions[tag] = Subscription(tag, sub_id, raw, dest, ack_mode, selector)
-        yield BasicConsume(queue, tag, no_ack=ack_mode == "auto", arguments=arguments)
+        yield BasicConsume(
+            queue,
+            tag,
+            no_ack=ack_mode == "auto",
+            arguments=arguments,
+            exclusive=rules.exclusive_consumer(headers),
+        )
         if target.bind_exchange is not None:
             yield QueueBind(queue, target.bind_exchange, target.bind_key)
         self._unfinished_subscription_queue = None

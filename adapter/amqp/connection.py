@@ -409,7 +409,9 @@ class AmqpConnection(asyncio.Protocol):
             reply = await self.call(_queue_declare(op), wire.QUEUE_DECLARE_OK)
             return reply if reply is not None else op.queue
         if isinstance(op, BasicConsume):
-            frame = wire.basic_consume(CHANNEL, op.queue, op.consumer_tag, op.no_ack, op.arguments)
+            frame = wire.basic_consume(
+                CHANNEL, op.queue, op.consumer_tag, op.no_ack, op.arguments, op.exclusive
+            )
             await self.call(frame, wire.BASIC_CONSUME_OK)
         elif isinstance(op, QueueBind):
             await self.call(

@@ -230,13 +230,18 @@ def basic_qos(channel: int, prefetch_count: int) -> bytes:
 
 
 def basic_consume(
-    channel: int, queue: str, consumer_tag: str, no_ack: bool, arguments: Mapping[str, object] | None
+    channel: int,
+    queue: str,
+    consumer_tag: str,
+    no_ack: bool,
+    arguments: Mapping[str, object] | None,
+    exclusive: bool = False,
 ) -> bytes:
     payload = (
         b"\0\0"
         + shortstr(queue)
         + shortstr(consumer_tag)
-        + bits(False, no_ack, False, False)  # no-local, no-ack, exclusive, nowait
+        + bits(False, no_ack, exclusive, False)  # no-local, no-ack, exclusive, nowait
         + table(arguments)
     )
     return method_frame(channel, BASIC_CONSUME, payload)

@@ -84,6 +84,7 @@ class BasicConsume:
     consumer_tag: str
     no_ack: bool
     arguments: dict[str, object] = field(default_factory=dict)
+    exclusive: bool = False  # activemq profile: activemq.exclusive
 
 
 @dataclass(frozen=True, slots=True)

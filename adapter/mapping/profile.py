@@ -131,6 +131,10 @@ class RabbitMQRules:
         """Whether an UNSUBSCRIBE names a durable subscription that may have no consumer now."""
         return False
 
+    def exclusive_consumer(self, headers: Mapping[str, str]) -> bool:
+        """Whether the subscription's basic.consume is exclusive; the plugin never asks."""
+        return False
+
 
 class ClientIds:
     """The ``client-id`` values of the connections logged in now, and who holds each.
@@ -388,6 +392,12 @@ class ActiveMQRules(RabbitMQRules):
 
     def names_durable_subscription(self, headers: Mapping[str, str]) -> bool:
         return _subscription_name(headers) is not None
+
+    def exclusive_consumer(self, headers: Mapping[str, str]) -> bool:
+        """``activemq.exclusive:true``: an AMQP exclusive consume, so the broker refuses it while
+        the queue has another consumer, and refuses other consumers while it lasts
+        (docs/migration-activemq.md: ActiveMQ keeps them waiting instead)."""
+        return headers.get("activemq.exclusive", "").strip().lower() == "true"
 
 
 def _shared_queue(headers: Mapping[str, str]) -> QueueParams:

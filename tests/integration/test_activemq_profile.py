@@ -112,3 +112,36 @@ def test_client_id_is_free_again_after_an_abrupt_close(start_adapter: Callable[.
         assert time.monotonic() < deadline, "the adapter kept the closed connection"
         time.sleep(0.02)
     assert stomp(adapter.port, connect, count=1)[0][0] == "CONNECTED"
+
+
+def test_exclusive_consumer_is_an_amqp_exclusive_consume(
+    start_adapter: Callable[..., AdapterProcess], broker: BrokerProbe
+) -> None:
+    """activemq.exclusive:true: the broker refuses a second consumer while the exclusive one lasts
+    (and an exclusive one while another consumes); all messages go to the exclusive one."""
+    adapter = start_adapter(profile="activemq")
+    queue = unique("amq-excl")
+    broker.track_queue(queue)
+    login = "CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n"
+    holder = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+    subscribe = f"SUBSCRIBE\ndestination:/queue/{queue}\nid:1\nactivemq.exclusive:true\nreceipt:s\n\n"
+    holder.sendall(login.encode() + b"\0" + subscribe.encode() + b"\0")
+    answers = [frame_headers(f)[0] for f in read_frames(holder, count=2)[0]]
+    assert answers == ["CONNECTED", "RECEIPT"]
+    other = stomp(adapter.port, login, f"SUBSCRIBE\ndestination:/queue/{queue}\nid:2\nreceipt:t\n\n", count=2)
+    assert other[1][0] == "ERROR" and "exclusive" in other[1][2].decode()
+    for n in range(3):
+        broker.publish("", queue, f"m{n}".encode())
+    got = [frame_headers(f)[2] for f in read_frames(holder, count=3)[0]]
+    assert got == [b"m0", b"m1", b"m2"]
+    holder.close()
+    broker.idle_depth(queue)  # waits until the broker has removed the exclusive consumer
+    # and while a plain consumer is there, an exclusive SUBSCRIBE is refused
+    plain = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+    plain.sendall(
+        login.encode() + b"\0" + subscribe.replace("activemq.exclusive:true\n", "").encode() + b"\0"
+    )
+    assert [frame_headers(f)[0] for f in read_frames(plain, count=2)[0]] == ["CONNECTED", "RECEIPT"]
+    refused = stomp(adapter.port, login, subscribe, count=2)
+    assert refused[1][0] == "ERROR"
+    plain.close()
