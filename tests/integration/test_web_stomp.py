@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import logging
 import socket
 import ssl
 import subprocess
@@ -244,15 +245,15 @@ def test_client_heart_beat_timeout_closes(start_adapter):
     assert ws.close_code == 1000
 
 
-def test_idle_websocket_is_closed(start_adapter):
+def test_idle_websocket_is_closed(start_adapter, caplog):
+    caplog.set_level(logging.INFO, logger="adapter.websocket")
     _adapter, port = ws_adapter(start_adapter, web_stomp_idle_timeout=0.5)
     with open_ws(port, ping_interval=None) as ws:
         ws.send(CONNECT)
         recv(ws)
-        started = time.monotonic()
         until_closed(ws, 5)
-        assert time.monotonic() - started >= 0.4
     assert ws.close_code == 1000
+    assert any("no WebSocket input for 0.5 s" in r.getMessage() for r in caplog.records)
 
 
 def test_ping_flood_does_not_stop_other_clients(start_adapter):
@@ -310,13 +311,13 @@ def test_garbage_instead_of_http_gets_400_and_others_are_served(start_adapter):
         assert command(recv(ws)) == "CONNECTED"
 
 
-def test_half_open_request_is_dropped_after_the_request_timeout(start_adapter):
+def test_half_open_request_is_dropped_after_the_request_timeout(start_adapter, caplog):
+    caplog.set_level(logging.INFO, logger="adapter.websocket")
     _adapter, port = ws_adapter(start_adapter, web_stomp_request_timeout=0.5)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\n")  # and nothing more
-        started = time.monotonic()
         assert sock.recv(100) == b""
-        assert 0.4 <= time.monotonic() - started < 4
+    assert any("no complete HTTP request in 0.5 s" in r.getMessage() for r in caplog.records)
 
 
 def test_allowed_origins(start_adapter):
