@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import operator
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -306,7 +307,7 @@ def _compare_with_literal(name: str, op: str, literal: Value) -> Expr | None:
                 return (value == literal) is equal
             return _compare(op, value, literal)
 
-        return text_compare
+        return _predicate(text_compare)
     if isinstance(literal, int | float) and not isinstance(literal, bool):
         test = _NUMERIC_OPS[op]
 
@@ -314,7 +315,7 @@ def _compare_with_literal(name: str, op: str, literal: Value) -> Expr | None:
             number = _as_number(lookup(name))
             return None if number is None else test(number, literal)
 
-        return numeric_compare
+        return _predicate(numeric_compare)
     return None
 
 
@@ -362,20 +363,35 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
             if fast is not None:
                 return fast
         a, b = _expr(left), _expr(right)
-        return lambda lookup: _compare(operator_, a(lookup), b(lookup))
+        return _predicate(lambda lookup: _compare(operator_, a(lookup), b(lookup)))
 
     def between(self, value: Node, low: Node, high: Node) -> Expr:
+        if (
+            isinstance(value, _Ident)
+            and isinstance(low, _Literal)
+            and isinstance(high, _Literal)
+            and _plain_number(low.value)
+            and _plain_number(high.value)
+        ):
+            # the usual form, ``property BETWEEN 1 AND 100``: one conversion, one chained test
+            name, lowest, highest = value.name, low.value, high.value
+
+            def numeric_between(lookup: Lookup) -> bool | None:
+                number = _as_number(lookup(name))
+                return None if number is None else lowest <= number <= highest  # type: ignore[operator]
+
+            return _predicate(numeric_between)
         v, lo, hi = _expr(value), _expr(low), _expr(high)
 
         def between(lookup: Lookup) -> bool | None:
             x = v(lookup)
             return _and(_compare(">=", x, lo(lookup)), _compare("<=", x, hi(lookup)))
 
-        return between
+        return _predicate(between)
 
     def not_between(self, value: Node, low: Node, high: Node) -> Expr:
         inner = self.between(value, low, high)
-        return lambda lookup: _not(inner(lookup))  # type: ignore[arg-type]
+        return _predicate(lambda lookup: _not(inner(lookup)))  # type: ignore[arg-type]
 
     # IN, LIKE and IS take any operand, as ActiveMQ's grammar does (JMS names an identifier)
     def in_(self, operand: Node, *items: _Literal) -> Expr:
@@ -390,11 +406,11 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
                 return None
             return value in values
 
-        return in_
+        return _predicate(in_)
 
     def not_in(self, operand: Node, *items: _Literal) -> Expr:
         inner = self.in_(operand, *items)
-        return lambda lookup: _not(inner(lookup))  # type: ignore[arg-type]
+        return _predicate(lambda lookup: _not(inner(lookup)))  # type: ignore[arg-type]
 
     def like(self, operand: Node, pattern: _Literal, escape: _Literal | None = None) -> Expr:
         inner = _expr(operand)
@@ -407,49 +423,101 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
                 return None
             return fullmatch(value) is not None
 
-        return like
+        return _predicate(like)
 
     def not_like(self, operand: Node, pattern: _Literal, escape: _Literal | None = None) -> Expr:
         inner = self.like(operand, pattern, escape)
-        return lambda lookup: _not(inner(lookup))  # type: ignore[arg-type]
+        return _predicate(lambda lookup: _not(inner(lookup)))  # type: ignore[arg-type]
 
     def is_null(self, operand: Node) -> Expr:
         inner = _expr(operand)
-        return lambda lookup: inner(lookup) is None
+        return _predicate(lambda lookup: inner(lookup) is None)
 
     def is_not_null(self, operand: Node) -> Expr:
         inner = _expr(operand)
-        return lambda lookup: inner(lookup) is not None
+        return _predicate(lambda lookup: inner(lookup) is not None)
 
     def not_(self, operand: Node) -> Expr:
-        inner = _expr(operand)
-        return lambda lookup: _not(_truth(inner(lookup)))
+        inner = _condition(operand)
 
+        def not_(lookup: Lookup) -> bool | None:
+            value = inner(lookup)
+            return None if value is None else not value
+
+        return _predicate(not_)
+
+    # AND and OR see conditions (True, False or None = UNKNOWN) and stop at the first operand
+    # that decides; SQL's three-valued tables written out, one call per operand, because this
+    # runs per message and subscription
     def and_(self, *operands: Node) -> Expr:
-        parts = [_expr(operand) for operand in operands]
+        parts = [_condition(operand) for operand in operands]
+        if len(parts) == 1:  # the grammar wraps every expression in one AND and one OR
+            return _predicate(parts[0])
+        if len(parts) == 2:
+            first, second = parts
+
+            def and_two(lookup: Lookup) -> bool | None:
+                a = first(lookup)
+                if a is False:
+                    return False
+                b = second(lookup)
+                if b is False:
+                    return False
+                return None if a is None or b is None else True
+
+            return _predicate(and_two)
 
         def and_(lookup: Lookup) -> bool | None:
-            result: bool | None = True
+            unknown = False
             for part in parts:
-                result = _and(result, _truth(part(lookup)))
-                if result is False:
+                value = part(lookup)
+                if value is False:
                     return False
-            return result
+                if value is None:
+                    unknown = True
+            return None if unknown else True
 
-        return and_
+        return _predicate(and_)
 
     def or_(self, *operands: Node) -> Expr:
-        parts = [_expr(operand) for operand in operands]
+        parts = [_condition(operand) for operand in operands]
+        if len(parts) == 1:
+            return _predicate(parts[0])
 
         def or_(lookup: Lookup) -> bool | None:
-            result: bool | None = False
+            unknown = False
             for part in parts:
-                result = _or(result, _truth(part(lookup)))
-                if result is True:
+                value = part(lookup)
+                if value is True:
                     return True
-            return result
+                if value is None:
+                    unknown = True
+            return None if unknown else False
 
-        return or_
+        return _predicate(or_)
+
+
+def _condition(node: Node) -> Callable[[Lookup], bool | None]:
+    """An operand of AND, OR, NOT as a condition.  Predicates (comparisons, LIKE, IN, BETWEEN,
+    IS NULL, AND, OR, NOT) already give True, False or None; a bare property, literal or
+    arithmetic result is read as a boolean (header text "true"/"false"), anything else UNKNOWN."""
+    if not isinstance(node, _Literal | _Ident) and node in _PREDICATES:
+        return node  # type: ignore[return-value]
+    value = _expr(node)
+    return lambda lookup: _as_bool(value(lookup))
+
+
+# the compiled closures that give a condition rather than a value (see _condition)
+_PREDICATES: weakref.WeakSet[Callable[..., object]] = weakref.WeakSet()
+
+
+def _predicate(expr: Expr) -> Expr:
+    _PREDICATES.add(expr)
+    return expr
+
+
+def _plain_number(value: Value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _arithmetic(op: str, left: Expr, right: Expr) -> Expr:
@@ -472,12 +540,6 @@ def _arithmetic(op: str, left: Expr, right: Expr) -> Expr:
     return arithmetic
 
 
-def _truth(value: Value) -> bool | None:
-    """A value used as a condition: booleans (and header text true/false) count, the rest is
-    UNKNOWN."""
-    return _as_bool(value)
-
-
 def _not(value: bool | None) -> bool | None:
     return None if value is None else not value
 
@@ -488,11 +550,3 @@ def _and(a: bool | None, b: bool | None) -> bool | None:
     if a is None or b is None:
         return None
     return True
-
-
-def _or(a: bool | None, b: bool | None) -> bool | None:
-    if a is True or b is True:
-        return True
-    if a is None or b is None:
-        return None
-    return False
