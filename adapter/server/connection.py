@@ -22,6 +22,7 @@ import ssl
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp import wire
@@ -79,6 +80,27 @@ log = logging.getLogger("adapter.connection")
 _MAX_BUFFERED_INPUT = 1024 * 1024
 # How long DISCONNECT waits for outstanding publisher confirms before closing anyway
 _CONFIRM_WAIT_ON_DISCONNECT = 30.0
+
+
+class Lifecycle(Enum):
+    """Where a client connection is.  ``ClientConnection._enter`` allows only the moves in
+    ``_NEXT``; ``_closed`` and ``_finished`` are kept in step with it (plain attributes, read on
+    every message)."""
+
+    NEW = "new"  # constructed, no socket yet
+    PROXY_HEADER = "proxy-header"  # stomp.proxy_protocol: waiting for the client's address
+    OPEN = "open"  # STOMP frames are read and handled (before and after CONNECT)
+    CLOSED = "closed"  # closed by either side: nothing more is read, handled or sent
+    FINISHED = "finished"  # counted and logged; the AMQP link is closing or closed
+
+
+_NEXT: dict[Lifecycle, frozenset[Lifecycle]] = {
+    Lifecycle.NEW: frozenset({Lifecycle.PROXY_HEADER, Lifecycle.OPEN, Lifecycle.CLOSED}),
+    Lifecycle.PROXY_HEADER: frozenset({Lifecycle.OPEN, Lifecycle.CLOSED}),
+    Lifecycle.OPEN: frozenset({Lifecycle.CLOSED}),
+    Lifecycle.CLOSED: frozenset({Lifecycle.FINISHED}),
+    Lifecycle.FINISHED: frozenset(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +168,9 @@ class ClientConnection(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None  # after our half-close, see _close
         self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
         self._delete_on_close: list[str] = []  # queues to delete before the AMQP link closes
-        self._closed = False
-        self._finished = False
+        self.lifecycle = Lifecycle.NEW
+        self._closed = False  # lifecycle is CLOSED or FINISHED
+        self._finished = False  # lifecycle is FINISHED
         self._close_reason = ""
         self._pause_reasons: set[str] = set()
         self._read_since_check = False
@@ -162,7 +185,7 @@ class ClientConnection(asyncio.Protocol):
         self._frame_started: float | None = None
         self._frame_timer: asyncio.TimerHandle | None = None
         # with stomp.proxy_protocol: the start of the PROXY header until it is complete
-        self._proxy_header: bytes | None = None
+        self._proxy_header = b""
         self.done: asyncio.Future[None] = self._loop.create_future()
         # Counters for the metrics and the close log line: plain attributes, read by
         # adapter/server/metrics.py at scrape time and added to server.stats when the
@@ -193,6 +216,16 @@ class ClientConnection(asyncio.Protocol):
         """Its counters are in server.stats (see Server.add_finished)."""
         return self._finished
 
+    def _enter(self, state: Lifecycle) -> None:
+        """Move to ``state``; any other move than those of ``_NEXT`` is a bug."""
+        if state not in _NEXT[self.lifecycle]:
+            raise AssertionError(
+                f"connection lifecycle: {self.lifecycle.value} -> {state.value} is not allowed"
+            )
+        self.lifecycle = state
+        self._closed = state is Lifecycle.CLOSED or state is Lifecycle.FINISHED
+        self._finished = state is Lifecycle.FINISHED
+
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
@@ -216,8 +249,9 @@ class ClientConnection(asyncio.Protocol):
         # the login timeout also bounds a PROXY header that arrives slowly
         self._timers.append(self._loop.call_later(self._server.login_timeout, self._login_timed_out))
         if self._expect_proxy_header:
-            self._proxy_header = b""  # the peer is the proxy: wait for the client's address
+            self._enter(Lifecycle.PROXY_HEADER)  # the peer is the proxy: wait for the client's address
             return
+        self._enter(Lifecycle.OPEN)
         self._log_opened(f" via proxy {proxy}" if proxy is not None else "")
 
     def _log_opened(self, via: str = "") -> None:
@@ -233,13 +267,13 @@ class ClientConnection(asyncio.Protocol):
         """Collect and apply the PROXY header; the bytes after it, or None while incomplete.
         A connection without a valid header is closed at once (there is no STOMP peer yet to
         send an ERROR to: the bytes may not even be STOMP)."""
-        buffered = (self._proxy_header or b"") + data
+        buffered = self._proxy_header + data
         try:
             header = parse_proxy_header(buffered)
         except ProxyHeaderError as error:
             log.warning("closing connection from proxy %s: %s", self.peer, error)
-            self._proxy_header = None
-            self._closed = True
+            self._proxy_header = b""
+            self._enter(Lifecycle.CLOSED)
             self._close_reason = f"invalid PROXY protocol header: {error}"
             if self.transport is not None:
                 self.transport.abort()
@@ -248,7 +282,8 @@ class ClientConnection(asyncio.Protocol):
         if header is None:
             self._proxy_header = buffered
             return None
-        self._proxy_header = None
+        self._proxy_header = b""
+        self._enter(Lifecycle.OPEN)
         if header.source is not None:
             proxy = self.peer
             host, port = header.source
@@ -265,7 +300,7 @@ class ClientConnection(asyncio.Protocol):
         self.bytes_received += len(data)
         if self._closed:
             return
-        if self._proxy_header is not None:
+        if self.lifecycle is Lifecycle.PROXY_HEADER:
             rest = self._read_proxy_header(data)
             if not rest:
                 return
@@ -374,7 +409,7 @@ class ClientConnection(asyncio.Protocol):
             self._linger.cancel()
             self._linger = None
         if not self._closed:
-            self._closed = True
+            self._enter(Lifecycle.CLOSED)
             self._close_reason = (
                 f"client closed the connection ({exc})" if exc else "client closed the connection"
             )
@@ -861,7 +896,7 @@ class ClientConnection(asyncio.Protocol):
         """Flush what was written, close the client socket, release the AMQP connection."""
         if self._closed:
             return
-        self._closed = True
+        self._enter(Lifecycle.CLOSED)
         self._close_reason = reason
         self._flush()
         transport = self.transport
@@ -924,7 +959,7 @@ class ClientConnection(asyncio.Protocol):
             self._confirm_waiter.cancel()
         if self._finished:
             return
-        self._finished = True
+        self._enter(Lifecycle.FINISHED)
         for reason in list(self.paused_since):
             self._end_pause_clock(reason)
         self._server.add_finished(self)
