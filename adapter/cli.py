@@ -3,6 +3,10 @@
 Owns argument parsing, logging set-up, the event loop (uvloop where available) and signal
 handling: the first SIGTERM/SIGINT starts a graceful shutdown, a second one exits at once.
 ``main(argv) -> int`` so that tests and scripts can call it directly.
+
+With ``--workers N`` (N > 1) this process becomes the supervisor of N worker processes
+(adapter/server/workers.py); each worker runs this same entry point with the same arguments
+plus ``--worker-spec``, which hands it its listening sockets and control socket.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
 from .server.listener import Server, WebListener
 from .server.websocket import WebStompSettings
+from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
 from .session import SessionSettings
 from .stomp.codec import FrameLimits
 
@@ -70,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve GET /metrics (Prometheus), /healthz and /readyz on this address "
         "(default: no HTTP port; it has no authentication, keep it private)",
     )
+    parser.add_argument(
+        "--workers",
+        metavar="N",
+        help="adapter processes sharing the listeners (default 1: this process alone); with more, "
+        "this process supervises them, restarts one that dies and serves --http-listen for all",
+    )
+    # internal: how the supervisor starts a worker (its sockets and control socket)
+    parser.add_argument(WORKER_SPEC_FLAG, help=argparse.SUPPRESS)
     return parser
 
 
@@ -196,7 +209,7 @@ def web_listeners(settings: Settings) -> list[WebListener]:
     return listeners
 
 
-def build_server(settings: Settings) -> Server:
+def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server:
     nodes = parse_nodes(settings.amqp_url)
     broker = BrokerSettings(
         heartbeat=settings.amqp_heartbeat,
@@ -205,6 +218,7 @@ def build_server(settings: Settings) -> Server:
         tls_server_name=settings.amqp_tls_server_name,
     )
     return Server(
+        inherited_sockets=worker.sockets if worker is not None else None,
         session_settings=session_settings(settings),
         broker=broker,
         nodes=BrokerNodes(nodes, settings.amqp_node_order),
@@ -227,8 +241,30 @@ def build_server(settings: Settings) -> Server:
     )
 
 
-async def serve(server: Server) -> None:
-    """Run until SIGTERM/SIGINT, then shut down gracefully."""
+def build_supervisor(settings: Settings, server: Server, argv: Sequence[str]) -> Supervisor:
+    """The supervisor of ``settings.workers`` workers; ``server`` (never started) has checked the
+    configuration and knows the broker nodes, which /readyz asks."""
+    plans = [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.listeners]
+    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.tls_listeners]
+    plans += [ListenerPlan(web.host, web.port, web.backlog) for web in server.web_listeners]
+    return Supervisor(
+        workers=settings.workers,
+        worker_command=[sys.executable, "-m", "adapter", *argv],
+        plans=plans,
+        http_listen=server.http_listen,
+        nodes=server.nodes,
+        broker=server.broker,
+        shutdown_timeout=settings.shutdown_timeout,
+    )
+
+
+async def supervise(supervisor: Supervisor) -> int:
+    return await supervisor.run()
+
+
+async def serve(server: Server, link: WorkerLink | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or, for a worker, until its supervisor is gone), then shut
+    down gracefully."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = 0
@@ -247,8 +283,11 @@ async def serve(server: Server) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal)
     await server.start()
+    linked = loop.create_task(link.run(server, stop)) if link is not None else None
     await stop.wait()
     await server.shutdown()
+    if linked is not None:
+        linked.cancel()
 
 
 def tune_malloc() -> None:
@@ -271,28 +310,33 @@ def tune_malloc() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(argv) if argv is not None else sys.argv[1:]
+    args = build_parser().parse_args(arguments)
+    worker = WorkerSpec.parse(args.worker_spec) if args.worker_spec else None
+    overrides: dict[str, object] = {
+        "listeners": args.listen,
+        "amqp_url": args.amqp_url,
+        "log_level": args.log_level,
+        "profile": args.profile,
+        "log_format": args.log_format,
+        "http_listen": args.http_listen,
+        "workers": args.workers,
+    }
+    if worker is not None:
+        # the supervisor serves the HTTP port, and a worker supervises nothing
+        overrides.update(http_listen="none", workers=1)
     try:
-        settings = load_settings(
-            args.config,
-            {
-                "listeners": args.listen,
-                "amqp_url": args.amqp_url,
-                "log_level": args.log_level,
-                "profile": args.profile,
-                "log_format": args.log_format,
-                "http_listen": args.http_listen,
-            },
-        )
-        server = build_server(settings)
+        settings = load_settings(args.config, overrides)
+        server = build_server(settings, worker)
     except ConfigError as error:
         print(f"stomp-amqp-adapter: configuration error:\n{error}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_format)
-    log.info("fronting broker %s", redact_url(settings.amqp_url))
+    configure_logging(settings.log_level, settings.log_format, worker.slot if worker is not None else None)
+    if worker is None:
+        log.info("fronting broker %s", redact_url(settings.amqp_url))
     log.info("file-descriptor limit: %d (two per STOMP client)", raise_soft_limit())
     tune_malloc()
-    runner: Callable[[Coroutine[Any, Any, None]], None]
+    runner: Callable[[Coroutine[Any, Any, Any]], Any]
     try:
         import uvloop
 
@@ -300,7 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
         runner = asyncio.run
     try:
-        runner(serve(server))
+        if settings.workers > 1:
+            return int(runner(supervise(build_supervisor(settings, server, arguments))))
+        runner(serve(server, WorkerLink(worker.control) if worker is not None else None))
     except OSError as error:
         log.error("cannot start: %s", error)
         return 1

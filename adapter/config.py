@@ -393,6 +393,7 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "log_level": _log_level,
     "log_format": _one_of("text", "json"),
     "http_listen": _http_listen,
+    "workers": _int_converter(1, 256),
     "trailing_lf": _to_bool,
     "web_stomp_listeners": _listeners,
     "web_stomp_ssl_listeners": _listeners,
@@ -493,6 +494,9 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     # HOST:PORT of the HTTP listener for /metrics, /healthz and /readyz; None: no HTTP port
     http_listen: str | None = None
+    # adapter processes sharing the listeners; 1: this process serves everything itself
+    # (adapter/server/workers.py and docs/architecture.md, "Workers")
+    workers: int = 1
     # Append LF after the NUL of every outgoing frame, as the plugin does.
     trailing_lf: bool = True
     # STOMP over WebSocket (the web_stomp.* keys of rabbitmq_web_stomp).  No listener unless a
@@ -608,6 +612,7 @@ _ADAPTER_KEYS: dict[str, str] = {
         "log_level",
         "log_format",
         "http_listen",
+        "workers",
         "trailing_lf",
         "profile",
     )
@@ -1032,6 +1037,7 @@ _CLI_FLAGS = {
     "log_level": "--log-level",
     "log_format": "--log-format",
     "http_listen": "--http-listen",
+    "workers": "--workers",
     "profile": "--profile",
 }
 

@@ -4,8 +4,10 @@ Owns how a log record becomes a line.  Text is the classic ``time level logger: 
 is one object per line with ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, plus
 the record's structured ``fields`` when the code attached some (the connection opened, logged in
 and closed lines carry peer, user, vhost, STOMP version, duration, counts and the close reason as
-keys), and ``exception`` with the traceback.  Credentials never reach a record: the code logs
-user names, never passcodes, and broker URLs only through ``config.redact_url``.
+keys), and ``exception`` with the traceback.  The processes of ``--workers N`` say which worker
+wrote a line: ``[worker N pid P]`` in text, ``worker`` and ``pid`` keys in JSON.  Credentials
+never reach a record: the code logs user names, never passcodes, and broker URLs only through
+``config.redact_url``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from typing import Literal
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+WORKER_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [worker {worker} pid %(process)d]: %(message)s"
+
+
 class JsonLinesFormatter(logging.Formatter):
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self._worker = worker
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
@@ -27,6 +36,9 @@ class JsonLinesFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self._worker is not None:
+            entry["worker"] = self._worker
+            entry["pid"] = record.process
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             for key, value in fields.items():
@@ -37,7 +49,12 @@ class JsonLinesFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def configure_logging(level: str, log_format: Literal["text", "json"]) -> None:
+def configure_logging(level: str, log_format: Literal["text", "json"], worker: int | None = None) -> None:
+    """``worker``: the slot of a ``--workers`` process, named on every line."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLinesFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    if log_format == "json":
+        handler.setFormatter(JsonLinesFormatter(worker))
+    else:
+        text = TEXT_FORMAT if worker is None else WORKER_TEXT_FORMAT.format(worker=worker)
+        handler.setFormatter(logging.Formatter(text))
     logging.basicConfig(level=level, handlers=[handler])

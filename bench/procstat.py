@@ -1,7 +1,8 @@
 """CPU time and RSS of processes from /proc (Linux), and finding the processes to watch.
 
 No psutil: ``/proc/<pid>/stat`` fields 14 and 15 (utime, stime, in clock ticks) give CPU
-seconds, ``VmRSS`` in ``/proc/<pid>/status`` gives the resident set size.
+seconds, ``VmRSS`` in ``/proc/<pid>/status`` gives the resident set size.  An adapter run with
+``--workers N`` is a process tree: its CPU is the supervisor's plus its workers'.
 """
 
 from __future__ import annotations
@@ -23,6 +24,27 @@ def cpu_seconds(pid: int) -> float | None:
     # the command name (field 2) may contain spaces and parentheses: split after the last ')'
     fields = data[data.rindex(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def child_pids(pid: int) -> list[int]:
+    children: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children += [int(child) for child in f.read().split()]
+    except OSError:
+        return children
+    return children
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a process and its live descendants (the workers of ``--workers N``)."""
+    total = cpu_seconds(pid)
+    if total is None:
+        return None
+    for child in child_pids(pid):
+        total += tree_cpu_seconds(child) or 0.0
+    return total
 
 
 def rss_kb(pid: int) -> int | None:
@@ -52,12 +74,24 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
+def _parent_pid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return int(data[data.rindex(b")") + 2 :].split()[1])
+
+
 def pid_listening_on(port: int) -> int | None:
-    """The process that has a listening socket on ``port`` (needs permission to read its fds)."""
+    """The process that has a listening socket on ``port`` (needs permission to read its fds);
+    when several do (``--workers N``: the supervisor and its workers), the one whose parent is
+    not among them."""
     inodes = _listening_inodes(port)
     if not inodes:
         return None
     targets = {f"socket:[{inode}]" for inode in inodes}
+    holders: set[int] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -65,12 +99,14 @@ def pid_listening_on(port: int) -> int | None:
             for fd in os.listdir(f"/proc/{entry}/fd"):
                 try:
                     if os.readlink(f"/proc/{entry}/fd/{fd}") in targets:
-                        return int(entry)
+                        holders.add(int(entry))
+                        break
                 except OSError:
                     continue
         except OSError:
             continue
-    return None
+    roots = sorted(pid for pid in holders if _parent_pid(pid) not in holders)
+    return roots[0] if roots else None
 
 
 def find_broker_pid(amqp_port: int = 5672) -> int | None:
@@ -120,7 +156,10 @@ class CpuMeter:
         self._start: CpuSample | None = None
 
     def _sample(self) -> CpuSample:
-        cpu = {name: (cpu_seconds(pid) if pid else None) for name, pid in self.pids.items()}
+        cpu = {
+            name: ((tree_cpu_seconds if name == "adapter" else cpu_seconds)(pid) if pid else None)
+            for name, pid in self.pids.items()
+        }
         cpu["machine"] = machine_busy_seconds()
         return CpuSample(time.monotonic(), cpu)
 

@@ -201,12 +201,18 @@ class AmqpConnection(asyncio.Protocol):
             self._reader.frame_max = self.frame_max
             wanted = self._requested_heartbeat
             self.heartbeat = min(server_hb, wanted) if server_hb and wanted else 0
-            self._write(wire.connection_tune_ok(1, self.frame_max, self.heartbeat))
+            # tune-ok, connection.open and channel.open in one write: the broker handles a
+            # connection's frames in order, so channel.open needs no wait for open-ok, and a
+            # refused open (no such vhost, no access) closes the connection before the channel
+            # frame is looked at.  One round trip and one read and write per login fewer.
             self._phase = "vhost"
-            self._write(wire.connection_open(vhost))
+            self._write(
+                wire.connection_tune_ok(1, self.frame_max, self.heartbeat)
+                + wire.connection_open(vhost)
+                + wire.channel_open(CHANNEL)
+            )
         elif method == wire.CONNECTION_OPEN_OK:
             self._phase = "channel"
-            self._write(wire.channel_open(CHANNEL))
         elif method == wire.CHANNEL_OPEN_OK:
             self._phase = ""
             if self.heartbeat:

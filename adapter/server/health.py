@@ -18,9 +18,11 @@ import contextlib
 import logging
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from .brokers import BrokerNodes
+    from .connection import BrokerSettings
     from .listener import Server
 
 log = logging.getLogger("adapter.health")
@@ -39,10 +41,20 @@ class Verdict:
     detail: str
 
 
+class BrokerSide(Protocol):
+    """Where the broker is: a Server, or the supervisor of ``--workers N``."""
+
+    @property
+    def nodes(self) -> BrokerNodes: ...
+
+    @property
+    def broker(self) -> BrokerSettings: ...
+
+
 class BrokerCheck:
     """Whether some broker node speaks AMQP now, asked at most once per ``ttl`` seconds."""
 
-    def __init__(self, server: Server, ttl: float = BROKER_CHECK_TTL) -> None:
+    def __init__(self, server: BrokerSide, ttl: float = BROKER_CHECK_TTL) -> None:
         self._server = server
         self._ttl = ttl
         self._verdict: Verdict | None = None

@@ -5,18 +5,22 @@ own event loop (no thread, no second server framework: a scrape is one callback 
 others, and the counters it reads cannot change under it).  Keep-alive is supported; a
 connection idle for ``IDLE_SECONDS`` is closed.  Answers: 200 or 503 for the health endpoints
 (with a one-line reason), the Prometheus text format for /metrics, 404 and 405 otherwise.
+
+What the endpoints answer comes from an ``Endpoints`` object: ``ServerEndpoints`` for a single
+adapter process, the supervisor's for ``--workers N`` (adapter/server/workers.py), which adds up
+its workers' series.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .health import liveness, readiness
+from .health import Verdict, liveness, readiness
 from .metrics import render
 
 if TYPE_CHECKING:
@@ -28,8 +32,42 @@ IDLE_SECONDS = 30.0
 _MAX_REQUEST_BYTES = 16 * 1024  # request line and headers: health checks and scrapers send little
 
 
-class OperatorHttp(asyncio.Protocol):
+class Endpoints(Protocol):
+    """What the HTTP port reports on, and the set of its open HTTP connections (closed at
+    shutdown)."""
+
+    @property
+    def http_connections(self) -> set[OperatorHttp]: ...
+
+    async def metrics(self) -> bytes: ...
+
+    def live(self) -> Verdict: ...
+
+    async def ready(self) -> Verdict: ...
+
+
+class ServerEndpoints:
+    """The endpoints of one adapter process: its own registry and health."""
+
     def __init__(self, server: Server) -> None:
+        self._server = server
+
+    @property
+    def http_connections(self) -> set[OperatorHttp]:
+        return self._server.http_connections
+
+    async def metrics(self) -> bytes:
+        return render(self._server.registry)
+
+    def live(self) -> Verdict:
+        return liveness(self._server)
+
+    async def ready(self) -> Verdict:
+        return await readiness(self._server, self._server.broker_check)
+
+
+class OperatorHttp(asyncio.Protocol):
+    def __init__(self, server: Endpoints) -> None:
         self._server = server
         self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_BYTES)
         self._transport: asyncio.Transport | None = None
@@ -114,11 +152,8 @@ class OperatorHttp(asyncio.Protocol):
         if request.method not in (b"GET", b"HEAD"):
             return 405, b"text/plain; charset=utf-8", b"method not allowed\n"
         if path == b"/metrics":
-            return 200, CONTENT_TYPE_LATEST.encode(), render(self._server.registry)
-        if path == b"/healthz":
-            verdict = liveness(self._server)
-        else:
-            verdict = await readiness(self._server, self._server.broker_check)
+            return 200, CONTENT_TYPE_LATEST.encode(), await self._server.metrics()
+        verdict = self._server.live() if path == b"/healthz" else await self._server.ready()
         return (200 if verdict.ok else 503), b"text/plain; charset=utf-8", f"{verdict.detail}\n".encode()
 
     def _send_simple(

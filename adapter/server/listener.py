@@ -24,7 +24,7 @@ from .brokers import BrokerNodes
 from .connection import BrokerSettings, ClientConnection
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
-from .http import OperatorHttp
+from .http import OperatorHttp, ServerEndpoints
 from .metrics import add_connection, build_registry
 from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
 from .stats import ServerStats
@@ -67,6 +67,7 @@ class Server:
         frame_timeout: float = 60.0,
         incomplete_input_budget: int = 256 * 1024 * 1024,
         http_listen: tuple[str, int] | None = None,
+        inherited_sockets: dict[tuple[str, int], list[socket.socket]] | None = None,
     ) -> None:
         self.session_settings = session_settings
         self.broker = broker
@@ -110,6 +111,9 @@ class Server:
         self.http_listen = http_listen
         self.http_addresses: list[tuple[str, int]] = []
         self.http_connections: set[OperatorHttp] = set()
+        # a worker of --workers N serves the listening sockets its supervisor bound, by the
+        # listener's configured (host, port) (adapter/server/workers.py)
+        self._inherited_sockets = dict(inherited_sockets or {})
         self.stats = ServerStats()
         self.registry = build_registry(self)
         self.broker_check = BrokerCheck(self)
@@ -189,7 +193,7 @@ class Server:
                 port,
                 None,
                 self.http_addresses,
-                lambda: OperatorHttp(self),
+                lambda: OperatorHttp(ServerEndpoints(self)),
                 None,
                 "HTTP metrics and health",
             )
@@ -208,6 +212,23 @@ class Server:
     ) -> None:
         """A listener; TLS ones hand the protocol the decrypted stream (asyncio's TLS
         transport), so everything behind the socket is the same session."""
+        inherited = self._inherited_sockets.pop((host, port), None)
+        for sock in inherited or []:
+            server = await loop.create_server(
+                factory,
+                sock=sock,
+                backlog=backlog or self._backlog,
+                ssl=tls,
+                ssl_handshake_timeout=self.login_timeout if tls else None,
+            )
+            self._servers.append(server)
+            address = sock.getsockname()
+            addresses.append((address[0], address[1]))
+            log.info(
+                "listening on %s:%s (%s%s, shared)", address[0], address[1], kind, ", TLS" if tls else ""
+            )
+        if inherited is not None:
+            return
         server = await loop.create_server(
             factory,
             host or None,

@@ -117,12 +117,13 @@ async def open_connection(heartbeat_seconds: int = 0) -> tuple[AmqpConnection, M
     connection.data_received(
         broker((commands.Connection.Tune(channel_max=0, frame_max=131072, heartbeat=60), 0))
     )
-    tune_ok, open_vhost = (value for _, value in transport.take_frames())
+    # tune-ok, connection.open and channel.open go together, without waiting for open-ok
+    (_, tune_ok), (_, open_vhost), (channel, channel_open) = transport.take_frames()
     assert isinstance(tune_ok, commands.Connection.TuneOk) and tune_ok.heartbeat == heartbeat_seconds
     assert isinstance(open_vhost, commands.Connection.Open) and open_vhost.virtual_host == "/vh"
-    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
-    ((channel, channel_open),) = transport.take_frames()
     assert channel == 1 and isinstance(channel_open, commands.Channel.Open)
+    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
+    assert transport.take_frames() == [] and not connection._handshake.done()
     connection.data_received(broker((commands.Channel.OpenOk(), 1)))
     assert connection._handshake.done() and connection.is_open
     assert connection.server_properties["product"] == "RabbitMQ"

@@ -1,0 +1,217 @@
+"""--workers 2 as a real process tree: ``python -m adapter --workers 2`` started by the test.
+
+Checks: connections land on both workers (each connection's log line carries the worker's pid),
+the supervisor's /metrics adds the workers' counters up, a worker killed with SIGKILL is replaced
+(and its counters stay in the totals), SIGTERM ends the supervisor and every worker after telling
+a connected client, and a supervisor killed with SIGKILL leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_operations import http_get, scrape, value, wait_for
+from tests.support import free_port
+
+CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
+DISCONNECT = b"DISCONNECT\nreceipt:bye\n\n\0"
+
+
+@dataclass
+class Tree:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    stomp_port: int
+    http_port: int
+
+    def log_lines(self) -> list[dict[str, object]]:
+        lines = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+        return lines
+
+    def workers(self) -> set[int]:
+        """The supervisor's child processes now."""
+        pid = self.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return {int(child) for child in children}
+
+    def ready(self) -> bool:
+        return http_get(self.http_port, "/readyz")[0] == 200
+
+
+def start_tree(amqp_url: str, tmp_path: Path) -> Tree:
+    log_path = tmp_path / "adapter.log"
+    http_port = free_port()
+    with log_path.open("ab") as log_file:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "adapter",
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                "2",
+                "--http-listen",
+                f"127.0.0.1:{http_port}",
+                "--log-format",
+                "json",
+                "--amqp-url",
+                amqp_url,
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    tree = Tree(process, log_path, 0, http_port)
+    deadline = time.monotonic() + 30
+    while True:
+        assert process.poll() is None, f"the adapter exited: {log_path.read_text()}"
+        assert time.monotonic() < deadline, f"the adapter did not get ready: {log_path.read_text()}"
+        ports = [
+            re.search(r":(\d+) \(2 workers\)", str(line["message"]))
+            for line in tree.log_lines()
+            if "(2 workers)" in str(line["message"])
+        ]
+        if ports and ports[0] is not None:
+            tree.stomp_port = int(ports[0].group(1))
+            try:
+                if tree.ready():
+                    return tree
+            except OSError:
+                pass
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def tree(amqp_url: str, tmp_path: Path) -> Iterator[Tree]:
+    tree = start_tree(amqp_url, tmp_path)
+    workers = tree.workers()
+    yield tree
+    if tree.process.poll() is None:
+        tree.process.send_signal(signal.SIGTERM)
+        try:
+            tree.process.wait(30)
+        except subprocess.TimeoutExpired:
+            tree.process.kill()
+    for pid in workers | _still_there(workers):
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _still_there(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if _alive(pid)}
+
+
+def read_frame(sock: socket.socket, buffer: bytearray) -> bytes:
+    while b"\0" not in buffer:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed; got {bytes(buffer)!r}"
+        buffer += chunk
+    frame, _, rest = bytes(buffer).partition(b"\0")
+    buffer[:] = rest
+    return frame.lstrip(b"\r\n")
+
+
+def connect_cycle(port: int) -> None:
+    """CONNECT, CONNECTED, DISCONNECT with a receipt, RECEIPT."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        buffer = bytearray()
+        sock.sendall(CONNECT)
+        assert read_frame(sock, buffer).startswith(b"CONNECTED")
+        sock.sendall(DISCONNECT)
+        assert read_frame(sock, buffer).startswith(b"RECEIPT")
+
+
+def opened_by_pid(tree: Tree) -> Counter[int]:
+    return Counter(
+        int(str(line["pid"]))
+        for line in tree.log_lines()
+        if line.get("event") == "connection_opened" and "pid" in line
+    )
+
+
+def test_connections_land_on_both_workers_and_metrics_add_up(tree: Tree) -> None:
+    workers = tree.workers()
+    assert len(workers) == 2
+    cycles = 24
+    for _ in range(cycles):
+        connect_cycle(tree.stomp_port)
+    # a connection's "opened" line is written when it is accepted, before its CONNECTED
+    by_pid = opened_by_pid(tree)
+    assert set(by_pid) == workers, by_pid  # both workers served some (24 random hashes: 2^-23 odds)
+    assert sum(by_pid.values()) == cycles
+    samples = scrape(tree.http_port)
+    assert value(samples, "stomp_adapter_connections_opened_total", listener="tcp") == cycles
+    assert value(samples, "stomp_adapter_frames_received_total", command="CONNECT") == cycles
+    assert value(samples, "stomp_adapter_frames_received_total", command="DISCONNECT") == cycles
+    assert value(samples, "stomp_adapter_receipts_sent_total") == cycles
+    assert value(samples, "stomp_adapter_workers", state="ready") == 2
+    assert value(samples, "stomp_adapter_worker_restarts_total") == 0
+
+
+def test_a_killed_worker_is_replaced_and_its_counts_stay(tree: Tree) -> None:
+    for _ in range(10):
+        connect_cycle(tree.stomp_port)
+    before = scrape(tree.http_port)  # the supervisor now holds each worker's counts
+    assert value(before, "stomp_adapter_connections_opened_total", listener="tcp") == 10
+    workers = tree.workers()
+    victim = min(workers)
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: victim not in tree.workers() and len(tree.workers()) == 2, "a new worker")
+    wait_for(tree.ready, "readiness after the restart", timeout=30)
+    replacement = (tree.workers() - workers).pop()
+    after = scrape(tree.http_port)
+    assert value(after, "stomp_adapter_worker_restarts_total") == 1
+    assert value(after, "stomp_adapter_connections_opened_total", listener="tcp") == 10
+    for _ in range(24):
+        connect_cycle(tree.stomp_port)
+    assert opened_by_pid(tree)[replacement] > 0  # the new worker took over the slot's sockets
+    final = scrape(tree.http_port)
+    assert value(final, "stomp_adapter_connections_opened_total", listener="tcp") == 34
+    messages = [str(line["message"]) for line in tree.log_lines()]
+    assert any(f"(pid {victim}) exited with status -9" in message for message in messages), messages
+
+
+def test_sigterm_stops_every_process_after_telling_the_clients(tree: Tree) -> None:
+    workers = tree.workers()
+    client = socket.create_connection(("127.0.0.1", tree.stomp_port), timeout=10)
+    buffer = bytearray()
+    client.sendall(CONNECT)
+    assert read_frame(client, buffer).startswith(b"CONNECTED")
+    tree.process.send_signal(signal.SIGTERM)
+    error = read_frame(client, buffer)
+    assert error.startswith(b"ERROR") and b"message:Server shutdown" in error
+    client.close()
+    assert tree.process.wait(30) == 0
+    wait_for(lambda: not _still_there(workers), "the workers to exit")
+
+
+def test_a_killed_supervisor_leaves_no_worker(tree: Tree) -> None:
+    workers = tree.workers()
+    tree.process.kill()
+    tree.process.wait(10)
+    # each worker sees its control socket close and shuts down
+    wait_for(lambda: not _still_there(workers), "the orphaned workers to exit", timeout=30)
