@@ -262,16 +262,23 @@ class Server:
         listener, as in the plugins), and log a failed handshake at INFO with its reason
         (asyncio logs it at DEBUG only, before the adapter has a connection object).
         ``factory`` gets the client's address from the PROXY header (or None)."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listening = socket.create_server((host or "0.0.0.0", port), family=family, backlog=backlog)
-        listening.setblocking(False)
-        self._tls_sockets.append(listening)
-        address = listening.getsockname()
-        addresses.append((address[0], address[1]))
-        self._accept_tasks.append(
-            loop.create_task(self._accept_tls(loop, listening, tls, proxy_protocol, factory))
-        )
-        log.info("listening on %s:%s (%s, TLS)", address[0], address[1], kind)
+        # a worker of --workers N accepts on the sockets its supervisor bound (SO_REUSEPORT)
+        inherited = self._inherited_sockets.pop((host, port), None)
+        if inherited is None:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sockets = [socket.create_server((host or "0.0.0.0", port), family=family, backlog=backlog)]
+        else:
+            sockets = inherited
+        for listening in sockets:
+            listening.setblocking(False)
+            self._tls_sockets.append(listening)
+            address = listening.getsockname()
+            addresses.append((address[0], address[1]))
+            self._accept_tasks.append(
+                loop.create_task(self._accept_tls(loop, listening, tls, proxy_protocol, factory))
+            )
+            shared = ", shared" if inherited is not None else ""
+            log.info("listening on %s:%s (%s, TLS%s)", address[0], address[1], kind, shared)
 
     async def _accept_tls(
         self,

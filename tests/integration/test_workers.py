@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trustme
+from websockets.sync.client import connect
 
 from tests.integration.test_operations import http_get, scrape, value, wait_for
 from tests.support import free_port
@@ -54,7 +57,7 @@ class Tree:
         return http_get(self.http_port, "/readyz")[0] == 200
 
 
-def start_tree(amqp_url: str, tmp_path: Path) -> Tree:
+def start_tree(amqp_url: str, tmp_path: Path, env: dict[str, str] | None = None) -> Tree:
     log_path = tmp_path / "adapter.log"
     http_port = free_port()
     with log_path.open("ab") as log_file:
@@ -76,6 +79,7 @@ def start_tree(amqp_url: str, tmp_path: Path) -> Tree:
             ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
         )
     tree = Tree(process, log_path, 0, http_port)
     deadline = time.monotonic() + 30
@@ -215,3 +219,38 @@ def test_a_killed_supervisor_leaves_no_worker(tree: Tree) -> None:
     tree.process.wait(10)
     # each worker sees its control socket close and shuts down
     wait_for(lambda: not _still_there(workers), "the orphaned workers to exit", timeout=30)
+
+
+def test_tls_and_websocket_listeners_are_shared_by_the_workers(amqp_url: str, tmp_path: Path) -> None:
+    """The TLS listener (which accepts by itself, for PROXY headers before the handshake) and the
+    WebSocket listener take the supervisor's sockets too: both serve under --workers 2."""
+    ca = trustme.CA()
+    ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "tls.pem")
+    )
+    tls_port, ws_port = free_port(), free_port()
+    tree = start_tree(
+        amqp_url,
+        tmp_path,
+        {
+            "STOMP_ADAPTER_SSL_LISTENERS": f"127.0.0.1:{tls_port}",
+            "STOMP_ADAPTER_SSL_CERTFILE": str(tmp_path / "tls.pem"),
+            "STOMP_ADAPTER_WEB_STOMP_LISTENERS": f"127.0.0.1:{ws_port}",
+        },
+    )
+    try:
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        for _ in range(6):
+            with (
+                socket.create_connection(("127.0.0.1", tls_port), timeout=10) as raw,
+                context.wrap_socket(raw, server_hostname="localhost") as sock,
+            ):
+                sock.sendall(CONNECT)
+                assert read_frame(sock, bytearray()).startswith(b"CONNECTED")
+        with connect(f"ws://127.0.0.1:{ws_port}/ws", subprotocols=["v12.stomp"]) as ws:
+            ws.send(CONNECT.decode())
+            assert str(ws.recv(timeout=10)).startswith("CONNECTED")
+    finally:
+        tree.process.send_signal(signal.SIGTERM)
+        assert tree.process.wait(30) == 0
