@@ -69,7 +69,14 @@ from .mapping.operations import (
     QueueDelete,
     SendFrame,
 )
-from .mapping.profile import ClientIds, Profile, client_id_in_use, rules_for, selector_lookup
+from .mapping.profile import (
+    ClientIds,
+    Profile,
+    client_id_in_use,
+    dead_letter_copy,
+    rules_for,
+    selector_lookup,
+)
 from .mapping.properties import MessageProperties, field_value_text
 from .mapping.selector import Selector
 from .stomp import heartbeat
@@ -184,6 +191,18 @@ class Session:
         # COMMIT receipts: each waits until every publish of its transaction is confirmed,
         # (receipt, sequence numbers not yet confirmed)
         self._pending_commits: list[tuple[str, set[int]]] = []
+        # NACK to a dead-letter queue (activemq profile, docs/migration-activemq.md): the
+        # unsettled deliveries of client-ack subscriptions by delivery tag (their bodies are
+        # copied there), and the sequence numbers of copies the broker has not yet confirmed
+        self._dead_letter_queue = self._rules.dead_letter_queue
+        self._unsettled: dict[int, Delivery] | None = None
+        self._dead_letter_seqs: set[int] = set()
+        self._dead_letter_refused = False
+        self._dead_letter_declared = False
+        if self._dead_letter_queue is not None:
+            self._unsettled = {}
+            # kept only in this profile: the default profile's per-delivery path is untouched
+            self.on_delivery = self._on_delivery_kept  # type: ignore[method-assign]
         self._ack_header = "message-id"
         # the subscription queue a SUBSCRIBE has declared but not yet consumed and bound: if
         # the broker refuses the consume or the bind, the plugin deletes it
@@ -425,7 +444,10 @@ class Session:
         if subscription is None or delivery_tag >= 2**64:
             return None
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
-        return BasicAck(delivery_tag, subscription.ack_mode == "client")
+        multiple = subscription.ack_mode == "client"
+        if self._unsettled is not None:
+            self._forget(delivery_tag, multiple)
+        return BasicAck(delivery_tag, multiple)
 
     def _publish(self, publish: BasicPublish, receipt: str | None) -> Steps:
         if receipt is not None and not self._confirming:
@@ -653,6 +675,14 @@ class Session:
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
         op: Operation
+        if nack and transaction is None and self._unsettled is not None:
+            settled = self._take_unsettled(delivery_tag, multiple)
+            if settled is not None:
+                yield from self._dead_letter(settled, delivery_tag, multiple)
+                yield from self._receipt(frame)
+                return
+        if not nack and transaction is None and self._unsettled is not None:
+            self._forget(delivery_tag, multiple)
         if nack:
             requeue_header = headers.get("requeue")
             if requeue_header in ("true", "True"):
@@ -669,6 +699,78 @@ class Session:
         else:
             yield op
         yield from self._receipt(frame)
+
+    # ------------------------------------------------------------------ NACK to a dead-letter queue
+    def _on_delivery_kept(self, delivery: Delivery) -> bytes:
+        """``on_delivery`` when NACKs go to a dead-letter queue: a delivery of a client-ack
+        subscription is kept until it is acknowledged (at most the prefetch of each)."""
+        data = Session.on_delivery(self, delivery)
+        subscription = self._subscriptions.get(delivery.consumer_tag)
+        if (
+            data
+            and subscription is not None
+            and subscription.ack_mode != "auto"
+            and self._unsettled is not None
+        ):
+            self._unsettled[delivery.delivery_tag] = delivery
+        return data
+
+    def _forget(self, delivery_tag: int, multiple: bool) -> None:
+        unsettled = self._unsettled
+        if not unsettled:
+            return
+        if multiple:
+            for tag in [tag for tag in unsettled if tag <= delivery_tag]:
+                del unsettled[tag]
+        else:
+            unsettled.pop(delivery_tag, None)
+
+    def _take_unsettled(self, delivery_tag: int, multiple: bool) -> list[Delivery] | None:
+        """The deliveries a NACK settles, or None if any is not known (then the NACK goes to
+        the broker as a basic.nack, as in the default profile)."""
+        unsettled = self._unsettled
+        assert unsettled is not None
+        tags = sorted(tag for tag in unsettled if tag <= delivery_tag) if multiple else [delivery_tag]
+        if not tags or tags[-1] != delivery_tag or any(tag not in unsettled for tag in tags):
+            return None
+        return [unsettled.pop(tag) for tag in tags]
+
+    def _dead_letter(self, deliveries: list[Delivery], delivery_tag: int, multiple: bool) -> Steps:
+        """ActiveMQ's NACK: a persistent message moves to the dead-letter queue with
+        ``original-destination``; a non-persistent one is dropped.  The copy is published with
+        confirms and the original acknowledged only once the broker has confirmed the copy; if
+        it refuses it, or the confirm does not come, the connection closes with an ERROR and
+        the unacknowledged original goes back to its queue: a NACKed message is never lost."""
+        queue = self._dead_letter_queue
+        assert queue is not None
+        persistent = [d for d in deliveries if d.properties.delivery_mode == 2]
+        if persistent:
+            if not self._dead_letter_declared:
+                yield QueueDeclare(queue, durable=True)
+                self._dead_letter_declared = True
+            if not self._confirming:
+                yield ConfirmSelect()
+                self._confirming = True
+            for delivery in persistent:
+                yield BasicPublish("", queue, dead_letter_copy(delivery), delivery.body)
+                self._count_publish(None)
+                self._dead_letter_seqs.add(self._publish_seq)
+            confirmed = yield AwaitConfirms()
+            if confirmed is False or self._dead_letter_refused:
+                raise StompError(
+                    "Message rejected by the broker",
+                    f"The broker did not confirm the copy of the NACKed message on {queue!r}; "
+                    "the message stays on its queue\n",
+                )
+        yield BasicAck(delivery_tag, multiple)
+
+    def _settle_dead_letters(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        seqs = self._dead_letter_seqs
+        hit = {seq for seq in seqs if seq <= delivery_tag} if multiple else seqs & {delivery_tag}
+        if hit:
+            seqs -= hit
+            if not ack:
+                self._dead_letter_refused = True
 
     # ------------------------------------------------------------------ transactions
     def _transaction_of(self, headers: dict[str, str]) -> str | None:
@@ -848,6 +950,8 @@ class Session:
                     receipts.append(receipt)
         if self._pending_commits:
             receipts += self._settle_commits(delivery_tag, multiple, ack)
+        if self._dead_letter_seqs:
+            self._settle_dead_letters(delivery_tag, multiple, ack)
         if not receipts:
             return b""
         if ack:
@@ -889,7 +993,7 @@ class Session:
 
     @property
     def confirms_outstanding(self) -> bool:
-        return bool(self._pending_receipts or self._pending_commits)
+        return bool(self._pending_receipts or self._pending_commits or self._dead_letter_seqs)
 
     def on_server_cancel(self, consumer_tag: str) -> bytes:
         """The broker cancelled a consumer (e.g. its queue was deleted): docs/behaviour.md#error-handling."""

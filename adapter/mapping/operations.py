@@ -164,7 +164,8 @@ class Established:
 
 @dataclass(frozen=True, slots=True)
 class AwaitConfirms:
-    """Synchronous: wait until the broker has confirmed every publish sent so far."""
+    """Synchronous: wait until the broker has confirmed every publish sent so far.  Result:
+    True, or False when the wait timed out."""
 
 
 # The synchronous operations that are one AMQP method and its reply (AmqpConnection.execute);

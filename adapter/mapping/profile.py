@@ -21,6 +21,7 @@ Pure: standard library and the sibling mapping modules only; the clock is inject
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Container, Mapping
@@ -37,11 +38,13 @@ from .destinations import (
     check_not_temp_queue,
     durable_unsubscribe_queue,
     is_durable,
+    message_destination,
     plugin_integer,
     queue_arguments,
     send_queue_declare,
     subscribe_target,
 )
+from .operations import Delivery
 from .properties import MessageProperties, field_value_text, properties_from_send
 from .selector import Lookup, Selector, SelectorError, Value, compile_selector
 
@@ -72,6 +75,8 @@ class RabbitMQRules:
     """The plugin's rules (docs/destinations.md): the default profile, what the adapter always did."""
 
     profile: Profile = Profile.RABBITMQ
+    # NACK sends the message to a dead-letter queue (ActiveMQ) instead of basic.nack (the plugin)
+    dead_letter_queue: str | None = None
 
     def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
         """The connection's client id (named durable subscriptions); the plugin has none."""
@@ -283,6 +288,7 @@ class ActiveMQRules(RabbitMQRules):
     """Apache ActiveMQ 5.x's STOMP idioms (docs/migration-activemq.md)."""
 
     profile: Profile = Profile.ACTIVEMQ
+    dead_letter_queue: str | None = "ActiveMQ.DLQ"  # ActiveMQ's default dead-letter strategy
 
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
@@ -419,3 +425,12 @@ def rules_for(profile: str) -> RabbitMQRules:
     if profile == Profile.RABBITMQ:
         return RabbitMQRules()
     raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+
+
+def dead_letter_copy(delivery: Delivery) -> MessageProperties:
+    """The properties of a NACKed message's copy on the dead-letter queue: the original's, with
+    ``original-destination`` (the STOMP destination it was delivered from), as ActiveMQ adds it."""
+    original = delivery.properties
+    headers = dict(original.headers or {})
+    headers["original-destination"] = message_destination(delivery.exchange, delivery.routing_key)
+    return dataclasses.replace(original, headers=headers)

@@ -578,6 +578,8 @@ class ClientConnection(asyncio.Protocol):
         if isinstance(op, ops.BROKER_CALLS):
             return await amqp.execute(op)
         if isinstance(op, ops.AwaitConfirms):
+            # the result says whether every confirm came (DISCONNECT goes ahead either way; a
+            # NACK to a dead-letter queue does not acknowledge the original without it)
             assert self.session is not None
             if self.session.confirms_outstanding:
                 self._confirm_waiter = self._loop.create_future()
@@ -585,7 +587,13 @@ class ClientConnection(asyncio.Protocol):
                     async with asyncio.timeout(_CONFIRM_WAIT_ON_DISCONNECT):
                         await self._confirm_waiter
                 except TimeoutError:
-                    log.warning("peer=%s: DISCONNECT went ahead without all publisher confirms", self.peer)
+                    log.warning(
+                        "peer=%s: publisher confirms did not all come within %g s",
+                        self.peer,
+                        _CONFIRM_WAIT_ON_DISCONNECT,
+                    )
+                    return False
+            return True
         elif isinstance(op, ops.CloseAmqp):
             self._amqp = None
             await amqp.close()

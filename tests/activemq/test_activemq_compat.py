@@ -273,3 +273,38 @@ def test_second_connection_with_a_connected_client_id(both) -> None:
         )
 
     assert compare(both, conversation) == (["ERROR"], True, True, ["RECEIPT"])
+
+
+def test_nack_moves_persistent_messages_to_the_dead_letter_queue(both, broker: BrokerProbe) -> None:
+    """NACK: a persistent message goes to ActiveMQ.DLQ with ``original-destination`` (not back
+    to its queue), a non-persistent one is dropped; the queue itself is left empty."""
+    queue = unique("amq-dlq-")
+    broker.track_queue(queue)
+    broker.track_queue("ActiveMQ.DLQ")
+
+    def conversation(connect: Connect) -> object:
+        peer = connect()
+        send(peer, f"/queue/{queue}", "keep-me", persistent="true")
+        send(peer, f"/queue/{queue}", "drop-me", persistent="false")
+        subscribe(peer, f"/queue/{queue}", "1", ack="client-individual")
+        messages = [
+            f for f in peer.read(QUIET + 2, until=lambda f: f.body == b"drop-me") if f.command == "MESSAGE"
+        ]
+        for message in messages:
+            assert peer.request("NACK", {"id": message.headers["ack"]})[-1].command == "RECEIPT"
+        peer.close()
+        reader = connect()
+        subscribe(reader, f"/queue/{queue}", "again")
+        subscribe(reader, "/queue/ActiveMQ.DLQ", "dlq")
+        frames = reader.read(QUIET + 2)
+        again = [f.body.decode() for f in frames if f.headers.get("subscription") == "again"]
+        # the dead-letter queue is shared: only this run's messages count
+        ours = [
+            f.body.decode()
+            for f in frames
+            if f.headers.get("subscription") == "dlq"
+            and f.headers.get("original-destination") == f"/queue/{queue}"
+        ]
+        return sorted(m.body.decode() for m in messages), again, ours
+
+    assert compare(both, conversation) == (["drop-me", "keep-me"], [], ["keep-me"])

@@ -413,3 +413,89 @@ def test_client_id_is_not_checked_in_the_default_profile() -> None:
         session = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
         assert command_of(frames_of(run(session, connect))[-1]) == "CONNECTED"
     assert len(settings.client_ids) == 0
+
+
+# ------------------------------------------------------------------------------ NACK to ActiveMQ.DLQ
+
+
+def _nack_session() -> Session:
+    session = amq_session(None)
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/work", "id": "s", "ack": "client-individual"}))
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/batch", "id": "c", "ack": "client"}))
+    return session
+
+
+def _deliver(
+    session: Session, tag: int, persistent: bool = True, consumer: str = "T_s", queue: str = "work"
+) -> None:
+    props = MessageProperties(delivery_mode=2 if persistent else 1, headers={"k": "v"})
+    assert session.on_delivery(ops.Delivery(consumer, tag, False, "", queue, props, f"body {tag}".encode()))
+
+
+def test_nack_moves_a_persistent_message_to_the_dead_letter_queue_after_its_confirm() -> None:
+    session = _nack_session()
+    _deliver(session, 1)
+    out = run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1", "receipt": "n"}))
+    declare, confirm_select, publish, wait, ack = out[:5]
+    assert declare == ops.QueueDeclare("ActiveMQ.DLQ", durable=True)
+    assert isinstance(confirm_select, ops.ConfirmSelect)
+    assert isinstance(publish, ops.BasicPublish) and (publish.exchange, publish.routing_key) == (
+        "",
+        "ActiveMQ.DLQ",
+    )
+    assert publish.body == b"body 1" and publish.properties.delivery_mode == 2
+    assert publish.properties.headers == {"k": "v", "original-destination": "/queue/work"}
+    assert isinstance(wait, ops.AwaitConfirms)
+    assert ack == ops.BasicAck(1, False)
+    assert command_of(frames_of(out)[-1]) == "RECEIPT"
+    # the second NACK needs neither the declare nor confirm mode again
+    _deliver(session, 2)
+    out = run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@2"}))
+    assert [type(op) for op in out] == [ops.BasicPublish, ops.AwaitConfirms, ops.BasicAck]
+
+
+def test_a_non_persistent_message_nacked_is_dropped_as_activemq_does() -> None:
+    session = _nack_session()
+    _deliver(session, 3, persistent=False)
+    assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@3"})) == [ops.BasicAck(3, False)]
+
+
+def test_client_mode_nack_covers_every_earlier_delivery() -> None:
+    session = _nack_session()
+    for tag in (4, 5, 6):
+        _deliver(session, tag, consumer="T_c", queue="batch")
+    out = run(session, Frame("NACK", {"id": f"T_c@@{SESSION_ID}@@5"}))
+    publishes = [op for op in out if isinstance(op, ops.BasicPublish)]
+    assert [p.body for p in publishes] == [b"body 4", b"body 5"]
+    assert out[-1] == ops.BasicAck(5, True)
+    # 6 is still unsettled; an ACK forgets it, so a NACK of it afterwards is the broker's business
+    assert session.quick_ack(Frame("ACK", {"id": f"T_c@@{SESSION_ID}@@6"})) == ops.BasicAck(6, True)
+    assert run(session, Frame("NACK", {"id": f"T_c@@{SESSION_ID}@@6"}))[-1] == ops.BasicNack(6, True, True)
+
+
+def test_a_refused_or_missing_confirm_keeps_the_original() -> None:
+    for refused in (True, False):
+        session = _nack_session()
+        _deliver(session, 7)
+
+        def answer(op: ops.Operation, session: Session = session, refused: bool = refused) -> object:
+            if isinstance(op, ops.AwaitConfirms):
+                if refused:
+                    session.on_confirm(1, False, False)  # the broker nacks the copy
+                    return True
+                return False  # the wait timed out
+            return "ActiveMQ.DLQ" if isinstance(op, ops.QueueDeclare) else None
+
+        out = run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@7"}), answer)
+        assert not any(isinstance(op, ops.BasicAck) for op in out)
+        (error,) = [f for f in frames_of(out) if command_of(f) == "ERROR"]
+        assert header(error, "message") == "Message rejected by the broker"
+        assert isinstance(out[-1], ops.CloseClient)
+
+
+def test_default_profile_nack_is_unchanged() -> None:
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/work", "id": "s", "ack": "client-individual"}))
+    assert session.on_delivery.__func__ is Session.on_delivery  # type: ignore[attr-defined]
+    assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"})) == [ops.BasicNack(1, False, True)]
