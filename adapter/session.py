@@ -208,7 +208,6 @@ class Session:
         # the broker refuses the consume or the bind, the plugin deletes it
         # (docs/destinations.md#common-steps)
         self._unfinished_subscription_queue: str | None = None
-        self._prefix = b""
         # counted for the metrics (adapter/server/stats.py): MESSAGE frames rendered, every other
         # frame by command, ERROR frames by message, and why a login failed (None: it did not)
         self.messages_sent = 0

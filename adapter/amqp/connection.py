@@ -22,7 +22,6 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable
 from typing import Literal, Protocol, assert_never, cast
 
 from ..mapping.operations import (
@@ -404,10 +403,7 @@ class AmqpConnection(asyncio.Protocol):
         """queue.declare with nowait (a /queue on SEND): buffered like a publish, no reply."""
         self._out.append(_queue_declare(op))
 
-    async def execute(
-        self,
-        op: ConfirmSelect | QueueDeclare | QueueBind | QueueDelete | BasicQos | BasicConsume | BasicCancel,
-    ) -> str | None:
+    async def execute(self, op: BrokerCall) -> str | None:
         """One of the session's synchronous operations as its AMQP method, waiting for the
         reply: the queue name for a QueueDeclare (the server-named one when asked), else None.
         Raises AmqpError."""
@@ -557,6 +553,3 @@ def _queue_declare(op: QueueDeclare) -> bytes:
 
 def monotonic() -> float:
     return time.monotonic()
-
-
-MethodCallback = Callable[[tuple[int, int], bytes], None]
