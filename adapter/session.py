@@ -39,7 +39,6 @@ from .mapping.destinations import (
     consumer_tag,
     is_durable,
     message_destination,
-    message_reply_to,
     parse_destination,
     plugin_integer,
     publish_target,
@@ -77,7 +76,7 @@ from .mapping.profile import (
     rules_for,
     selector_lookup,
 )
-from .mapping.properties import MessageProperties, field_value_text
+from .mapping.properties import PROPERTY_HEADERS, message_headers
 from .mapping.selector import Selector
 from .stomp import heartbeat
 from .stomp.codec import FrameError, FrameLimits, encode_frame, escape
@@ -905,12 +904,12 @@ class Session:
         ]
         if self.version == "1.2" and subscription.ack_mode != "auto":
             lines.append(f"ack:{message_id}\n")
-        if properties.headers:
-            for name, value in properties.headers.items():
-                if name == "content-length":
-                    continue
-                lines.append(f"{escape(name)}:{escape(field_value_text(value))}\n")
-        _append_property_headers(lines, properties)
+        # the headers the message carries, from the one function that knows their order
+        pairs = message_headers(properties)
+        if pairs:
+            escaped_name, append = _ESCAPED_NAMES.get, lines.append
+            for name, value in pairs:
+                append(f"{escaped_name(name) or _escape_name(name)}:{escape(value)}\n")
         if body:
             lines.append(f"content-length:{len(body)}\n")
         lines.append("\n")
@@ -1097,32 +1096,15 @@ class Session:
         yield CloseClient(message)
 
 
-_PERSISTENT_TEXT = {2: "true"}
+# Header names escaped for MESSAGE frames: the property names (which need no escaping) and the
+# headers-table names seen so far, which repeat from message to message.  Bounded: past the
+# limit a new name is escaped each time.
+_ESCAPED_NAMES: dict[str, str] = {name: name for name in PROPERTY_HEADERS}
+_ESCAPED_NAMES_LIMIT = 4096
 
 
-def _append_property_headers(lines: list[str], p: MessageProperties) -> None:
-    # the plugin's fixed order (docs/destinations.md#message-header-order, item 7)
-    if p.app_id is not None:
-        lines.append(f"app-id:{escape(p.app_id)}\n")
-    if p.user_id is not None:
-        lines.append(f"user-id:{escape(p.user_id)}\n")
-    if p.type is not None:
-        lines.append(f"type:{escape(p.type)}\n")
-    if p.timestamp is not None:
-        lines.append(f"timestamp:{p.timestamp}\n")
-    if p.message_id is not None:
-        lines.append(f"amqp-message-id:{escape(p.message_id)}\n")
-    if p.expiration is not None:
-        lines.append(f"expiration:{escape(p.expiration)}\n")
-    if p.reply_to is not None:
-        lines.append(f"reply-to:{escape(message_reply_to(p.reply_to) or '')}\n")
-    if p.correlation_id is not None:
-        lines.append(f"correlation-id:{escape(p.correlation_id)}\n")
-    if p.priority is not None:
-        lines.append(f"priority:{p.priority}\n")
-    if p.delivery_mode is not None:
-        lines.append(f"persistent:{_PERSISTENT_TEXT.get(p.delivery_mode, p.delivery_mode)}\n")
-    if p.content_encoding is not None:
-        lines.append(f"content-encoding:{escape(p.content_encoding)}\n")
-    if p.content_type is not None:
-        lines.append(f"content-type:{escape(p.content_type)}\n")
+def _escape_name(name: str) -> str:
+    escaped = escape(name)
+    if len(_ESCAPED_NAMES) < _ESCAPED_NAMES_LIMIT:
+        _ESCAPED_NAMES[name] = escaped
+    return escaped

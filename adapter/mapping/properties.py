@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .destinations import ProcessingError, plugin_integer
+from .destinations import ProcessingError, message_reply_to, plugin_integer
 
 
 @dataclass(slots=True)
@@ -101,6 +101,69 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None) -> Me
     # (docs/destinations.md#send--amqp); RabbitMQ keeps the order it is given, so consumers see that order.
     props.headers = dict(reversed(table.items())) if len(table) > 1 else table
     return props
+
+
+_PERSISTENT_TEXT = {2: "true"}
+
+# The MESSAGE headers the AMQP properties become, in the order message_headers gives them
+PROPERTY_HEADERS = (
+    "app-id",
+    "user-id",
+    "type",
+    "timestamp",
+    "amqp-message-id",
+    "expiration",
+    "reply-to",
+    "correlation-id",
+    "priority",
+    "persistent",
+    "content-encoding",
+    "content-type",
+)
+
+
+def message_headers(p: MessageProperties) -> list[tuple[str, str]]:
+    """The MESSAGE headers a delivery's properties become, as unescaped (name, value) pairs in
+    the plugin's order (docs/destinations.md#message-header-order): the headers table in the
+    order the broker delivered it, then the AMQP properties in the plugin's fixed order (item 7).
+
+    The one source of these headers: ``Session.on_delivery`` escapes and writes each pair, the
+    Spark reader (adapter/spark/messages.py) puts them in its rows.  Not included: the headers
+    the session adds around them (``subscription``, ``destination``, ``message-id``,
+    ``redelivered``, ``ack`` before; ``content-length`` after).  A ``content-length`` in the
+    headers table is left out: it would describe a frame that no longer exists.
+    """
+    pairs: list[tuple[str, str]] = []
+    table = p.headers
+    if table:
+        for name, value in table.items():
+            if name != "content-length":
+                pairs.append((name, value if type(value) is str else field_value_text(value)))
+    if p.app_id is not None:
+        pairs.append(("app-id", p.app_id))
+    if p.user_id is not None:
+        pairs.append(("user-id", p.user_id))
+    if p.type is not None:
+        pairs.append(("type", p.type))
+    if p.timestamp is not None:
+        pairs.append(("timestamp", str(p.timestamp)))
+    if p.message_id is not None:
+        pairs.append(("amqp-message-id", p.message_id))
+    if p.expiration is not None:
+        pairs.append(("expiration", p.expiration))
+    if p.reply_to is not None:
+        pairs.append(("reply-to", message_reply_to(p.reply_to) or ""))
+    if p.correlation_id is not None:
+        pairs.append(("correlation-id", p.correlation_id))
+    if p.priority is not None:
+        pairs.append(("priority", str(p.priority)))
+    if p.delivery_mode is not None:
+        pairs.append(("persistent", _PERSISTENT_TEXT.get(p.delivery_mode) or str(p.delivery_mode)))
+    if p.content_encoding is not None:
+        pairs.append(("content-encoding", p.content_encoding))
+    if p.content_type is not None:
+        pairs.append(("content-type", p.content_type))
+    return pairs
 
 
 def field_value_text(value: object) -> str:

@@ -3,9 +3,9 @@
 Owns two translations, neither of which needs Spark (tested in tests/unit/test_spark_messages.py):
 
 * a delivery from a stream becomes a row whose ``headers`` are exactly the headers a STOMP
-  subscriber gets on MESSAGE: the delivery goes through the adapter's ``Session.on_delivery``
-  (the code that writes MESSAGE frames for STOMP clients) and the frame it writes is read back
-  with the adapter's STOMP parser, so the two can never drift apart;
+  subscriber gets on MESSAGE: they come from ``adapter.mapping.properties.message_headers``,
+  the function ``Session.on_delivery`` writes MESSAGE frames with, so the two cannot drift
+  apart (tests/unit/test_message_headers.py renders frames and compares);
 * a row to publish becomes the ``queue.declare`` and ``basic.publish`` a STOMP SEND with the
   same destination and headers would cause, through the mapping functions the session uses
   (``adapter.mapping.destinations`` and ``adapter.mapping.properties``), in the session's
@@ -26,16 +26,16 @@ from ..mapping.destinations import (
     DestinationKind,
     ProcessingError,
     QueueParams,
+    message_destination,
     parse_destination,
     publish_target,
     reply_to_temp_queue,
     send_queue_declare,
 )
-from ..mapping.operations import BasicConsume, Delivery, LoginResult, OpenConnection
-from ..mapping.properties import MessageProperties, properties_from_send
-from ..session import Session, SessionSettings
-from ..stomp.codec import FrameLimits, FrameParser
-from ..stomp.frame import Command, Frame
+from ..mapping.operations import Delivery
+from ..mapping.properties import MessageProperties, message_headers, properties_from_send
+from ..session import SessionSettings
+from ..stomp.codec import FrameLimits
 
 # The headers of a MESSAGE that describe the Spark side's own subscription, not the message: a
 # STOMP subscriber sees its own values there, so they are left out of the row.
@@ -44,10 +44,8 @@ SUBSCRIPTION_HEADERS: Final = frozenset({"subscription", "message-id", "ack"})
 # The broker puts each message's stream offset in this header of every stream delivery.
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
-_SUBSCRIPTION_ID: Final = "spark"
-_CONSUMER_TAG: Final = "T_" + _SUBSCRIPTION_ID
-# Outgoing MESSAGE frames have no size limit in the adapter; reading them back must not add one.
-_NO_LIMITS: Final = FrameLimits(max_frame_size=2**62, max_headers=2**31, max_header_length=2**62)
+# (exchange, routing key) -> MESSAGE destination, kept for this many pairs per reader
+_DESTINATIONS_KEPT: Final = 1024
 
 
 class RowError(ValueError):
@@ -71,45 +69,36 @@ class StreamMessage:
 
 
 class MessageRenderer:
-    """Renders deliveries as the adapter renders them on MESSAGE frames for a STOMP 1.2
-    subscriber (``ack:auto``), and reads the headers back.
+    """Deliveries as rows whose headers are those of the MESSAGE a STOMP 1.2 subscriber
+    (``ack:auto``) gets, without rendering a frame.
 
-    It holds one real ``Session``, logged in and subscribed without a broker: the login and
-    the subscription are answered here, because rendering needs only their state."""
+    The headers come from the function ``Session.on_delivery`` writes MESSAGE frames with
+    (``adapter.mapping.properties.message_headers``), around it the headers the session adds,
+    in the frame's order; a name that occurs twice keeps its first value, as a STOMP parser
+    reads a repeated header (STOMP 1.2).  tests/unit checks the rows against frames the
+    session renders and the parser reads back."""
 
-    def __init__(self, stream_destination: str) -> None:
-        self._session = Session(SessionSettings(), session_id="spark", peer_is_loopback=True)
-        self._drive(Frame(Command.CONNECT, {"accept-version": "1.2", "login": "spark", "passcode": ""}))
-        subscribe = {"destination": stream_destination, "id": _SUBSCRIPTION_ID, "ack": "auto"}
-        self._drive(Frame(Command.SUBSCRIBE, subscribe))
-        self._parser = FrameParser(_NO_LIMITS)
-        self._parser.set_version("1.2")
-
-    def _drive(self, frame: Frame) -> None:
-        steps = self._session.handle_frame(frame)
-        answer: object = None
-        try:
-            while True:
-                operation = steps.send(answer)
-                answer = LoginResult(ok=True) if isinstance(operation, OpenConnection) else None
-                if isinstance(operation, BasicConsume):
-                    assert operation.consumer_tag == _CONSUMER_TAG, operation
-        except StopIteration:
-            pass
+    def __init__(self) -> None:
+        self._destinations: dict[tuple[str, str], str] = {}
 
     def message_headers(self, delivery: Delivery) -> tuple[str, dict[str, str]]:
         """(destination, headers) of the MESSAGE a STOMP subscriber would get for ``delivery``."""
-        frame_bytes = self._session.on_delivery(delivery._replace(consumer_tag=_CONSUMER_TAG))
-        self._parser.feed(frame_bytes)
-        frame = self._parser.next_frame()
-        if frame is None or frame.command != "MESSAGE":  # pragma: no cover - a bug, not input
-            raise AssertionError(f"the session did not render a MESSAGE: {frame_bytes[:200]!r}")
-        headers = {
-            _valid_text(name): _valid_text(value)
-            for name, value in frame.headers.items()
-            if name not in SUBSCRIPTION_HEADERS
-        }
-        return headers.get("destination", ""), headers
+        key = (delivery.exchange, delivery.routing_key)
+        destination = self._destinations.get(key)
+        if destination is None:
+            destination = message_destination(*key)
+            if len(self._destinations) < _DESTINATIONS_KEPT:
+                self._destinations[key] = destination
+        # the session's own headers first (subscription, message-id and ack are the subscriber's)
+        headers = {"destination": destination, "redelivered": "true" if delivery.redelivered else "false"}
+        for name, value in message_headers(delivery.properties):
+            if name not in headers and name not in SUBSCRIPTION_HEADERS:
+                headers[name] = value
+        if delivery.body:
+            headers["content-length"] = str(len(delivery.body))
+        if not all(name.isascii() and value.isascii() for name, value in headers.items()):
+            headers = {_valid_text(name): _valid_text(value) for name, value in headers.items()}
+        return headers["destination"], headers
 
     def render(self, delivery: Delivery, stream: str) -> StreamMessage:
         destination, headers = self.message_headers(delivery)

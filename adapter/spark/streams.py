@@ -227,9 +227,7 @@ def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[StreamM
     end for ``settings.timeout`` seconds."""
     if offsets.start >= offsets.end:
         return
-    # the renderer's subscription only has to exist: a MESSAGE's destination comes from each
-    # delivery's exchange and routing key
-    renderer = MessageRenderer("/amq/queue/" + offsets.queue.replace("/", "%2F"))
+    renderer = MessageRenderer()
     with BlockingBroker(
         settings.url, connection_name=f"spark reader {offsets.queue}", timeout=settings.timeout
     ) as broker:

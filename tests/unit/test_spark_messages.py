@@ -21,7 +21,7 @@ def delivery(
 
 
 def test_row_headers_are_the_message_headers_without_the_subscription_ones():
-    renderer = MessageRenderer("/amq/queue/s")
+    renderer = MessageRenderer()
     properties = MessageProperties(
         headers={"custom": "a:b\nc\\d", "x-stream-offset": 12, "flag": True},
         content_type="text/plain",
@@ -48,14 +48,14 @@ def test_row_headers_are_the_message_headers_without_the_subscription_ones():
 
 
 def test_header_bytes_that_are_not_utf8_become_replacement_characters():
-    renderer = MessageRenderer("/amq/queue/s")
+    renderer = MessageRenderer()
     raw = b"caf\xe9".decode("utf-8", "surrogateescape")
     message = renderer.render(delivery(MessageProperties(headers={"h": raw, "x-stream-offset": 0})), "s")
     assert message.headers["h"] == "caf\ufffd"
 
 
 def test_a_delivery_without_stream_offset_is_refused():
-    renderer = MessageRenderer("/amq/queue/s")
+    renderer = MessageRenderer()
     with pytest.raises(ValueError, match="is the queue a stream"):
         renderer.render(delivery(MessageProperties()), "s")
 
