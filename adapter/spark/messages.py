@@ -53,9 +53,14 @@ class RowError(ValueError):
 
 
 # --------------------------------------------------------------------------------- reading
+# A row of the read schema (adapter/spark/source.py READ_SCHEMA), in its column order:
+# destination, headers, body, offset, timestamp, stream
+Row = tuple[str, dict[str, str], bytes, int, datetime.datetime | None, str]
+
+
 @dataclass(frozen=True, slots=True)
 class StreamMessage:
-    """One delivery as a row: (destination, headers, body, offset, timestamp, stream)."""
+    """One delivery as a row, with its columns named (the reader itself passes plain tuples)."""
 
     destination: str
     headers: dict[str, str]
@@ -64,7 +69,7 @@ class StreamMessage:
     timestamp: datetime.datetime | None
     stream: str
 
-    def as_row(self) -> tuple[str, dict[str, str], bytes, int, datetime.datetime | None, str]:
+    def as_row(self) -> Row:
         return (self.destination, self.headers, self.body, self.offset, self.timestamp, self.stream)
 
 
@@ -96,20 +101,17 @@ class MessageRenderer:
                 headers[name] = value
         if delivery.body:
             headers["content-length"] = str(len(delivery.body))
-        if not all(name.isascii() and value.isascii() for name, value in headers.items()):
+        if not ("".join(headers).isascii() and "".join(headers.values()).isascii()):
             headers = {_valid_text(name): _valid_text(value) for name, value in headers.items()}
         return headers["destination"], headers
 
-    def render(self, delivery: Delivery, stream: str) -> StreamMessage:
+    def row(self, delivery: Delivery, stream: str, offset: int) -> Row:
+        """The row of ``delivery``, the message at ``offset`` of ``stream``."""
         destination, headers = self.message_headers(delivery)
-        return StreamMessage(
-            destination=destination,
-            headers=headers,
-            body=delivery.body,
-            offset=stream_offset(delivery),
-            timestamp=_timestamp(delivery.properties),
-            stream=stream,
-        )
+        return (destination, headers, delivery.body, offset, _timestamp(delivery.properties), stream)
+
+    def render(self, delivery: Delivery, stream: str) -> StreamMessage:
+        return StreamMessage(*self.row(delivery, stream, stream_offset(delivery)))
 
 
 def stream_offset(delivery: Delivery) -> int:

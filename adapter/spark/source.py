@@ -12,10 +12,11 @@ executors need this package installed, nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -27,6 +28,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .broker import BlockingBroker, BrokerUrl, parse_broker_url
+from .messages import Row
 from .streams import (
     OffsetRange,
     ReadSettings,
@@ -46,6 +48,22 @@ READ_SCHEMA: Final = (
     "destination string, headers map<string,string>, body binary, offset long,"
     " timestamp timestamp, stream string"
 )
+
+# READ_SCHEMA as Arrow, exactly as PySpark converts it (timestamps in UTC): read() hands Spark
+# record batches of this schema (tests/spark checks it against PySpark's own conversion)
+ARROW_SCHEMA: Final = pa.schema(
+    [
+        ("destination", pa.string()),
+        ("headers", pa.map_(pa.string(), pa.string())),
+        ("body", pa.binary()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("stream", pa.string()),
+    ]
+)
+# A record batch ends after this many rows, or once its bodies reach this many bytes.
+ARROW_BATCH_ROWS: Final = 4096
+ARROW_BATCH_BYTES: Final = 16 * 1024 * 1024
 
 DEFAULT_PARTITION_SIZE: Final = 100_000
 DEFAULT_PREFETCH: Final = 1000
@@ -170,10 +188,70 @@ def _partitions(options: SourceOptions, ranges: Mapping[str, tuple[int, int]]) -
     return partitions
 
 
-def _read(partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, RangePartition)
-    for message in read_range(partition.settings, partition.offsets):
-        yield message.as_row()
+    return arrow_batches(read_range(partition.settings, partition.offsets))
+
+
+def arrow_batches(rows: Iterable[Row]) -> Iterator[pa.RecordBatch]:
+    """``rows`` as Arrow record batches of ``ARROW_SCHEMA``, built column by column.
+
+    Spark takes record batches from ``read()`` as they are, where tuples would go through
+    PySpark's per-value converters (a map column among them): this is about 3 µs a row
+    cheaper (docs/performance.md, "Spark")."""
+    destinations: list[str] = []
+    ends = [0]  # where each row's headers end in names / values: the map column's offsets
+    names: list[str] = []
+    values: list[str] = []
+    bodies: list[bytes] = []
+    offsets: list[int] = []
+    timestamps: list[Any] = []
+    streams: list[str] = []
+    size = 0
+    for destination, headers, body, offset, timestamp, stream in rows:
+        destinations.append(destination)
+        names += headers
+        values += headers.values()
+        ends.append(len(names))
+        bodies.append(body)
+        offsets.append(offset)
+        timestamps.append(timestamp)
+        streams.append(stream)
+        size += len(body)
+        if len(offsets) >= ARROW_BATCH_ROWS or size >= ARROW_BATCH_BYTES:
+            yield _batch(destinations, ends, names, values, bodies, offsets, timestamps, streams)
+            destinations, ends, names, values = [], [0], [], []
+            bodies, offsets, timestamps, streams = [], [], [], []
+            size = 0
+    if offsets:
+        yield _batch(destinations, ends, names, values, bodies, offsets, timestamps, streams)
+
+
+def _batch(
+    destinations: list[str],
+    ends: list[int],
+    names: list[str],
+    values: list[str],
+    bodies: list[bytes],
+    offsets: list[int],
+    timestamps: list[Any],
+    streams: list[str],
+) -> pa.RecordBatch:
+    headers = pa.MapArray.from_arrays(
+        pa.array(ends, pa.int32()),
+        pa.array(names, pa.string()),
+        pa.array(values, pa.string()),
+        type=ARROW_SCHEMA.field("headers").type,
+    )
+    columns = [
+        pa.array(destinations, pa.string()),
+        headers,
+        pa.array(bodies, pa.binary()),
+        pa.array(offsets, pa.int64()),
+        pa.array(timestamps, ARROW_SCHEMA.field("timestamp").type),
+        pa.array(streams, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
 # ------------------------------------------------------------------------------------ readers
@@ -193,7 +271,7 @@ class StompBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return _partitions(self.options, self.ranges)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
 
 
@@ -251,7 +329,7 @@ class StompStreamReader(DataSourceStreamReader):
             ranges[ref.queue] = (high if low is None else low, high)
         return _partitions(self.options, ranges)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
 
     def commit(self, end: dict[str, int]) -> None:

@@ -30,7 +30,7 @@ from ..mapping.destinations import (
 from ..mapping.operations import Delivery
 from ..session import SessionSettings
 from .broker import BlockingBroker, BrokerError, BrokerUrl
-from .messages import MessageRenderer, StreamMessage, stream_offset
+from .messages import MessageRenderer, Row, stream_offset
 
 # How long a probe waits for the first delivery: only an empty stream makes it wait this long
 # ("first" and "last" deliver at once on a stream holding anything).
@@ -219,7 +219,7 @@ def split_range(queue: str, destination: str, start: int, end: int, size: int) -
     return [OffsetRange(queue, destination, low, min(low + size, end)) for low in range(start, end, size)]
 
 
-def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[StreamMessage]:
+def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[Row]:
     """Every message of the range, in offset order, rendered as a STOMP subscriber sees it.
 
     Fails (BrokerError) rather than return fewer rows: when the stream no longer holds the
@@ -250,6 +250,6 @@ def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[StreamM
                 )
             if offset >= offsets.end:
                 break
-            yield renderer.render(delivery, offsets.queue)
+            yield renderer.row(delivery, offsets.queue, offset)
             expected = offset + 1
         consumer.close()

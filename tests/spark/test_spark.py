@@ -314,3 +314,23 @@ def test_a_classic_queue_is_refused_as_a_stream(spark, amqp_url, broker: Blockin
         read_stream(spark, amqp_url, f"/amq/queue/{queue}")
     text = failure_text(failure.value)
     assert queue in text and "invalid arg 'x-stream-offset'" in text
+
+
+def test_record_batches_have_the_schema_pyspark_expects(spark, amqp_url, queues, broker):
+    """read() hands Spark Arrow record batches: their schema is PySpark's own conversion of the
+    source's schema, and rows spanning several batches keep every column (nulls included)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from adapter.spark import source
+
+    stream = queues("spark-arrow")
+    frame = spark.read.format("stomp").option("url", amqp_url).option("destination", f"/amq/queue/{stream}")
+    assert source.ARROW_SCHEMA.equals(to_arrow_schema(frame.load().schema, timezone="UTC"))
+
+    count = source.ARROW_BATCH_ROWS + 5
+    publish(broker, stream, [b"m%d" % i for i in range(count)], headers={"n": 1})
+    rows = read_stream(spark, amqp_url, f"/amq/queue/{stream}")
+    assert [row.offset for row in rows] == list(range(count))
+    assert rows[-1].body == b"m%d" % (count - 1)
+    assert rows[-1].headers["n"] == "1" and rows[-1].headers["x-stream-offset"] == str(count - 1)
+    assert rows[0].timestamp is None and rows[0].stream == stream
