@@ -15,6 +15,8 @@ loop buys nothing; the frames are encoded and decoded by the adapter's own pure 
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import socket
 import ssl
 import struct
@@ -56,6 +58,16 @@ class BrokerUrl:
     password: str
     vhost: str
     cafile: str | None = None
+    # the further broker nodes of a comma-separated ``url`` option, each a complete URL
+    others: tuple[BrokerUrl, ...] = ()
+
+    def nodes(self) -> list[BrokerUrl]:
+        """Every node, in the order one connection tries them: from a random one on, so the
+        tasks of a job spread over the nodes, and a node that is down is skipped."""
+        nodes = [BrokerUrl(self.host, self.port, self.tls, self.user, self.password, self.vhost, self.cafile)]
+        nodes += self.others
+        start = random.randrange(len(nodes))
+        return nodes[start:] + nodes[:start]
 
     @property
     def redacted(self) -> str:
@@ -67,7 +79,18 @@ class BrokerUrl:
 def parse_broker_url(url: str) -> BrokerUrl:
     """``amqp://user:pass@host:port/vhost`` (RabbitMQ's URI rules: the vhost is the path without
     its leading slash, percent-decoded, so ``/%2F`` is ``/``; no path at all means ``/``);
-    ``amqps://`` for TLS, verified against the system's CAs or ``?cacertfile=PATH``."""
+    ``amqps://`` for TLS, verified against the system's CAs or ``?cacertfile=PATH``.
+
+    Several broker nodes: a comma-separated list of such URLs, as the adapter's ``--amqp-url``
+    takes them (docs/spark.md); the first becomes the fields, the rest ``others``."""
+    first, *rest = [part for part in url.split(",") if part.strip()] or [""]
+    node = _parse_one_url(first)
+    if rest:
+        node = dataclasses.replace(node, others=tuple(_parse_one_url(part) for part in rest))
+    return node
+
+
+def _parse_one_url(url: str) -> BrokerUrl:
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()
     if scheme not in ("amqp", "amqps"):
@@ -121,7 +144,22 @@ class BlockingBroker:
         self._nacked: list[int] = []
         self._returned: list[str] = []  # mandatory publishes the broker could not route
         self._out: list[bytes | memoryview] = []
-        self._sock = self._connect(connection_name)
+        failures = []
+        for node in url.nodes():
+            self.url = node
+            try:
+                self._sock = self._connect(connection_name)
+                break
+            except BrokerError as error:
+                failures.append(str(error))
+                # a fresh start for the next node
+                self._reader = FrameReader(self._on_method, self._on_header, self._on_body)
+                self._methods.clear()
+                self._closed_error = None
+        else:
+            if len(failures) == 1:
+                raise BrokerError(failures[0])
+            raise BrokerError(f"no broker node could be used: {'; '.join(failures)}")
 
     # ----------------------------------------------------------------- connection
     def _connect(self, connection_name: str) -> socket.socket:

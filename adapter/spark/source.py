@@ -12,9 +12,10 @@ executors need this package installed, nothing else.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -36,6 +37,7 @@ from .streams import (
     StreamRef,
     first_offset,
     next_offset,
+    offset_at,
     prepare_streams,
     read_range,
     split_range,
@@ -76,8 +78,8 @@ class SourceOptions:
     url: BrokerUrl
     streams: list[StreamRef]
     capture_arguments: dict[str, str]
-    starting: str
-    ending: str
+    starting: dict[str, OffsetSpec] | None  # None: the default (latest streaming, earliest batch)
+    ending: dict[str, OffsetSpec]
     max_offsets_per_trigger: int | None
     partition_size: int
     read: ReadSettings
@@ -103,12 +105,94 @@ def _positive(options: Mapping[str, str], name: str, default: int | None) -> int
     return value
 
 
-def _offset_spec(options: Mapping[str, str], name: str, default: str, allowed: tuple[str, ...]) -> str:
-    value = options.get(name, default).strip()
-    if value in allowed or value.isdigit():
+@dataclass(frozen=True, slots=True)
+class OffsetSpec:
+    """A position in one stream: ``earliest``, ``latest``, an ``offset`` (``value``), or a
+    ``timestamp`` (``value`` in milliseconds since the epoch, as Kafka's): the first message of
+    the first chunk the broker wrote at or after that time."""
+
+    kind: Literal["earliest", "latest", "offset", "timestamp"]
+    value: int = 0
+
+
+_LATEST: Final = OffsetSpec("latest")
+
+
+def _position(
+    options: Mapping[str, str], streams: list[StreamRef], side: Literal["starting", "ending"]
+) -> dict[str, OffsetSpec] | None:
+    """The ``startingOffsets`` / ``startingTimestamp`` / ``startingOffsetsByTimestamp`` options
+    (or the ``ending`` ones) as a position per stream queue; None when none is given."""
+    names = [f"{side}Offsets", f"{side}Timestamp", f"{side}OffsetsByTimestamp"]
+    given = [name for name in names if (options.get(name) or "").strip()]
+    if len(given) > 1:
+        raise StreamOptionError(
+            f"options {given[0]!r} and {given[1]!r} both say where to {side[:-3]}: give only one"
+        )
+    if not given:
+        return None
+    name = given[0]
+    raw = (options.get(name) or "").strip()
+    queues = [ref.queue for ref in streams]
+    if name.endswith("ByTimestamp"):
+        return {
+            queue: OffsetSpec("timestamp", _millis(name, v)) for queue, v in _per_stream(name, raw, queues)
+        }
+    if name.endswith("Timestamp"):
+        return dict.fromkeys(queues, OffsetSpec("timestamp", _millis(name, raw)))
+    if raw.startswith("{"):
+        return {queue: _json_offset(name, v, side) for queue, v in _per_stream(name, raw, queues)}
+    words = ("earliest", "latest") if side == "starting" else ("latest",)
+    if raw in words:
+        return dict.fromkeys(queues, OffsetSpec("earliest" if raw == "earliest" else "latest"))
+    if raw.isdigit():
+        return dict.fromkeys(queues, OffsetSpec("offset", int(raw)))
+    raise StreamOptionError(
+        f"option {name!r} must be {', '.join(words)}, an offset number or a JSON object "
+        f'{{"<stream>": <offset>}}, got {raw!r}'
+    )
+
+
+def _per_stream(name: str, raw: str, queues: list[str]) -> list[tuple[str, object]]:
+    """A JSON object with one entry for each stream read, as (stream, value) in stream order."""
+    try:
+        table = json.loads(raw)
+    except ValueError as error:
+        raise StreamOptionError(f"option {name!r} is not valid JSON ({error}): {raw!r}") from None
+    if not isinstance(table, dict):
+        raise StreamOptionError(f'option {name!r} must be a JSON object {{"<stream>": ...}}, got {raw!r}')
+    unknown = sorted(set(table) - set(queues))
+    if unknown:
+        raise StreamOptionError(
+            f"option {name!r} names {unknown[0]!r}, which is not a stream read here "
+            f"(the streams of option 'destination': {', '.join(queues)})"
+        )
+    missing = [queue for queue in queues if queue not in table]
+    if missing:
+        raise StreamOptionError(f"option {name!r} gives nothing for the stream {missing[0]!r}")
+    return [(queue, table[queue]) for queue in queues]
+
+
+def _json_offset(name: str, value: object, side: str) -> OffsetSpec:
+    # Kafka's convention in JSON offsets: -2 earliest, -1 latest
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value >= 0:
+            return OffsetSpec("offset", value)
+        if value == -1:
+            return _LATEST
+        if value == -2 and side == "starting":
+            return OffsetSpec("earliest")
+    allowed = "an offset, -2 (earliest) or -1 (latest)" if side == "starting" else "an offset or -1 (latest)"
+    raise StreamOptionError(f"option {name!r}: each stream's value must be {allowed}, got {value!r}")
+
+
+def _millis(name: str, value: object) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     raise StreamOptionError(
-        f"option {name!r} must be {', '.join(allowed)} or an offset number, got {value!r}"
+        f"option {name!r}: a timestamp is milliseconds since the epoch (e.g. 1700000000000), got {value!r}"
     )
 
 
@@ -140,8 +224,9 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
         url=url,
         streams=streams,
         capture_arguments=capture_arguments,
-        starting=_offset_spec(options, "startingOffsets", "", ("earliest", "latest", "")),
-        ending=_offset_spec(options, "endingOffsets", "latest", ("latest",)),
+        starting=_position(options, streams, "starting"),
+        ending=_position(options, streams, "ending")
+        or dict.fromkeys([ref.queue for ref in streams], _LATEST),
         max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger", None),
         partition_size=partition_size,
         read=ReadSettings(url, prefetch, timeout, fail_on_data_loss),
@@ -149,14 +234,20 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
 
 
 # ------------------------------------------------------------------------------------ offsets
-def _resolve(broker: BlockingBroker, queue: str, spec: str) -> int:
-    """An offset spec (earliest, latest or a number) as a concrete offset of ``queue``."""
-    if spec.isdigit():
-        return int(spec)
-    if spec == "earliest":
+def _resolve(broker: BlockingBroker, queue: str, spec: OffsetSpec) -> int:
+    """A position as a concrete offset of ``queue``.  A time after the newest message means
+    the end of the stream (what comes next), as Kafka's ``latest`` strategy for timestamps."""
+    if spec.kind == "offset":
+        return spec.value
+    if spec.kind == "earliest":
         first = first_offset(broker, queue)
         return 0 if first is None else first
+    # the end first: a message that arrives after it is newer than the time looked for
     end = next_offset(broker, queue)
+    if spec.kind == "timestamp":
+        found = offset_at(broker, queue, spec.value // 1000)
+        if found is not None:
+            return found
     return 0 if end is None else end
 
 
@@ -189,7 +280,9 @@ def _partitions(options: SourceOptions, ranges: Mapping[str, tuple[int, int]]) -
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    assert isinstance(partition, RangePartition)
+    if not isinstance(partition, RangePartition):
+        # a batch read with nothing to read: PySpark plans one InputPartition(None) instead of none
+        return iter(())
     return arrow_batches(read_range(partition.settings, partition.offsets))
 
 
@@ -260,12 +353,12 @@ class StompBatchReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        starting = options.starting or "earliest"
         with _connect(options, "batch planning") as broker:
             self.ranges = {}
             for ref in options.streams:
+                starting = OffsetSpec("earliest") if options.starting is None else options.starting[ref.queue]
                 start = _resolve(broker, ref.queue, starting)
-                end = _resolve(broker, ref.queue, options.ending)
+                end = _resolve(broker, ref.queue, options.ending[ref.queue])
                 self.ranges[ref.queue] = (start, max(start, end))
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -283,6 +376,8 @@ class StompStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._broker: BlockingBroker | None = None
+        # Trigger.AvailableNow: each stream's end when the query started, never read past
+        self._available_now: dict[str, int] | None = None
 
     def _driver_broker(self) -> BlockingBroker:
         # one connection for the life of the query, kept by the driver-side reader
@@ -292,8 +387,11 @@ class StompStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict[str, int]:
         broker = self._driver_broker()
-        starting = self.options.starting or "latest"
-        return {ref.queue: _resolve(broker, ref.queue, starting) for ref in self.options.streams}
+        starting = self.options.starting
+        return {
+            ref.queue: _resolve(broker, ref.queue, _LATEST if starting is None else starting[ref.queue])
+            for ref in self.options.streams
+        }
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: object = None) -> dict[str, int]:
         """The next offset of each stream, at most ``maxOffsetsPerTrigger`` past ``start``
@@ -306,7 +404,10 @@ class StompStreamReader(DataSourceStreamReader):
             self.options.max_offsets_per_trigger if limit is None else getattr(limit, "max_rows", None)
         )
         for ref in self.options.streams:
-            end = next_offset(broker, ref.queue)
+            if self._available_now is not None:
+                end: int | None = self._available_now[ref.queue]
+            else:
+                end = next_offset(broker, ref.queue)
             begin = None if start is None else start.get(ref.queue)
             if begin is None:
                 latest[ref.queue] = end or 0
@@ -314,6 +415,13 @@ class StompStreamReader(DataSourceStreamReader):
             end = begin if end is None else max(begin, end)
             latest[ref.queue] = min(end, begin + cap) if cap else end
         return latest
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow (Spark 4.2+): what the streams hold now is all the query reads;
+        latestOffset then never goes past these ends, in as many micro-batches as the read
+        limit (``maxOffsetsPerTrigger``) makes, and the query stops once they are reached."""
+        broker = self._driver_broker()
+        self._available_now = {ref.queue: next_offset(broker, ref.queue) or 0 for ref in self.options.streams}
 
     def getDefaultReadLimit(self) -> Any:
         limit = self.options.max_offsets_per_trigger
@@ -367,3 +475,11 @@ class StompDataSource(DataSource):
         from .sink import StompStreamWriter
 
         return StompStreamWriter(self.options, schema)
+
+
+try:  # PySpark 4.2+ asks a stream reader whether it supports Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older PySpark: Spark reads everything in one batch
+    pass
+else:
+    SupportsTriggerAvailableNow.register(StompStreamReader)

@@ -180,6 +180,18 @@ def first_offset(broker: BlockingBroker, queue: str) -> int | None:
         consumer.close()
 
 
+def offset_at(broker: BlockingBroker, queue: str, seconds: int) -> int | None:
+    """The first offset of the first chunk the broker wrote at or after ``seconds`` (since the
+    epoch; AMQP 0-9-1 timestamps are whole seconds), None when the stream has none yet: an
+    ``x-stream-offset`` of the timestamp type."""
+    consumer = _Consumer(broker, queue, ("timestamp", seconds), 1)
+    try:
+        delivery = consumer.next(time.monotonic() + PROBE_FIRST_WAIT)
+        return None if delivery is None else stream_offset(delivery)
+    finally:
+        consumer.close()
+
+
 def next_offset(broker: BlockingBroker, queue: str) -> int | None:
     """One past the newest offset the broker delivers, None when the stream is empty."""
     consumer = _Consumer(broker, queue, ("longstr", "last"), 1000)

@@ -127,3 +127,15 @@ def test_ranges_are_split_for_parallel_tasks():
         (25, 30),
     ]
     assert split_range("s", "/amq/queue/s", 5, 5, 10) == []
+
+
+def test_several_broker_nodes_in_url():
+    url = parse_broker_url("amqp://a:pa@h1:5673/v, amqps://b:pb@h2/v")
+    assert (url.host, url.port, url.user) == ("h1", 5673, "a")
+    nodes = url.nodes()
+    assert {(n.host, n.port, n.tls, n.user, n.password, n.vhost) for n in nodes} == {
+        ("h1", 5673, False, "a", "pa", "v"),
+        ("h2", 5671, True, "b", "pb", "v"),
+    }
+    assert all(not n.others for n in nodes)
+    assert [n.host for n in parse_broker_url("amqp://solo/").nodes()] == ["solo"]
