@@ -5,7 +5,7 @@ In: a stream of N 1 KiB messages read by Spark into the no-op sink, against a ba
 consumer reading the same stream (the ceiling).  Out: N rows published by the sink (publisher
 confirms), against a bare confirmed publisher.  The bare clients are the data source's own
 blocking client without Spark, so the difference is Spark's share: scheduling, the Python
-worker, Arrow conversion, and the MESSAGE rendering per row.
+worker, the Arrow record batches, and the MESSAGE headers per row.
 
 Each figure is the best of --rounds runs (default 3) after one warm-up; the streams are deleted
 at the end.
