@@ -514,8 +514,12 @@ class ClientConnection(asyncio.Protocol):
             self._timed_publish = seq
             self._timed_publish_at = time.monotonic()
 
-    def _execute(self, op: ops.Operation) -> object:
-        """Run an operation that needs no reply, or start a task for one that does."""
+    def _execute(self, op: ops.Operation, in_frame: bool = True) -> object:
+        """The one interpreter of the session's operations: run one that needs no reply, or
+        start the task for one that does (``_run_sync``/``_call``: the broker's answer goes back
+        into the frame's generator).  Outside a frame's generator (``in_frame`` False: an
+        error, a timeout, a broker event) there is nothing to answer, so an operation that needs
+        a reply there is a bug and raises, never dropped."""
         amqp = self._amqp
         if isinstance(op, ops.BasicPublish):
             assert amqp is not None
@@ -540,10 +544,14 @@ class ClientConnection(asyncio.Protocol):
             self._established(op)
         elif isinstance(op, ops.CloseClient):
             self._close(op.reason)
-        else:
+        elif isinstance(op, ops.DeleteQueueOnClose):
+            self._delete_on_close.append(op.queue)  # deleted before the AMQP link closes
+        elif in_frame:
             self._busy = True
             self._pause("broker")
             self._server.spawn(self._run_sync(op))
+        else:
+            raise AssertionError(f"operation {op!r} cannot run outside a frame's handling")
         return None
 
     async def _run_sync(self, op: ops.Operation) -> None:
@@ -698,17 +706,9 @@ class ClientConnection(asyncio.Protocol):
         self._run_all(self.session.close_with_error(error.message, f"{error.detail}\n", self._frame))
 
     def _run_all(self, operations: list[ops.Operation]) -> None:
-        """The operations of an answer outside a frame's generator (an error, a timeout): only
-        frames to write, queues to delete and the close; anything else is a bug, never dropped."""
+        """The operations of an answer outside a frame's generator (an error, a timeout)."""
         for op in operations:
-            if isinstance(op, ops.DeleteQueueOnClose):
-                self._delete_on_close.append(op.queue)
-            elif isinstance(op, ops.SendFrame):
-                self._write(op.data)
-            elif isinstance(op, ops.CloseClient):
-                self._close(op.reason)
-            else:
-                raise AssertionError(f"operation {op!r} cannot run outside a frame's handling")
+            self._execute(op, in_frame=False)
 
     # ------------------------------------------------------------------ login and heart-beats
     def _established(self, op: ops.Established) -> None:
