@@ -77,6 +77,9 @@ class RabbitMQRules:
     profile: Profile = Profile.RABBITMQ
     # NACK sends the message to a dead-letter queue (ActiveMQ) instead of basic.nack (the plugin)
     dead_letter_queue: str | None = None
+    # SEND to "/queue/a,/topic/b" publishes to each (ActiveMQ's composite destinations); the
+    # plugin reads the comma as part of the name
+    composite_destinations: bool = False
 
     def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
         """The connection's client id (named durable subscriptions); the plugin has none."""
@@ -289,6 +292,7 @@ class ActiveMQRules(RabbitMQRules):
 
     profile: Profile = Profile.ACTIVEMQ
     dead_letter_queue: str | None = "ActiveMQ.DLQ"  # ActiveMQ's default dead-letter strategy
+    composite_destinations: bool = True
 
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)

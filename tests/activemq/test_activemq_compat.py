@@ -308,3 +308,22 @@ def test_nack_moves_persistent_messages_to_the_dead_letter_queue(both, broker: B
         return sorted(m.body.decode() for m in messages), again, ours
 
     assert compare(both, conversation) == (["drop-me", "keep-me"], [], ["keep-me"])
+
+
+def test_composite_destination_send(both, broker: BrokerProbe) -> None:
+    """SEND to ``/queue/A,/topic/T``: the queue keeps a copy and the topic's subscriber gets one."""
+    queue, topic = unique("amq-cq-"), unique("amqct")
+    broker.track_queue(queue)
+
+    def conversation(connect: Connect) -> object:
+        listener = connect()
+        subscribe(listener, f"/topic/{topic}", "t")
+        sender = connect()
+        send(sender, f"/queue/{queue},/topic/{topic}", "to both")
+        on_topic = bodies(listener.read(QUIET + 2, until=lambda f: f.command == "MESSAGE"))
+        reader = connect()
+        subscribe(reader, f"/queue/{queue}", "q")
+        on_queue = bodies(reader.read(QUIET + 2, until=lambda f: f.command == "MESSAGE"))
+        return on_topic, on_queue
+
+    assert compare(both, conversation) == (["to both"], ["to both"])

@@ -499,3 +499,36 @@ def test_default_profile_nack_is_unchanged() -> None:
     run(session, Frame("SUBSCRIBE", {"destination": "/queue/work", "id": "s", "ack": "client-individual"}))
     assert session.on_delivery.__func__ is Session.on_delivery  # type: ignore[attr-defined]
     assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"})) == [ops.BasicNack(1, False, True)]
+
+
+# ------------------------------------------------------------------------------ composite destinations
+
+
+def test_composite_send_publishes_to_each_and_its_receipt_waits_for_all() -> None:
+    session = amq_session(None)
+    out = run(session, Frame("SEND", {"destination": "/queue/a,/topic/t.x", "receipt": "r"}, b"hi"))
+    publishes = [op for op in out if isinstance(op, ops.BasicPublish)]
+    assert [(p.exchange, p.routing_key) for p in publishes] == [("", "a"), ("amq.topic", "t.x")]
+    assert any(isinstance(op, ops.QueueDeclare) and op.queue == "a" for op in out)
+    assert frames_of(out) == []  # no RECEIPT before the broker confirmed both
+    assert session.on_confirm(1, False, True) == b""
+    receipt = session.on_confirm(2, False, True)
+    assert command_of(receipt) == "RECEIPT" and header(receipt, "receipt-id") == "r"
+
+
+def test_composite_send_with_a_refused_copy_is_an_error() -> None:
+    session = amq_session(None)
+    run(session, Frame("SEND", {"destination": "/queue/a,/queue/b", "receipt": "r"}, b"hi"))
+    error = session.on_confirm(2, True, False)
+    assert command_of(error) == "ERROR" and header(error, "receipt-id") == "r"
+
+
+def test_composite_destination_errors() -> None:
+    session = amq_session(None)
+    out = run(session, Frame("SEND", {"destination": "/queue/a,,/queue/b"}, b"x"))
+    assert header(frames_of(out)[0], "message") == "Invalid destination"
+    default = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(default, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    out = run(default, Frame("SEND", {"destination": "/queue/a,/queue/b"}, b"x"))
+    # the plugin's rule: the comma is part of a queue name, and '/' is not allowed in it
+    assert header(frames_of(out)[0], "message") == "Invalid destination"
