@@ -223,6 +223,7 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
         broker=broker,
         nodes=BrokerNodes(nodes, settings.amqp_node_order),
         listeners=[parse_listener(listener) for listener in settings.listeners],
+        activemq_listeners=[parse_listener(listener) for listener in settings.activemq_listeners],
         tls_listeners=[parse_listener(listener) for listener in settings.ssl_listeners],
         tls_context=listener_tls_context(settings),
         web_listeners=web_listeners(settings),
@@ -246,6 +247,7 @@ def build_supervisor(settings: Settings, server: Server, argv: Sequence[str]) ->
     configuration and knows the broker nodes, which /readyz asks."""
     plans = [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.listeners]
     plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.tls_listeners]
+    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.activemq_listeners]
     plans += [ListenerPlan(web.host, web.port, web.backlog) for web in server.web_listeners]
     return Supervisor(
         workers=settings.workers,

@@ -415,6 +415,7 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "web_stomp_hsts_policy": _optional_path,
     "web_stomp_console": _to_bool,
     "profile": _one_of("rabbitmq", "activemq"),
+    "activemq_listeners": _listeners,
 }
 
 
@@ -526,6 +527,9 @@ class Settings(BaseSettings):
     # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
     # (docs/migration-activemq.md).
     profile: Literal["rabbitmq", "activemq"] = "rabbitmq"
+    # plain TCP listeners that always speak the activemq profile, beside the others (a migration
+    # serves RabbitMQ-style and legacy ActiveMQ clients from one adapter)
+    activemq_listeners: Annotated[tuple[str, ...], NoDecode] = ()
 
     @field_validator("*", mode="before")
     @classmethod
@@ -615,6 +619,7 @@ _ADAPTER_KEYS: dict[str, str] = {
         "workers",
         "trailing_lf",
         "profile",
+        "activemq_listeners",
     )
 }
 

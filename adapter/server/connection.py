@@ -140,6 +140,7 @@ class ClientConnection(asyncio.Protocol):
         label: str = "",
         listener: str | None = None,
         client_address: tuple[str, int] | None = None,
+        session_settings: SessionSettings | None = None,
     ) -> None:
         self._server = server
         # the client's address from a PROXY header read before the TLS handshake (listener.py)
@@ -150,7 +151,8 @@ class ClientConnection(asyncio.Protocol):
         # a transport that frames each write (WebSocket: one message per STOMP frame) gets the
         # frames as separate items of one writelines call instead of joined
         self.frame_per_write = False
-        self._settings: SessionSettings = server.session_settings
+        # a listener may give its clients other settings (adapter.activemq_listeners: the profile)
+        self._settings: SessionSettings = session_settings or server.session_settings
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"

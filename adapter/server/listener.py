@@ -11,6 +11,7 @@ messages are requeued by the broker), wait up to ``shutdown_timeout``, then give
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import ssl
@@ -55,6 +56,7 @@ class Server:
         tls_listeners: list[tuple[str, int]] | None = None,
         tls_context: ssl.SSLContext | None = None,
         web_listeners: list[WebListener] | None = None,
+        activemq_listeners: list[tuple[str, int]] | None = None,
         proxy_protocol: bool = False,
         login_timeout: float = 10.0,
         heartbeat_tolerance: float = 1.5,
@@ -76,6 +78,9 @@ class Server:
         self.tls_listeners = tls_listeners or []
         self._tls_context = tls_context
         self.web_listeners = web_listeners or []
+        # TCP listeners whose clients get the activemq profile whatever the global one is
+        self.activemq_listeners = activemq_listeners or []
+        self.activemq_addresses: list[tuple[str, int]] = []
         # every connection starts with a PROXY protocol header (stomp.proxy_protocol)
         self.proxy_protocol = proxy_protocol
         self.login_timeout = login_timeout
@@ -140,6 +145,18 @@ class Server:
         self._report_accept_exhaustion(loop)
         for host, port in self.listeners:
             await self._listen(loop, host, port, None, self.addresses, lambda: ClientConnection(self))
+        if self.activemq_listeners:
+            activemq = dataclasses.replace(self.session_settings, profile="activemq")
+            for host, port in self.activemq_listeners:
+                await self._listen(
+                    loop,
+                    host,
+                    port,
+                    None,
+                    self.activemq_addresses,
+                    lambda: ClientConnection(self, session_settings=activemq),
+                    kind="STOMP, activemq profile",
+                )
         for host, port in self.tls_listeners:
             assert self._tls_context is not None
             self._listen_tls(

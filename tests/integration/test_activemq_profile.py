@@ -145,3 +145,20 @@ def test_exclusive_consumer_is_an_amqp_exclusive_consume(
     refused = stomp(adapter.port, login, subscribe, count=2)
     assert refused[1][0] == "ERROR"
     plain.close()
+
+
+def test_an_activemq_listener_beside_the_default_ones(start_adapter) -> None:
+    """adapter.activemq_listeners: one adapter serves RabbitMQ-style clients on its listeners and
+    legacy ActiveMQ clients on these, each with its own rules (here: SUBSCRIBE /temp-queue/NAME,
+    refused by the plugin's rules, accepted by ActiveMQ's)."""
+    adapter = start_adapter(activemq_listeners=["127.0.0.1:0"])
+    legacy_port = adapter.server.activemq_addresses[0][1]
+    subscribe = b"SUBSCRIBE\ndestination:/temp-queue/answers\nid:1\nreceipt:r\n\n\0"
+    connect = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
+    answers = {}
+    for name, port in (("default", adapter.port), ("activemq", legacy_port)):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(connect + subscribe)
+            frames, _closed = read_frames(sock, timeout=5, count=2)
+            answers[name] = [f.split(b"\n", 1)[0] for f in frames]
+    assert answers == {"default": [b"CONNECTED", b"ERROR"], "activemq": [b"CONNECTED", b"RECEIPT"]}
