@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import AdapterProcess, free_port, unique
+from tests.support import AdapterProcess, BrokerProbe, free_port, unique
 
 HERE = Path(__file__).resolve().parent
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -102,10 +102,21 @@ def web_adapter_on(amqp_url: str) -> Iterator[Any]:
         adapter.stop()
 
 
-def test_stompjs_in_chromium(node, web_adapter_on):
+@pytest.fixture
+def broker(amqp_url: str) -> Iterator[BrokerProbe]:
+    """Deletes the durable queues the browser's SENDs create."""
+    probe = BrokerProbe(amqp_url)
+    yield probe
+    probe.close()
+
+
+def test_stompjs_in_chromium(node, web_adapter_on, broker):
     port = free_port()
     first_adapter = web_adapter_on(port)
-    queue, topic = f"/queue/{unique('browser')}", f"/topic/{unique('browser')}"
+    name = unique("browser")
+    # the page also sends to NAME-acked and NAME-requests
+    broker.track_queue(name, f"{name}-acked", f"{name}-requests")
+    queue, topic = f"/queue/{name}", f"/topic/{unique('browser')}"
     driver = Driver(node, "stompjs", f"ws://127.0.0.1:{port}/ws", queue, topic)
     try:
         seen = driver.until("first")["seen"]

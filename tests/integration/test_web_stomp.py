@@ -28,6 +28,18 @@ from tests.support import free_port, read_frames, unique, wait_for_port
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
 
+@pytest.fixture
+def queue_name(broker):  # type: ignore[no-untyped-def]
+    """A fresh ``/queue/...`` destination whose durable queue is deleted after the test."""
+
+    def make() -> str:
+        name = unique("ws")
+        broker.track_queue(name)
+        return f"/queue/{name}"
+
+    return make
+
+
 def ws_adapter(start_adapter, **settings):  # type: ignore[no-untyped-def]
     adapter = start_adapter(web_stomp_listeners=["127.0.0.1:0"], **settings)
     return adapter, adapter.server.web_addresses[0][1]
@@ -72,9 +84,9 @@ def until_closed(ws: ClientConnection, timeout: float = 5.0) -> list[str | bytes
     return got
 
 
-def test_subscribe_send_receive_one_message_per_frame(start_adapter):
+def test_subscribe_send_receive_one_message_per_frame(start_adapter, queue_name):
     _adapter, port = ws_adapter(start_adapter)
-    queue = f"/queue/{unique('ws')}"
+    queue = queue_name()
     with open_ws(port) as ws:
         assert ws.subprotocol == "v12.stomp"
         ws.send(CONNECT)
@@ -113,9 +125,9 @@ def test_subprotocol_negotiation(start_adapter, offered, chosen):
         assert command(recv(ws)) == "CONNECTED"
 
 
-def test_frames_split_and_joined_across_messages(start_adapter):
+def test_frames_split_and_joined_across_messages(start_adapter, queue_name):
     _adapter, port = ws_adapter(start_adapter)
-    queue = f"/queue/{unique('ws')}"
+    queue = queue_name()
     with open_ws(port) as ws:
         for piece in ("CONN", "ECT\naccept-version:1.2\nlogin:gu", "est\npasscode:guest\n\n", "\0"):
             ws.send(piece)
@@ -190,9 +202,9 @@ def test_binary_frames_when_configured_and_binary_input_in_text_mode(start_adapt
         assert isinstance(recv(ws), str)
 
 
-def test_binary_body_round_trip_over_binary_frames(start_adapter):
+def test_binary_body_round_trip_over_binary_frames(start_adapter, queue_name):
     _adapter, port = ws_adapter(start_adapter, web_stomp_ws_frame="binary")
-    queue = f"/queue/{unique('ws')}"
+    queue = queue_name()
     body = bytes(range(256)) * 4
     with open_ws(port) as ws:
         ws.send(CONNECT.encode())
@@ -204,9 +216,9 @@ def test_binary_body_round_trip_over_binary_frames(start_adapter):
     assert message.endswith(b"\n\n" + body + b"\0\n")
 
 
-def test_compression_negotiated_round_trip(start_adapter):
+def test_compression_negotiated_round_trip(start_adapter, queue_name):
     _adapter, port = ws_adapter(start_adapter)
-    queue = f"/queue/{unique('ws')}"
+    queue = queue_name()
     with open_ws(port, compression="deflate") as ws:
         extensions = ws.response.headers.get("Sec-WebSocket-Extensions", "")
         assert extensions.startswith("permessage-deflate")
@@ -376,9 +388,9 @@ def test_proxy_protocol_gives_the_client_address(start_adapter):
         assert sock.recv(100) == b""
 
 
-def test_tcp_and_websocket_clients_meet_in_one_process(start_adapter):
+def test_tcp_and_websocket_clients_meet_in_one_process(start_adapter, queue_name):
     adapter, port = ws_adapter(start_adapter)
-    queue = f"/queue/{unique('ws')}"
+    queue = queue_name()
     with open_ws(port) as ws:
         ws.send(CONNECT)
         recv(ws)
