@@ -361,66 +361,48 @@ class Session:
             raise DestinationError("Missing destination", "\"SEND\" must include a 'destination' header\n")
         if "message-id" in headers:
             raise DestinationError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
-        if "," in raw and self._rules.composite_destinations:
-            yield from self._send_composite(frame, raw)
-            return
-        dest = self._destination(raw)
-        # the mapping rule, in the plugin's order: x- arguments checked for every destination
-        # kind, then /temp-queue refused, then a /queue declared once per connection
-        params = self._rules.send_queue_params(dest, headers, self._declared_queues)
-        if params is not None:
-            yield from self._declare_queue_once(dest, params)
+        # activemq profile: a composite destination, "/queue/a,/topic/b", is one publish per
+        # element, each planned as a SEND to it alone; the plugin reads the comma as part of a name
+        composite = "," in raw and self._rules.composite_destinations
+        parts = raw.split(",") if composite else [raw]
+        if composite and not all(parts):
+            raise DestinationError("Invalid destination", f"'{raw}' has an empty element\n")
+        dests = []
+        for part in parts:
+            dest = self._destination(part)
+            # the mapping rule, in the plugin's order: x- arguments checked for every destination
+            # kind, then /temp-queue refused, then a /queue declared once per connection
+            params = self._rules.send_queue_params(dest, headers, self._declared_queues)
+            if params is not None:
+                yield from self._declare_queue_once(dest, params)
+            dests.append(dest)
         # checked after the destination and its declare, in the plugin's order (docs/behaviour.md#limits)
         transaction = self._transaction_of(headers)
         reply_to = headers.get("reply-to")
         resolved_reply_to = None
         if reply_to is not None:
             resolved_reply_to = yield from self._resolve_reply_to(reply_to)
-        exchange, routing_key = publish_target(dest, self.settings.default_topic_exchange)
+        targets = [publish_target(dest, self.settings.default_topic_exchange) for dest in dests]
         properties = self._send_properties(headers, resolved_reply_to)
-        _remember(self._send_targets, raw, (exchange, routing_key))
+        if not composite:
+            _remember(self._send_targets, raw, targets[0])  # quick_send takes it from here on
         receipt = headers.get("receipt")
         if properties is None:
             # activemq profile: expired before it was sent.  ActiveMQ accepts and discards it,
             # so the SEND succeeds (with its RECEIPT) and nothing is published.
             yield from self._receipt(frame)
             return
-        publish = BasicPublish(exchange, routing_key, properties, frame.body)
-        if transaction is not None:
-            self._buffer(transaction, publish, receipt)
-            return
-        yield from self._publish(publish, receipt)
-
-    def _send_composite(self, frame: Frame, raw: str) -> Steps:
-        """ActiveMQ's composite destination, ``/queue/a,/topic/b``: one publish per element, each
-        planned as a SEND to it alone (checks and declares in the same order).  A receipt waits
-        for the confirms of all of them, as a COMMIT's does; a nack of any becomes an ERROR."""
-        headers = frame.headers
-        parts = raw.split(",")
-        if any(not part for part in parts):
-            raise DestinationError("Invalid destination", f"'{raw}' has an empty element\n")
-        targets = []
-        for part in parts:
-            dest = self._destination(part)
-            params = self._rules.send_queue_params(dest, headers, self._declared_queues)
-            if params is not None:
-                yield from self._declare_queue_once(dest, params)
-            targets.append(publish_target(dest, self.settings.default_topic_exchange))
-        transaction = self._transaction_of(headers)
-        reply_to = headers.get("reply-to")
-        resolved_reply_to = None
-        if reply_to is not None:
-            resolved_reply_to = yield from self._resolve_reply_to(reply_to)
-        properties = self._send_properties(headers, resolved_reply_to)
-        receipt = headers.get("receipt")
-        if properties is None:  # expired before it was sent: accepted and discarded, as one SEND
-            yield from self._receipt(frame)
-            return
         publishes = [BasicPublish(exchange, key, properties, frame.body) for exchange, key in targets]
         if transaction is not None:
+            last = len(publishes) - 1
             for n, publish in enumerate(publishes):
-                self._buffer(transaction, publish, receipt if n == len(publishes) - 1 else None)
+                self._buffer(transaction, publish, receipt if n == last else None)
             return
+        if not composite:
+            yield from self._publish(publishes[0], receipt)
+            return
+        # a composite SEND's receipt waits for the confirms of all its publishes, as a COMMIT's
+        # does; a nack of any of them becomes an ERROR
         if receipt is not None and not self._confirming:
             yield ConfirmSelect()
             self._confirming = True

@@ -50,7 +50,6 @@ _TEXT_PROPERTIES = {
     "user-id": "user_id",
     "app-id": "app_id",
 }
-NOT_IN_HEADERS_TABLE = frozenset({*_TEXT_PROPERTIES, "persistent", "priority", "timestamp", "destination"})
 
 # STOMP frame-control headers that the plugin copies into the AMQP headers table
 # (docs/destinations.md#send--amqp)

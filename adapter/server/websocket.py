@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import h11
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
     BytesMessage,
@@ -481,8 +482,6 @@ class WebSocketConnection(asyncio.Protocol):
                 session = None  # closing: only the client's Close matters now
 
     def _close_received(self, ws: WSConnection, event: CloseConnection) -> None:
-        from wsproto.connection import ConnectionState
-
         if ws.state is ConnectionState.OPEN:
             # wsproto could not parse the input (invalid UTF-8: 1007, protocol error: 1002)
             log.info("peer=%s: closing WebSocket: %s (%d)", self.peer, event.reason, event.code)

@@ -15,41 +15,11 @@ from pamqp import body, commands, frame, header, heartbeat
 from adapter.amqp.connection import AmqpConnection, AmqpError
 from adapter.mapping.operations import BasicQos, Delivery
 from adapter.mapping.properties import MessageProperties
+from tests import support
 
 
-class MemoryTransport:
-    """The transport methods AmqpConnection uses, recording writes."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.closed = False
-        self.aborted = False
-        self.reading = True
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def writelines(self, items: list[bytes]) -> None:
-        for item in items:
-            self.written += item
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def is_closing(self) -> bool:
-        return self.closed or self.aborted
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 5672) if name == "peername" else default
+class MemoryTransport(support.MemoryTransport):
+    """The shared in-memory socket, reading back what was written as AMQP frames."""
 
     def take_frames(self) -> list[tuple[int, Any]]:
         """Every frame written since the last call, decoded by pamqp (protocol header skipped)."""

@@ -15,57 +15,9 @@ from adapter.config import load_settings
 from adapter.server.connection import ClientConnection
 from adapter.server.listener import Server
 from adapter.server.websocket import WebSocketConnection, WebStompSettings
+from tests.support import MemoryTransport
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
-
-
-class MemoryTransport:
-    """A client socket: records writes, half-close and close."""
-
-    def __init__(self, peer: tuple[str, int] = ("127.0.0.1", 40000)) -> None:
-        self.written = bytearray()
-        self.eof_written = False
-        self.closed = False
-        self.aborted = False
-        self.reading = True
-        self._peer = peer
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def writelines(self, items: list[bytes]) -> None:
-        for item in items:
-            self.written += item
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def write_eof(self) -> None:
-        self.eof_written = True
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def is_closing(self) -> bool:
-        return self.closed or self.aborted
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._peer if name == "peername" else default
-
-    def frames(self) -> list[bytes]:
-        return [f.lstrip(b"\r\n") for f in bytes(self.written).split(b"\0") if f.strip(b"\r\n")]
 
 
 def make_server(**settings: Any) -> Server:
