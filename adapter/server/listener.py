@@ -144,7 +144,7 @@ class Server:
         loop = asyncio.get_running_loop()
         self._report_accept_exhaustion(loop)
         for host, port in self.listeners:
-            await self._listen(loop, host, port, None, self.addresses, lambda: ClientConnection(self))
+            await self._listen(loop, host, port, self.addresses, lambda: ClientConnection(self))
         if self.activemq_listeners:
             activemq = dataclasses.replace(self.session_settings, profile="activemq")
             for host, port in self.activemq_listeners:
@@ -152,7 +152,6 @@ class Server:
                     loop,
                     host,
                     port,
-                    None,
                     self.activemq_addresses,
                     lambda: ClientConnection(self, session_settings=activemq),
                     kind="STOMP, activemq profile",
@@ -200,7 +199,7 @@ class Server:
                 return WebSocketConnection(self, web.settings, tls=False)
 
             await self._listen(
-                loop, web.host, web.port, None, self.web_addresses, factory, web.backlog, "WebSocket"
+                loop, web.host, web.port, self.web_addresses, factory, web.backlog, "WebSocket"
             )
         if self.http_listen is not None:
             host, port = self.http_listen
@@ -208,7 +207,6 @@ class Server:
                 loop,
                 host,
                 port,
-                None,
                 self.http_addresses,
                 lambda: OperatorHttp(ServerEndpoints(self)),
                 None,
@@ -221,45 +219,30 @@ class Server:
         loop: asyncio.AbstractEventLoop,
         host: str,
         port: int,
-        tls: ssl.SSLContext | None,
         addresses: list[tuple[str, int]],
         factory: Callable[[], asyncio.Protocol],
         backlog: int | None = None,
         kind: str = "STOMP",
     ) -> None:
-        """A listener; TLS ones hand the protocol the decrypted stream (asyncio's TLS
-        transport), so everything behind the socket is the same session."""
+        """A plain listener (TLS ones accept by themselves: _listen_tls); a worker of
+        --workers N takes the sockets its supervisor bound instead of binding its own."""
         inherited = self._inherited_sockets.pop((host, port), None)
         for sock in inherited or []:
-            server = await loop.create_server(
-                factory,
-                sock=sock,
-                backlog=backlog or self._backlog,
-                ssl=tls,
-                ssl_handshake_timeout=self.login_timeout if tls else None,
-            )
+            server = await loop.create_server(factory, sock=sock, backlog=backlog or self._backlog)
             self._servers.append(server)
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
-            log.info(
-                "listening on %s:%s (%s%s, shared)", address[0], address[1], kind, ", TLS" if tls else ""
-            )
+            log.info("listening on %s:%s (%s, shared)", address[0], address[1], kind)
         if inherited is not None:
             return
         server = await loop.create_server(
-            factory,
-            host or None,
-            port,
-            backlog=backlog or self._backlog,
-            reuse_address=True,
-            ssl=tls,
-            ssl_handshake_timeout=self.login_timeout if tls else None,
+            factory, host or None, port, backlog=backlog or self._backlog, reuse_address=True
         )
         self._servers.append(server)
         for sock in server.sockets:
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
-            log.info("listening on %s:%s (%s%s)", address[0], address[1], kind, ", TLS" if tls else "")
+            log.info("listening on %s:%s (%s)", address[0], address[1], kind)
 
     def _listen_tls(
         self,
