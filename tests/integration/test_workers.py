@@ -42,7 +42,11 @@ class Tree:
 
     def log_lines(self) -> list[dict[str, object]]:
         lines = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
+        text = self.log_path.read_text(errors="replace")
+        # a worker may be writing its next line right now: a read can catch its first half, so
+        # only lines that end with their newline are parsed (the rest is read next time)
+        complete = text[: text.rfind("\n") + 1]
+        for line in complete.splitlines():
             if line.startswith("{"):
                 lines.append(json.loads(line))
         return lines
