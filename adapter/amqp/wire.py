@@ -23,10 +23,12 @@ from __future__ import annotations
 import datetime
 import decimal
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Final
 
+from ..codegen import generate_function
 from ..mapping.destinations import ProcessingError
-from ..mapping.properties import MessageProperties
+from ..mapping.properties import BASIC_PROPERTIES, MessageProperties
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2
@@ -269,52 +271,53 @@ def basic_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) -
 
 
 # --- publish: method + content header + body frames ------------------------------------------------
-def encode_properties(p: MessageProperties) -> tuple[int, bytes]:
-    """Return (property flags, property list) in the order AMQP 0-9-1 defines.
+# The content header's property list, encoded and decoded by functions generated from the one
+# table of the basic properties (BASIC_PROPERTIES, adapter/mapping/properties.py): unrolled,
+# because they run for every message, and generated, so that the wire order, the flag bits and the
+# wire types are written once.  What each wire type becomes, in both directions:
+_ENCODE_BY_WIRE_TYPE: Final = {
+    "shortstr": "shortstr(value)",
+    "table": "table(value)",
+    "octet": "bytes((value,))",
+    "timestamp": "_u64.pack(value)",
+}
+_DECODE_BY_WIRE_TYPE: Final = {
+    "shortstr": ("p.{attribute}, offset = decode_shortstr(payload, offset)",),
+    "table": ("p.{attribute}, offset = decode_table(payload, offset)",),
+    "octet": ("p.{attribute} = payload[offset]", "offset += 1"),
+    "timestamp": ("p.{attribute} = _u64.unpack_from(payload, offset)[0]", "offset += 8"),
+}
 
-    Unrolled rather than looped over names: this runs for every message published."""
-    flags = 0
-    parts: list[bytes] = []
-    if p.content_type is not None:
-        flags |= 0x8000
-        parts.append(shortstr(p.content_type))
-    if p.content_encoding is not None:
-        flags |= 0x4000
-        parts.append(shortstr(p.content_encoding))
-    if p.headers is not None:
-        flags |= 0x2000
-        parts.append(table(p.headers))
-    if p.delivery_mode is not None:
-        flags |= 0x1000
-        parts.append(bytes((p.delivery_mode,)))
-    if p.priority is not None:
-        flags |= 0x0800
-        parts.append(bytes((p.priority,)))
-    if p.correlation_id is not None:
-        flags |= 0x0400
-        parts.append(shortstr(p.correlation_id))
-    if p.reply_to is not None:
-        flags |= 0x0200
-        parts.append(shortstr(p.reply_to))
-    if p.expiration is not None:
-        flags |= 0x0100
-        parts.append(shortstr(p.expiration))
-    if p.message_id is not None:
-        flags |= 0x0080
-        parts.append(shortstr(p.message_id))
-    if p.timestamp is not None:
-        flags |= 0x0040
-        parts.append(_u64.pack(p.timestamp))
-    if p.type is not None:
-        flags |= 0x0020
-        parts.append(shortstr(p.type))
-    if p.user_id is not None:
-        flags |= 0x0010
-        parts.append(shortstr(p.user_id))
-    if p.app_id is not None:
-        flags |= 0x0008
-        parts.append(shortstr(p.app_id))
-    return flags, b"".join(parts)
+
+def _encode_properties_source() -> str:
+    lines = ["def encode_properties(p):", "    flags = 0", "    parts = []"]
+    for prop in BASIC_PROPERTIES:
+        if not prop.published:
+            continue
+        lines += [
+            f"    value = p.{prop.attribute}",
+            "    if value is not None:",
+            f"        flags |= {prop.flag:#06x}",
+            f"        parts.append({_ENCODE_BY_WIRE_TYPE[prop.wire_type]})",
+        ]
+    lines.append('    return flags, b"".join(parts)')
+    return "\n".join(lines) + "\n"
+
+
+def _decode_properties_source() -> str:
+    lines = [
+        "def decode_properties(payload, flags):",
+        "    p = MessageProperties()",
+        "    offset = 14",
+    ]
+    for prop in BASIC_PROPERTIES:
+        lines.append(f"    if flags & {prop.flag:#06x}:")
+        lines += [
+            f"        {step.format(attribute=prop.attribute)}"
+            for step in _DECODE_BY_WIRE_TYPE[prop.wire_type]
+        ]
+    lines.append("    return p")
+    return "\n".join(lines) + "\n"
 
 
 def publish_method(channel: int, exchange: str, routing_key: str) -> bytes:
@@ -520,42 +523,9 @@ def decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
 def _decode_content_header(payload: bytes) -> tuple[int, MessageProperties]:
     body_size = _u64.unpack_from(payload, 4)[0]
     flags = _u16.unpack_from(payload, 12)[0]
-    p = MessageProperties()
     if flags == 0:
-        return body_size, p
-    offset = 14
-    if flags & 0x8000:
-        p.content_type, offset = decode_shortstr(payload, offset)
-    if flags & 0x4000:
-        p.content_encoding, offset = decode_shortstr(payload, offset)
-    if flags & 0x2000:
-        p.headers, offset = decode_table(payload, offset)
-    if flags & 0x1000:
-        p.delivery_mode = payload[offset]
-        offset += 1
-    if flags & 0x0800:
-        p.priority = payload[offset]
-        offset += 1
-    if flags & 0x0400:
-        p.correlation_id, offset = decode_shortstr(payload, offset)
-    if flags & 0x0200:
-        p.reply_to, offset = decode_shortstr(payload, offset)
-    if flags & 0x0100:
-        p.expiration, offset = decode_shortstr(payload, offset)
-    if flags & 0x0080:
-        p.message_id, offset = decode_shortstr(payload, offset)
-    if flags & 0x0040:
-        p.timestamp = _u64.unpack_from(payload, offset)[0]
-        offset += 8
-    if flags & 0x0020:
-        p.type, offset = decode_shortstr(payload, offset)
-    if flags & 0x0010:
-        p.user_id, offset = decode_shortstr(payload, offset)
-    if flags & 0x0008:
-        p.app_id, offset = decode_shortstr(payload, offset)
-    if flags & 0x0004:
-        p.cluster_id, offset = decode_shortstr(payload, offset)
-    return body_size, p
+        return body_size, MessageProperties()
+    return body_size, _decode_properties(payload, flags)
 
 
 # --- the other methods the broker sends us (not per message) ----------------------------------------
@@ -615,3 +585,17 @@ def decode_reply(method: tuple[int, int], payload: bytes) -> str | None:
     if method == QUEUE_DECLARE_OK:
         return decode_queue_declare_ok(payload)
     return None
+
+
+# Generated last: their code calls the helpers defined above.
+encode_properties: Callable[[MessageProperties], tuple[int, bytes]] = generate_function(
+    "encode_properties", _encode_properties_source(), globals()
+)
+encode_properties.__doc__ = (
+    """(property flags, property list) of a message, in the order AMQP 0-9-1 defines."""
+)
+
+# (content header payload, property flags) -> the properties; the list starts at byte 14
+_decode_properties: Callable[[bytes, int], MessageProperties] = generate_function(
+    "decode_properties", _decode_properties_source(), globals()
+)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final, Literal
 
+from ..codegen import generate_function
 from .destinations import ProcessingError, message_reply_to, plugin_integer
 
 
@@ -37,18 +39,50 @@ class MessageProperties:
     cluster_id: str | None = None
 
 
-# STOMP header -> attribute, for the headers that become AMQP properties (docs/destinations.md#send--amqp).
-# Everything else, protocol headers included, goes into the headers table (docs/destinations.md#send--amqp).
-_TEXT_PROPERTIES = {
-    "content-type": "content_type",
-    "content-encoding": "content_encoding",
-    "correlation-id": "correlation_id",
-    "reply-to": "reply_to",
-    "expiration": "expiration",
-    "amqp-message-id": "message_id",
-    "type": "type",
-    "user-id": "user_id",
-    "app-id": "app_id",
+WireType = Literal["shortstr", "table", "octet", "timestamp"]
+
+
+@dataclass(frozen=True, slots=True)
+class BasicProperty:
+    """One AMQP ``basic`` content property: where it sits on the wire and which STOMP header it is."""
+
+    attribute: str  # the MessageProperties field
+    flag: int  # its bit in the content header's property flags
+    wire_type: WireType
+    header: str | None  # the STOMP header on SEND and on MESSAGE; None: not mapped
+    published: bool = True  # False: read from deliveries, never written on a publish
+
+
+# The one table of the basic properties, in wire order (AMQP 0-9-1, class basic).  It drives the
+# content-header encoder and decoder (adapter/amqp/wire.py generates both from it), the SEND
+# mapping below and the MESSAGE rendering (``message_headers``, generated from it too).  The
+# headers table has no STOMP header of its own: each of its entries is one.  cluster-id is
+# deprecated ("must be empty" on a publish, AMQP 0-9-1) and has no STOMP header: it is decoded,
+# never published nor rendered.
+BASIC_PROPERTIES: Final = (
+    BasicProperty("content_type", 0x8000, "shortstr", "content-type"),
+    BasicProperty("content_encoding", 0x4000, "shortstr", "content-encoding"),
+    BasicProperty("headers", 0x2000, "table", None),
+    BasicProperty("delivery_mode", 0x1000, "octet", "persistent"),
+    BasicProperty("priority", 0x0800, "octet", "priority"),
+    BasicProperty("correlation_id", 0x0400, "shortstr", "correlation-id"),
+    BasicProperty("reply_to", 0x0200, "shortstr", "reply-to"),
+    BasicProperty("expiration", 0x0100, "shortstr", "expiration"),
+    BasicProperty("message_id", 0x0080, "shortstr", "amqp-message-id"),
+    BasicProperty("timestamp", 0x0040, "timestamp", "timestamp"),
+    BasicProperty("type", 0x0020, "shortstr", "type"),
+    BasicProperty("user_id", 0x0010, "shortstr", "user-id"),
+    BasicProperty("app_id", 0x0008, "shortstr", "app-id"),
+    BasicProperty("cluster_id", 0x0004, "shortstr", None, published=False),
+)
+
+# STOMP header -> attribute, for the text headers that become AMQP properties
+# (docs/destinations.md#send--amqp).  ``persistent``, ``priority`` and ``timestamp`` are parsed
+# in properties_from_send; everything else, protocol headers included, goes into the headers table.
+_TEXT_PROPERTIES: Final = {
+    prop.header: prop.attribute
+    for prop in BASIC_PROPERTIES
+    if prop.wire_type == "shortstr" and prop.header is not None
 }
 
 # STOMP frame-control headers that the plugin copies into the AMQP headers table
@@ -104,65 +138,39 @@ def properties_from_send(headers: Mapping[str, str], reply_to: str | None) -> Me
 
 _PERSISTENT_TEXT = {2: "true"}
 
-# The MESSAGE headers the AMQP properties become, in the order message_headers gives them
-PROPERTY_HEADERS = (
-    "app-id",
-    "user-id",
-    "type",
-    "timestamp",
-    "amqp-message-id",
-    "expiration",
-    "reply-to",
-    "correlation-id",
-    "priority",
-    "persistent",
-    "content-encoding",
-    "content-type",
-)
+# The MESSAGE headers the AMQP properties become, in the order message_headers gives them: the
+# plugin's fixed order, which is the wire order reversed (docs/destinations.md#message-header-order)
+_RENDERED: Final = tuple(prop for prop in reversed(BASIC_PROPERTIES) if prop.header is not None)
+PROPERTY_HEADERS: Final = tuple(prop.header for prop in _RENDERED if prop.header is not None)
+
+# How a property's value becomes header text: by attribute where the rule is the property's own,
+# else by wire type
+_RENDER_BY_ATTRIBUTE: Final = {
+    "reply_to": 'message_reply_to(value) or ""',
+    "delivery_mode": "_PERSISTENT_TEXT.get(value) or str(value)",
+}
+_RENDER_BY_WIRE_TYPE: Final = {"shortstr": "value", "octet": "str(value)", "timestamp": "str(value)"}
 
 
-def message_headers(p: MessageProperties) -> list[tuple[str, str]]:
-    """The MESSAGE headers a delivery's properties become, as unescaped (name, value) pairs in
-    the plugin's order (docs/destinations.md#message-header-order): the headers table in the
-    order the broker delivered it, then the AMQP properties in the plugin's fixed order (item 7).
-
-    The one source of these headers: ``Session.on_delivery`` escapes and writes each pair, the
-    Spark reader (adapter/spark/messages.py) puts them in its rows.  Not included: the headers
-    the session adds around them (``subscription``, ``destination``, ``message-id``,
-    ``redelivered``, ``ack`` before; ``content-length`` after).  A ``content-length`` in the
-    headers table is left out: it would describe a frame that no longer exists.
-    """
-    pairs: list[tuple[str, str]] = []
-    table = p.headers
-    if table:
-        for name, value in table.items():
-            if name != "content-length":
-                pairs.append((name, value if type(value) is str else field_value_text(value)))
-    if p.app_id is not None:
-        pairs.append(("app-id", p.app_id))
-    if p.user_id is not None:
-        pairs.append(("user-id", p.user_id))
-    if p.type is not None:
-        pairs.append(("type", p.type))
-    if p.timestamp is not None:
-        pairs.append(("timestamp", str(p.timestamp)))
-    if p.message_id is not None:
-        pairs.append(("amqp-message-id", p.message_id))
-    if p.expiration is not None:
-        pairs.append(("expiration", p.expiration))
-    if p.reply_to is not None:
-        pairs.append(("reply-to", message_reply_to(p.reply_to) or ""))
-    if p.correlation_id is not None:
-        pairs.append(("correlation-id", p.correlation_id))
-    if p.priority is not None:
-        pairs.append(("priority", str(p.priority)))
-    if p.delivery_mode is not None:
-        pairs.append(("persistent", _PERSISTENT_TEXT.get(p.delivery_mode) or str(p.delivery_mode)))
-    if p.content_encoding is not None:
-        pairs.append(("content-encoding", p.content_encoding))
-    if p.content_type is not None:
-        pairs.append(("content-type", p.content_type))
-    return pairs
+def _message_headers_source() -> str:
+    lines = [
+        "def message_headers(p):",
+        "    pairs = []",
+        "    table = p.headers",
+        "    if table:",
+        "        for name, value in table.items():",
+        '            if name != "content-length":',
+        "                pairs.append((name, value if type(value) is str else field_value_text(value)))",
+    ]
+    for prop in _RENDERED:
+        text = _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]
+        lines += [
+            f"    value = p.{prop.attribute}",
+            "    if value is not None:",
+            f"        pairs.append(({prop.header!r}, {text}))",
+        ]
+    lines.append("    return pairs")
+    return "\n".join(lines) + "\n"
 
 
 def field_value_text(value: object) -> str:
@@ -199,3 +207,25 @@ def _jsonable(value: object) -> object:
     if isinstance(value, bool | int | float) or value is None:
         return value
     return field_value_text(value)
+
+
+# The MESSAGE headers a delivery's properties become (generated here, after field_value_text)
+message_headers: Callable[[MessageProperties], list[tuple[str, str]]] = generate_function(
+    "message_headers",
+    _message_headers_source(),
+    {
+        "field_value_text": field_value_text,
+        "message_reply_to": message_reply_to,
+        "_PERSISTENT_TEXT": _PERSISTENT_TEXT,
+    },
+)
+message_headers.__doc__ = """The MESSAGE headers a delivery's properties become, as unescaped (name,
+value) pairs in the plugin's order (docs/destinations.md#message-header-order): the headers table in
+the order the broker delivered it, then the AMQP properties in the plugin's fixed order (item 7),
+by the code ``_message_headers_source`` generates from ``BASIC_PROPERTIES``.
+
+The one source of these headers: ``Session.on_delivery`` escapes and writes each pair, the Spark
+reader (adapter/spark/messages.py) puts them in its rows.  Not included: the headers the session
+adds around them (``subscription``, ``destination``, ``message-id``, ``redelivered``, ``ack``
+before; ``content-length`` after).  A ``content-length`` in the headers table is left out: it would
+describe a frame that no longer exists."""
