@@ -443,8 +443,8 @@ class Session:
                 return None
         try:
             properties = self._send_properties(headers, reply_to)
-        except ProcessingError:
-            return None
+        except StompError:
+            return None  # the general path sends the ERROR
         if properties is None:
             return None  # not to be published (activemq: already expired): the general path
         self._count_publish(receipt)

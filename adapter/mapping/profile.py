@@ -55,6 +55,7 @@ __all__ = [
     "Profile",
     "RabbitMQRules",
     "activemq_binding_key",
+    "check_transformation",
     "client_id_in_use",
     "durable_subscription_queue",
     "expires_to_ttl",
@@ -312,6 +313,7 @@ class ActiveMQRules(RabbitMQRules):
         return None
 
     def send_properties(self, headers: Mapping[str, str], reply_to: str | None) -> MessageProperties | None:
+        check_transformation(headers, "SEND")
         properties = properties_from_send(headers, reply_to)
         expires = headers.get("expires")
         if expires is not None:
@@ -345,6 +347,7 @@ class ActiveMQRules(RabbitMQRules):
         default_topic_exchange: str,
         client_id: str | None,
     ) -> SubscribeTarget:
+        check_transformation(headers, "SUBSCRIBE")
         if dest.kind is DestinationKind.QUEUE:
             queue_arguments(headers)
             return SubscribeTarget(dest.name, _shared_queue(headers), None, "")
@@ -408,6 +411,25 @@ class ActiveMQRules(RabbitMQRules):
         the queue has another consumer, and refuses other consumers while it lasts
         (docs/migration-activemq.md: ActiveMQ keeps them waiting instead)."""
         return headers.get("activemq.exclusive", "").strip().lower() == "true"
+
+
+# ActiveMQ's ``transformation`` values that need no conversion here: every RabbitMQ message is a
+# byte array already.  The others convert between a JMS map or object message and XML or JSON
+# text; the adapter has no JMS message types to convert to or from.
+_PASS_THROUGH_TRANSFORMATIONS: Final = frozenset({"jms-byte"})
+
+
+def check_transformation(headers: Mapping[str, str], command: str) -> None:
+    """Refuse a ``transformation`` the adapter cannot honour, rather than deliver or publish the
+    message unconverted (an application that asked for ``jms-map-json`` would read the wrong body)."""
+    value = headers.get("transformation")
+    if value is None or value in _PASS_THROUGH_TRANSFORMATIONS:
+        return
+    raise DestinationError(
+        "Transformation not supported",
+        f"{command} with 'transformation:{value}': the adapter converts no message bodies "
+        "(only 'jms-byte', which needs no conversion, is accepted); send and read the body as it is\n",
+    )
 
 
 def _shared_queue(headers: Mapping[str, str]) -> QueueParams:

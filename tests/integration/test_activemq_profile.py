@@ -88,6 +88,16 @@ def test_bad_input_errors(start_adapter: Callable[..., AdapterProcess]) -> None:
             b"",
         ),
         ("SUBSCRIBE\ndestination:/queue/q\nid:1\nselector:a = 1\n\n", "Selector not supported", b"a = 1"),
+        (
+            "SEND\ndestination:/topic/t\ntransformation:jms-map-json\n\n{}",
+            "Transformation not supported",
+            b"jms-map-json",
+        ),
+        (
+            "SUBSCRIBE\ndestination:/topic/t\nid:1\ntransformation:jms-object-json\n\n",
+            "Transformation not supported",
+            b"jms-object-json",
+        ),
     ]
     for frame, message, quoted in cases:
         answers = stomp(port, CONNECT.format(client="c"), frame, count=2)

@@ -374,6 +374,39 @@ def test_default_profile_ignores_activemq_headers() -> None:
     assert not any(isinstance(op, ops.BasicQos) for op in out)
 
 
+@pytest.mark.parametrize(
+    "frame",
+    [
+        Frame("SEND", {"destination": "/queue/q", "transformation": "jms-map-json"}, b"{}"),
+        Frame("SEND", {"destination": "/topic/t", "transformation": "jms-object-xml", "receipt": "r"}),
+        Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "transformation": "jms-map-json"}),
+        Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "1", "transformation": "jms-xml"}),
+    ],
+)
+def test_a_transformation_the_adapter_cannot_do_is_refused(frame: Frame) -> None:
+    session = amq_session()
+    out = run(session, frame)
+    error = frames_of(out)[0]
+    assert command_of(error) == "ERROR" and header(error, "message") == "Transformation not supported"
+    assert f"transformation:{frame.headers['transformation']}".encode() in error
+    # nothing published or consumed (a SEND's queue is declared first, as for its other header
+    # errors, in the plugin's order)
+    assert not any(isinstance(op, ops.BasicPublish | ops.BasicConsume | ops.QueueBind) for op in out)
+    if frame.command == "SEND" and "receipt" not in frame.headers:
+        assert session.quick_send(frame) is None  # the fast path leaves the ERROR to the general one
+
+
+def test_jms_byte_needs_no_conversion_and_the_default_profile_passes_transformation_on() -> None:
+    frame = Frame("SEND", {"destination": "/queue/q", "transformation": "jms-byte"}, b"x")
+    published = [op for op in run(amq_session(), frame) if isinstance(op, ops.BasicPublish)]
+    assert published and published[0].body == b"x"
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2"}))
+    frame = Frame("SEND", {"destination": "/queue/q", "transformation": "jms-map-json"}, b"{}")
+    published = [op for op in run(session, frame) if isinstance(op, ops.BasicPublish)]
+    assert published[0].properties.headers == {"transformation": "jms-map-json"}  # as the plugin does
+
+
 # --- one connection per client-id (per adapter process) -----------------------------------------
 
 
