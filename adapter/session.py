@@ -29,6 +29,7 @@ from enum import Enum, auto
 from typing import Any, Literal
 
 from .errors import StompError
+from .mapping import dispatch
 from .mapping.destinations import (
     QUEUE_ARGUMENTS,
     Destination,
@@ -59,7 +60,11 @@ from .mapping.operations import (
     ConfirmSelect,
     DeleteQueueOnClose,
     Delivery,
+    DispatchDelivery,
+    DispatchSettle,
     Established,
+    JoinDispatch,
+    LeaveDispatch,
     LoginResult,
     OpenConnection,
     Operation,
@@ -76,7 +81,7 @@ from .mapping.profile import (
     rules_for,
     selector_lookup,
 )
-from .mapping.properties import PROPERTY_HEADERS, message_headers
+from .mapping.properties import PROPERTY_HEADERS, MessageProperties, message_headers
 from .mapping.selector import Selector
 from .stomp import heartbeat
 from .stomp.codec import FrameError, FrameLimits, encode_frame, escape
@@ -121,6 +126,8 @@ class SessionSettings:
     profile: str = Profile.RABBITMQ
     # activemq profile: the client ids connected now, shared by every connection of the process
     client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
+    # activemq profile: the dispatchers of selector subscriptions on queues, per process
+    dispatchers: dispatch.Dispatchers = field(default_factory=dispatch.Dispatchers, compare=False)
 
 
 class State(Enum):
@@ -138,6 +145,9 @@ class Subscription:
     ack_mode: AckMode
     # activemq profile: deliveries it does not match are acked and dropped (topic subscriptions)
     selector: Selector | None = None
+    # activemq profile: a selector subscription on a queue, whose deliveries go through the
+    # process's dispatcher of that queue (adapter/mapping/dispatch.py); its selector is there
+    dispatched: bool = False
     # filled on the first delivery, reused for every MESSAGE: the command and subscription
     # lines, and the escaped message-id up to its delivery tag
     message_head: str = ""
@@ -195,6 +205,9 @@ class Session:
         # copied there), and the sequence numbers of copies the broker has not yet confirmed
         self._dead_letter_queue = self._rules.dead_letter_queue
         self._unsettled: dict[int, Delivery] | None = None
+        # the unsettled messages of dispatched subscriptions of client-ack modes, by (consumer
+        # tag, message number): their bodies go to the dead-letter queue on NACK
+        self._dispatched: dict[tuple[str, int], Delivery] = {}
         self._dead_letter_seqs: set[int] = set()
         self._dead_letter_refused = False
         self._dead_letter_declared = False
@@ -580,6 +593,10 @@ class Session:
                 if not queue and isinstance(declared, str):
                     queue = declared  # an empty x-queue-name lets the broker name the queue
                 self._unfinished_subscription_queue = queue
+        if selector is not None and dest.kind in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE):
+            # activemq profile: a selector on a shared queue (competing consumers)
+            yield from self._subscribe_dispatched(frame, queue, tag, dest, ack_mode, selector, prefetch_count)
+            return
         if prefetch_count is not None:
             yield BasicQos(prefetch_count)
         arguments: dict[str, object] = {}
@@ -599,6 +616,46 @@ class Session:
             yield QueueBind(queue, target.bind_exchange, target.bind_key)
         self._unfinished_subscription_queue = None
         yield from self._receipt(frame)
+
+    def _subscribe_dispatched(
+        self,
+        frame: Frame,
+        queue: str,
+        tag: str,
+        dest: Destination,
+        ack_mode: AckMode,
+        selector: Selector,
+        credit: int | None,
+    ) -> Steps:
+        """activemq profile: a selector subscription on a queue (competing consumers).  It joins
+        the process's dispatcher of the queue before it consumes; it always consumes with acks
+        (``auto`` is acked by the adapter as each message is sent, so a message no selector
+        matches can be held), with a prefetch that leaves room for those held messages; the
+        STOMP prefetch is enforced by the dispatcher (adapter/mapping/dispatch.py)."""
+        headers = frame.headers
+        auto_ack = ack_mode == "auto"
+        yield BasicQos(dispatch.window(credit, auto_ack))
+        self._subscriptions[tag] = Subscription(
+            tag, headers.get("id"), dest.raw, dest, ack_mode, dispatched=True
+        )
+        self.quick_ack = self._quick_ack_undispatched  # type: ignore[method-assign]
+
+        def matches(properties: MessageProperties) -> bool:
+            return selector.matches(selector_lookup(properties))
+
+        yield JoinDispatch(queue, tag, matches, auto_ack, None if auto_ack else credit)
+        yield BasicConsume(queue, tag, no_ack=False, exclusive=self._rules.exclusive_consumer(headers))
+        yield from self._receipt(frame)
+
+    def _quick_ack_undispatched(self, frame: Frame) -> BasicAck | None:
+        """``quick_ack`` once the session has a dispatched subscription: their ACKs take the
+        general way (they are settled on the channel each message came from)."""
+        value = frame.headers.get(self._ack_header)
+        if value is not None:
+            subscription = self._subscriptions.get(value.split("@@", 1)[0])
+            if subscription is not None and subscription.dispatched:
+                return None
+        return Session.quick_ack(self, frame)
 
     def _subscribe_temp_queue(
         self, frame: Frame, dest: Destination, tag: str, prefetch_count: int | None, ack_mode: AckMode
@@ -663,6 +720,9 @@ class Session:
         else:
             yield BasicCancel(tag)
             self._subscriptions.pop(tag, None)
+            if subscription.dispatched:
+                self._dispatched = {k: d for k, d in self._dispatched.items() if k[0] != tag}
+                yield LeaveDispatch(tag)
         subscribed = subscription.parsed if subscription is not None else None
         queue = rules.unsubscribe_queue(subscribed, headers, sub_id, self.client_id)
         if queue is not None:
@@ -697,11 +757,14 @@ class Session:
         transaction = self._transaction_of(headers)
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
+        if subscription.dispatched:
+            yield from self._settle_dispatched(frame, subscription, delivery_tag, multiple, nack, transaction)
+            return
         op: Operation
         if nack and transaction is None and self._unsettled is not None:
             settled = self._take_unsettled(delivery_tag, multiple)
             if settled is not None:
-                yield from self._dead_letter(settled, delivery_tag, multiple)
+                yield from self._dead_letter(settled, BasicAck(delivery_tag, multiple))
                 yield from self._receipt(frame)
                 return
         if not nack and transaction is None and self._unsettled is not None:
@@ -723,12 +786,69 @@ class Session:
             yield op
         yield from self._receipt(frame)
 
+    def _settle_dispatched(
+        self,
+        frame: Frame,
+        subscription: Subscription,
+        number: int,
+        multiple: bool,
+        nack: bool,
+        transaction: str | None,
+    ) -> Steps:
+        """ACK / NACK of a dispatched subscription's message: the dispatcher settles it on the
+        channel it came from.  A NACK outside a transaction moves it to the dead-letter queue,
+        as for any other queue subscription of this profile."""
+        tag = subscription.consumer_tag
+        if multiple:
+            keys = sorted(key for key in self._dispatched if key[0] == tag and key[1] <= number)
+        else:
+            keys = [(tag, number)]
+        if (
+            nack
+            and transaction is None
+            and keys
+            and keys[-1] == (tag, number)
+            and all(key in self._dispatched for key in keys)
+        ):
+            deliveries = [self._dispatched.pop(key) for key in keys]
+            yield from self._dead_letter(deliveries, DispatchSettle(tag, number, multiple, ack=True))
+            yield from self._receipt(frame)
+            return
+        requeue = True
+        if nack:
+            requeue_header = frame.headers.get("requeue")
+            if requeue_header is None:
+                requeue = self.settings.default_nack_requeue
+            else:
+                requeue = requeue_header in ("true", "True")
+        op = DispatchSettle(tag, number, multiple, ack=not nack, requeue=requeue)
+        if transaction is not None:
+            self._buffer(transaction, op, None)
+        else:
+            for key in keys:
+                self._dispatched.pop(key, None)
+            yield op
+        yield from self._receipt(frame)
+
+    def render_dispatched(self, delivery: Delivery) -> bytes:
+        """A message the dispatcher gives one of this session's dispatched subscriptions
+        (its consumer tag and message number in place of the AMQP ones)."""
+        data = Session.on_delivery(self, delivery)
+        subscription = self._subscriptions.get(delivery.consumer_tag)
+        if data and subscription is not None and subscription.ack_mode != "auto":
+            self._dispatched[delivery.consumer_tag, delivery.delivery_tag] = delivery
+        return data
+
     # ------------------------------------------------------------------ NACK to a dead-letter queue
     def _on_delivery_kept(self, delivery: Delivery) -> bytes:
         """``on_delivery`` when NACKs go to a dead-letter queue: a delivery of a client-ack
-        subscription is kept until it is acknowledged (at most the prefetch of each)."""
-        data = Session.on_delivery(self, delivery)
+        subscription is kept until it is acknowledged (at most the prefetch of each).
+        A delivery of a dispatched subscription renders nothing here: the shell hands it to
+        the dispatcher (``dropped_delivery_ack``)."""
         subscription = self._subscriptions.get(delivery.consumer_tag)
+        if subscription is not None and subscription.dispatched:
+            return b""
+        data = Session.on_delivery(self, delivery)
         if (
             data
             and subscription is not None
@@ -758,7 +878,7 @@ class Session:
             return None
         return [unsettled.pop(tag) for tag in tags]
 
-    def _dead_letter(self, deliveries: list[Delivery], delivery_tag: int, multiple: bool) -> Steps:
+    def _dead_letter(self, deliveries: list[Delivery], settle: BasicAck | DispatchSettle) -> Steps:
         """ActiveMQ's NACK: a persistent message moves to the dead-letter queue with
         ``original-destination``; a non-persistent one is dropped.  The copy is published with
         confirms and the original acknowledged only once the broker has confirmed the copy; if
@@ -785,7 +905,7 @@ class Session:
                     f"The broker did not confirm the copy of the NACKed message on {queue!r}; "
                     "the message stays on its queue\n",
                 )
-        yield BasicAck(delivery_tag, multiple)
+        yield settle
 
     def _settle_dead_letters(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
         seqs = self._dead_letter_seqs
@@ -946,12 +1066,17 @@ class Session:
             )
         )
 
-    def dropped_delivery_ack(self, delivery: Delivery) -> BasicAck | None:
-        """The ack of a delivery ``on_delivery`` filtered out (it returned no bytes): its
-        subscription's selector does not match it, so it leaves that subscription's own queue.
-        None for auto-ack subscriptions, whose deliveries the broker has already forgotten."""
+    def dropped_delivery_ack(self, delivery: Delivery) -> BasicAck | DispatchDelivery | None:
+        """What to do with a delivery ``on_delivery`` rendered no bytes for: its subscription's
+        selector does not match it, so it leaves that subscription's own queue (acked; None for
+        auto-ack subscriptions, whose deliveries the broker has already forgotten); or its
+        subscription is dispatched (a selector on a queue), and the dispatcher decides."""
         subscription = self._subscriptions.get(delivery.consumer_tag)
-        if subscription is None or subscription.ack_mode == "auto":
+        if subscription is None:
+            return None
+        if subscription.dispatched:
+            return DispatchDelivery(delivery)
+        if subscription.ack_mode == "auto":
             return None
         return BasicAck(delivery.delivery_tag, False)
 

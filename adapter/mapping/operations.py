@@ -9,6 +9,7 @@ free of futures.  Pure data: imports neither asyncio, aio-pika, pamqp nor pydant
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -168,9 +169,50 @@ class AwaitConfirms:
     True, or False when the wait timed out."""
 
 
+# --- selector subscriptions on a queue (activemq profile, adapter/mapping/dispatch.py) ----------
+@dataclass(frozen=True, slots=True)
+class JoinDispatch:
+    """Add the subscription ``consumer_tag`` to the process's dispatcher of ``queue`` (in the
+    session's vhost), before its consume: from then on its deliveries go through the dispatcher."""
+
+    queue: str
+    consumer_tag: str
+    matches: Callable[[MessageProperties], bool]
+    auto_ack: bool
+    credit: int | None  # the STOMP prefetch, enforced by the dispatcher (None: unlimited)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveDispatch:
+    """The subscription ``consumer_tag`` ended (UNSUBSCRIBE): its dispatcher requeues what it holds."""
+
+    consumer_tag: str
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchDelivery:
+    """A delivery of a dispatched subscription: the dispatcher delivers or parks it."""
+
+    delivery: Delivery
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchSettle:
+    """The client's ACK (``ack``) or NACK of message ``number`` of a dispatched subscription
+    (``multiple``: and of its earlier ones): the dispatcher settles it on its origin's channel."""
+
+    consumer_tag: str
+    number: int
+    multiple: bool
+    ack: bool
+    requeue: bool = True
+
+
 # The synchronous operations that are one AMQP method and its reply (AmqpConnection.execute);
 # the other synchronous ones (login, close, waiting for confirms) belong to the shell.
 BROKER_CALLS = (ConfirmSelect, QueueDeclare, QueueBind, QueueDelete, BasicQos, BasicConsume, BasicCancel)
+
+DISPATCH_OPS = (JoinDispatch, LeaveDispatch, DispatchDelivery, DispatchSettle)
 
 SYNCHRONOUS_OPS = (
     OpenConnection,
@@ -203,4 +245,8 @@ Operation = (
     | Established
     | DeleteQueueOnClose
     | AwaitConfirms
+    | JoinDispatch
+    | LeaveDispatch
+    | DispatchDelivery
+    | DispatchSettle
 )

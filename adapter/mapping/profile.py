@@ -11,7 +11,8 @@ where the two differ instead of testing the profile name, so the differences are
 * the prefetch of a SUBSCRIBE (ActiveMQ: ``activemq.prefetchSize`` as well);
 * the SUBSCRIBE plan (ActiveMQ: ``/topic/`` wildcards ``*`` and ``>``, durable subscriptions
   named by ``client-id`` + ``activemq.subscriptionName``);
-* the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once);
+* the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once; on a queue
+  it is applied by the queue's dispatcher, adapter/mapping/dispatch.py);
 * the queue an UNSUBSCRIBE removes;
 * whether a ``client-id`` may log in (ActiveMQ: one connection per client id, ``ClientIds``).
 
@@ -370,16 +371,20 @@ class ActiveMQRules(RabbitMQRules):
         return SubscribeTarget(durable_subscription_queue(client_id, name), params, exchange, key)
 
     def selector(self, dest: Destination, headers: Mapping[str, str]) -> Selector | None:
+        """The compiled ``selector``.  On a topic (each subscription has its own queue) the
+        session drops what it does not match; on a queue (competing consumers) the process's
+        dispatcher of the queue routes each message to a matching consumer
+        (adapter/mapping/dispatch.py)."""
         text = headers.get("selector")
         if text is None:
             return None
-        if dest.kind not in (DestinationKind.TOPIC, DestinationKind.EXCHANGE):
-            # On a shared queue a non-matching message must stay for other consumers; with one
-            # AMQP queue and no broker-side filter that cannot be done safely (docs/migration-activemq.md).
+        if dest.kind not in _SELECTOR_KINDS:
+            # a /temp-queue/ or /reply-queue/ has one consumer: a selector there would only hide
+            # messages (ActiveMQ's temporary destinations are private to their connection too)
             raise DestinationError(
                 "Selector not supported",
-                f"Selectors are only supported on /topic/ subscriptions; '{dest.raw}' is a queue "
-                f"(selector {text!r})\n",
+                f"Selectors are supported on /queue/, /amq/queue/, /topic/ and /exchange/ "
+                f"subscriptions, not on '{dest.raw}' (selector {text!r})\n",
             )
         try:
             return compile_selector(text)
@@ -430,6 +435,12 @@ def check_transformation(headers: Mapping[str, str], command: str) -> None:
         f"{command} with 'transformation:{value}': the adapter converts no message bodies "
         "(only 'jms-byte', which needs no conversion, is accepted); send and read the body as it is\n",
     )
+
+
+# the destinations whose subscriptions may have a selector (see ActiveMQRules.selector)
+_SELECTOR_KINDS: Final = frozenset(
+    {DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE, DestinationKind.TOPIC, DestinationKind.EXCHANGE}
+)
 
 
 def _shared_queue(headers: Mapping[str, str]) -> QueueParams:

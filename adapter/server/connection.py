@@ -32,6 +32,7 @@ from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
+from .dispatching import DispatchLink
 from .fdlimit import EXHAUSTED
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 
@@ -170,6 +171,9 @@ class ClientConnection(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None  # after our half-close, see _close
         self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
         self._delete_on_close: list[str] = []  # queues to delete before the AMQP link closes
+        # activemq profile: this connection's selector subscriptions on queues (created on the first)
+        self._dispatch: DispatchLink | None = None
+        self._amqp_flush_handle: asyncio.Handle | None = None
         self.lifecycle = Lifecycle.NEW
         self._closed = False  # lifecycle is CLOSED or FINISHED
         self._finished = False  # lifecycle is FINISHED
@@ -548,6 +552,8 @@ class ClientConnection(asyncio.Protocol):
             self._close(op.reason)
         elif isinstance(op, ops.DeleteQueueOnClose):
             self._delete_on_close.append(op.queue)  # deleted before the AMQP link closes
+        elif isinstance(op, ops.DISPATCH_OPS):
+            self._dispatch_op(op)
         elif in_frame:
             self._busy = True
             self._pause("broker")
@@ -605,6 +611,7 @@ class ClientConnection(asyncio.Protocol):
                     return False
             return True
         elif isinstance(op, ops.CloseAmqp):
+            self._leave_dispatchers()  # before the channel closes (its unacked messages requeue)
             self._amqp = None
             await amqp.close()
         else:  # pragma: no cover - exhaustive over SYNCHRONOUS_OPS
@@ -787,7 +794,8 @@ class ClientConnection(asyncio.Protocol):
             return
         data = self.session.on_delivery(delivery)
         if not data:
-            # filtered out by the subscription's selector (activemq profile): settle it now
+            # filtered out by the subscription's selector, or for the queue's dispatcher
+            # (activemq profile): settle it now, or hand it over
             ack = self.session.dropped_delivery_ack(delivery)
             if ack is not None:
                 self._execute(ack)
@@ -802,6 +810,52 @@ class ClientConnection(asyncio.Protocol):
         self._out.append(data)
         if len(delivery.body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
+
+    # ------------------------------------------------------------------ queue dispatchers
+    def _dispatch_op(
+        self, op: ops.JoinDispatch | ops.LeaveDispatch | ops.DispatchDelivery | ops.DispatchSettle
+    ) -> None:
+        link = self._dispatch
+        if link is None:
+            assert self.session is not None and self.session.vhost is not None
+            link = self._dispatch = DispatchLink(
+                self, self._settings.dispatchers, self.session.vhost, self._loop
+            )
+        link.execute(op)
+
+    def deliver_dispatched(self, delivery: ops.Delivery) -> None:
+        """The queue's dispatcher gives this client a message (adapter/server/dispatching.py)."""
+        if self._closed or self.session is None:
+            return
+        data = self.session.render_dispatched(delivery)
+        if self._steps is not None:
+            self._held.append(data)  # after the current frame's RECEIPT, as in on_deliver
+        else:
+            self._write(data)
+
+    def settle_dispatched(self, delivery_tag: int, ack: bool, requeue: bool) -> None:
+        """The queue's dispatcher settles a delivery of this connection's channel."""
+        amqp = self._amqp
+        if amqp is None or not amqp.is_open:
+            return  # the channel is gone: the broker has requeued it
+        if ack:
+            amqp.ack(delivery_tag, False)
+            self.acks += 1
+        else:
+            amqp.nack(delivery_tag, False, requeue)
+            self.nacks += 1
+        if self._amqp_flush_handle is None:
+            self._amqp_flush_handle = self._loop.call_soon(self._flush_amqp)
+
+    def _flush_amqp(self) -> None:
+        self._amqp_flush_handle = None
+        if self._amqp is not None:
+            self._amqp.flush()
+
+    def _leave_dispatchers(self) -> None:
+        link, self._dispatch = self._dispatch, None
+        if link is not None:
+            link.channel_closed()
 
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
         session = self.session
@@ -961,6 +1015,8 @@ class ClientConnection(asyncio.Protocol):
         self._release_input()
         if self.session is not None:
             self.session.on_closed()  # activemq profile: frees its client-id
+        if self._dispatch is not None:
+            self._leave_dispatchers()
         if self._steps is not None:
             self._steps.close()
             self._steps = None

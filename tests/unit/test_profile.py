@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapter.config import ConfigError, load_settings
+from adapter.mapping import dispatch
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationError, ProcessingError, parse_destination
 from adapter.mapping.profile import (
@@ -205,14 +206,16 @@ def test_prefetch_size() -> None:
 # --- selectors ----------------------------------------------------------------------------------
 
 
-def test_selector_compiled_for_topics_refused_on_queues() -> None:
+def test_selector_compiled_for_topics_and_queues_refused_on_temp_queues() -> None:
     selector = rules().selector(parse_destination("/topic/t"), {"selector": "color = 'red'"})
     assert selector is not None
     props = MessageProperties(headers={"color": "red"})
     assert selector.matches(selector_lookup(props))
     assert not selector.matches(selector_lookup(MessageProperties(headers={})))
+    queue_selector = rules().selector(parse_destination("/queue/q"), {"selector": "color = 'red'"})
+    assert queue_selector is not None and queue_selector.matches(selector_lookup(props))
     with pytest.raises(DestinationError, match="Selector not supported"):
-        rules().selector(parse_destination("/queue/q"), {"selector": "color = 'red'"})
+        rules().selector(parse_destination("/temp-queue/q"), {"selector": "color = 'red'"})
     with pytest.raises(DestinationError, match="color ="):
         rules().selector(parse_destination("/topic/t"), {"selector": "color = = 'red'"})
     assert RabbitMQRules().selector(parse_destination("/topic/t"), {"selector": "x = 1"}) is None
@@ -303,7 +306,7 @@ def test_dropped_delivery_is_acked_in_client_mode() -> None:
     ("headers", "message"),
     [
         ({"destination": "/topic/t", "selector": "a = = 1"}, "Invalid selector"),
-        ({"destination": "/queue/q", "selector": "a = 1"}, "Selector not supported"),
+        ({"destination": "/temp-queue/q", "selector": "a = 1"}, "Selector not supported"),
         ({"destination": "/topic/t", "activemq.prefetchSize": "0"}, "Processing error"),
     ],
 )
@@ -565,3 +568,94 @@ def test_composite_destination_errors() -> None:
     out = run(default, Frame("SEND", {"destination": "/queue/a,/queue/b"}, b"x"))
     # the plugin's rule: the comma is part of a queue name, and '/' is not allowed in it
     assert header(frames_of(out)[0], "message") == "Invalid destination"
+
+
+# --- selectors on a queue: the session's side of the dispatcher (adapter/mapping/dispatch.py) --
+
+
+def test_queue_selector_subscription_joins_the_dispatcher_before_it_consumes() -> None:
+    session = amq_session()
+    out = run(
+        session,
+        Frame(
+            "SUBSCRIBE",
+            {
+                "destination": "/queue/q",
+                "id": "1",
+                "ack": "client-individual",
+                "selector": "n > 1",
+                "activemq.prefetchSize": "3",
+            },
+        ),
+    )
+    kinds = [type(op) for op in out if not isinstance(op, ops.SendFrame)]
+    assert kinds == [ops.QueueDeclare, ops.BasicQos, ops.JoinDispatch, ops.BasicConsume]
+    assert ops.BasicQos(3 + dispatch.PARK_LIMIT) in out  # the STOMP prefetch plus the parking room
+    join = next(op for op in out if isinstance(op, ops.JoinDispatch))
+    assert (join.queue, join.consumer_tag, join.auto_ack, join.credit) == ("q", "T_1", False, 3)
+    assert join.matches(MessageProperties(headers={"n": "2"}))
+    assert not join.matches(MessageProperties(headers={"n": "1"}))
+    consume = next(op for op in out if isinstance(op, ops.BasicConsume))
+    assert consume.no_ack is False  # held messages need acks
+
+
+def test_auto_ack_queue_selector_consumes_with_acks_and_unlimited_credit() -> None:
+    out = run(amq_session(), Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "selector": "n > 1"}))
+    join = next(op for op in out if isinstance(op, ops.JoinDispatch))
+    assert join.auto_ack and join.credit is None
+    assert ops.BasicQos(dispatch.PARK_LIMIT) in out
+    assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is False
+
+
+def _dispatched_session(ack: str) -> Session:
+    session = amq_session()
+    run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "ack": ack, "selector": "n > 1"}))
+    return session
+
+
+def test_dispatched_delivery_goes_to_the_dispatcher_and_acks_to_dispatch_settle() -> None:
+    session = _dispatched_session("client-individual")
+    delivery = ops.Delivery("T_1", 7, False, "", "q", MessageProperties(headers={"n": "1"}), b"x")
+    assert session.on_delivery(delivery) == b""
+    assert session.dropped_delivery_ack(delivery) == ops.DispatchDelivery(delivery)
+    # the dispatcher numbers what it gives this subscription: the number is in the message-id
+    rendered = session.render_dispatched(delivery._replace(delivery_tag=1))
+    message_id = header(rendered, "message-id")
+    assert message_id is not None and message_id.endswith("@@1")
+    ack = Frame("ACK", {"id": message_id})
+    assert session.quick_ack(ack) is None  # never acked on this channel directly
+    assert run(session, ack) == [ops.DispatchSettle("T_1", 1, False, ack=True)]
+
+
+def test_dispatched_client_ack_is_cumulative_and_nack_goes_to_the_dead_letter_queue() -> None:
+    session = _dispatched_session("client")
+    props = MessageProperties(headers={"n": "5"}, delivery_mode=2)
+    for number in (1, 2):
+        session.render_dispatched(ops.Delivery("T_1", number, False, "", "q", props, b"x"))
+    out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@2"}), _confirmed)
+    publishes = [op for op in out if isinstance(op, ops.BasicPublish)]
+    assert [p.routing_key for p in publishes] == ["ActiveMQ.DLQ", "ActiveMQ.DLQ"]
+    assert out[-1] == ops.DispatchSettle("T_1", 2, True, ack=True)
+
+
+def test_dispatched_ack_in_a_transaction_is_replayed_at_commit() -> None:
+    session = _dispatched_session("client-individual")
+    run(session, Frame("BEGIN", {"transaction": "t"}))
+    assert run(session, Frame("ACK", {"id": f"T_1@@{SESSION_ID}@@4", "transaction": "t"})) == []
+    assert run(session, Frame("COMMIT", {"transaction": "t"})) == [
+        ops.DispatchSettle("T_1", 4, False, ack=True)
+    ]
+
+
+def test_unsubscribe_leaves_the_dispatcher() -> None:
+    session = _dispatched_session("client")
+    out = run(session, Frame("UNSUBSCRIBE", {"id": "1"}))
+    assert out == [ops.BasicCancel("T_1"), ops.LeaveDispatch("T_1")]
+
+
+def _confirmed(op: ops.Operation) -> object:
+    if isinstance(op, ops.AwaitConfirms):
+        return True
+    if isinstance(op, ops.QueueDeclare):
+        return op.queue
+    return None

@@ -1,0 +1,116 @@
+"""The shell of the queue dispatchers (activemq profile, selectors on a queue): runs their actions.
+
+``adapter/mapping/dispatch.py`` decides which member gets each delivery, what is parked and what
+is released; this module executes those decisions across connections (a delivery that arrived
+on one client's channel may be rendered to another client, and its ACK becomes a ``basic.ack``
+on the first client's channel) and arms each dispatcher's release timer.  One ``DispatchLink``
+per client connection holds that connection's members; the connection is their ``Owner``.
+Nothing here runs for a connection without a selector subscription on a queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from ..mapping import dispatch
+from ..mapping import operations as ops
+from ..mapping.dispatch import Deliver, Dispatchers, Member, Owner, QueueDispatcher
+
+
+def run(actions: Iterable[dispatch.Action]) -> None:
+    """Execute a dispatcher's actions, each on the connection it concerns."""
+    for action in actions:
+        if isinstance(action, Deliver):
+            action.target.owner.deliver_dispatched(action.delivery)
+        else:
+            action.origin.owner.settle_dispatched(action.delivery_tag, action.ack, action.requeue)
+
+
+def arm_release(dispatcher: QueueDispatcher, loop: asyncio.AbstractEventLoop) -> None:
+    """Point the dispatcher's timer at its next due parked message (none: no timer)."""
+    due = dispatcher.next_release()
+    timer = dispatcher.timer
+    if isinstance(timer, asyncio.TimerHandle):
+        if due is not None and not timer.cancelled() and timer.when() <= due:
+            return  # fires in time (early is fine: release_due checks each message)
+        timer.cancel()
+    dispatcher.timer = None
+    if due is not None:
+        dispatcher.timer = loop.call_at(due, _release, dispatcher, loop)
+
+
+def _release(dispatcher: QueueDispatcher, loop: asyncio.AbstractEventLoop) -> None:
+    dispatcher.timer = None
+    run(dispatcher.release_due(loop.time()))
+    arm_release(dispatcher, loop)
+
+
+class DispatchLink:
+    """One connection's dispatched subscriptions: their dispatcher and member, by consumer tag."""
+
+    __slots__ = ("_departed", "_dispatchers", "_loop", "_members", "_owner", "_vhost")
+
+    def __init__(
+        self, owner: Owner, dispatchers: Dispatchers, vhost: str, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._owner = owner
+        self._dispatchers = dispatchers
+        self._vhost = vhost
+        self._loop = loop
+        self._members: dict[str, tuple[QueueDispatcher, Member, str]] = {}
+        # members that left (UNSUBSCRIBE) while this channel is open: told when it closes
+        self._departed: list[tuple[QueueDispatcher, Member, str]] = []
+
+    def execute(
+        self, op: ops.JoinDispatch | ops.LeaveDispatch | ops.DispatchDelivery | ops.DispatchSettle
+    ) -> None:
+        now = self._loop.time()
+        if isinstance(op, ops.DispatchDelivery):
+            entry = self._members.get(op.delivery.consumer_tag)
+            if entry is None:  # raced its UNSUBSCRIBE: back to the queue
+                self._owner.settle_dispatched(op.delivery.delivery_tag, False, True)
+                return
+            dispatcher, member, _queue = entry
+            run(dispatcher.offer(member, op.delivery, now))
+            if member.parked:
+                arm_release(dispatcher, self._loop)
+        elif isinstance(op, ops.DispatchSettle):
+            entry = self._members.get(op.consumer_tag)
+            if entry is not None:
+                dispatcher, member, _queue = entry
+                run(
+                    dispatcher.settle(member, op.number, multiple=op.multiple, ack=op.ack, requeue=op.requeue)
+                )
+        elif isinstance(op, ops.JoinDispatch):
+            dispatcher = self._dispatchers.get(self._vhost, op.queue)
+            member, actions = dispatcher.join(
+                self._owner, op.consumer_tag, op.matches, auto_ack=op.auto_ack, credit=op.credit
+            )
+            self._members[op.consumer_tag] = (dispatcher, member, op.queue)
+            run(actions)
+            arm_release(dispatcher, self._loop)
+        else:
+            entry = self._members.pop(op.consumer_tag, None)
+            if entry is not None:
+                dispatcher, member, queue = entry
+                run(dispatcher.leave(member, channel_open=True))
+                if dispatcher.members and member in dispatcher.members:
+                    self._departed.append(entry)
+                self._forget(dispatcher, queue)
+
+    def channel_closed(self) -> None:
+        """The connection's AMQP channel is closing or gone: every member leaves; the broker
+        requeues what was unacknowledged on the channel."""
+        members, self._members = list(self._members.values()), {}
+        departed, self._departed = self._departed, []
+        for dispatcher, member, queue in members:
+            run(dispatcher.leave(member, channel_open=False))
+            self._forget(dispatcher, queue)
+        for dispatcher, member, queue in departed:
+            dispatcher.channel_closed(member)
+            self._forget(dispatcher, queue)
+
+    def _forget(self, dispatcher: QueueDispatcher, queue: str) -> None:
+        arm_release(dispatcher, self._loop)
+        self._dispatchers.forget_if_empty(self._vhost, queue)

@@ -1,0 +1,304 @@
+"""The queue dispatcher of selector subscriptions (adapter/mapping/dispatch.py): routing, credit,
+parking, the bound, the release back-off, members leaving, and settlements on the right
+channel with the right tag.  Pure: fake owners record what the shell would execute."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter.mapping import dispatch
+from adapter.mapping.dispatch import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
+from adapter.mapping.operations import Delivery
+from adapter.mapping.properties import MessageProperties
+
+
+@dataclass
+class Channel:
+    """A fake client connection: what was rendered to it, what was settled on its channel."""
+
+    name: str
+    rendered: list[Delivery] = field(default_factory=list)
+    settled: list[tuple[int, bool, bool]] = field(default_factory=list)
+
+    def deliver_dispatched(self, delivery: Delivery) -> None:
+        self.rendered.append(delivery)
+
+    def settle_dispatched(self, delivery_tag: int, ack: bool, requeue: bool) -> None:
+        self.settled.append((delivery_tag, ack, requeue))
+
+
+def colour_is(colour: str) -> Callable[[MessageProperties], bool]:
+    return lambda properties: (properties.headers or {}).get("colour") == colour
+
+
+def message(tag: int, colour: str, consumer: str = "") -> Delivery:
+    return Delivery(consumer, tag, False, "", "q", MessageProperties(headers={"colour": colour}), b"")
+
+
+def execute(actions: list[dispatch.Action]) -> None:
+    for action in actions:
+        if isinstance(action, Deliver):
+            action.target.owner.deliver_dispatched(action.delivery)
+        else:
+            action.origin.owner.settle_dispatched(action.delivery_tag, action.ack, action.requeue)
+
+
+def join(
+    dispatcher: QueueDispatcher, colour: str, *, auto_ack: bool = False, credit: int | None = None
+) -> tuple[Member, Channel]:
+    channel = Channel(colour)
+    member, actions = dispatcher.join(
+        channel, f"T_{colour}", colour_is(colour), auto_ack=auto_ack, credit=credit
+    )
+    execute(actions)
+    return member, channel
+
+
+def test_window_is_the_stomp_prefetch_plus_the_parking_room() -> None:
+    assert dispatch.window(10, auto_ack=False) == 10 + dispatch.PARK_LIMIT
+    assert dispatch.window(None, auto_ack=False) == dispatch.DEFAULT_WINDOW + dispatch.PARK_LIMIT
+    assert dispatch.window(10, auto_ack=True) == dispatch.PARK_LIMIT
+    assert dispatch.window(65535, auto_ack=False) == 65535  # basic.qos carries 16 bits
+
+
+def test_a_matching_delivery_goes_to_its_own_member_first() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    join(dispatcher, "red")
+    execute(dispatcher.offer(red, message(5, "red"), now=0))
+    assert [(d.consumer_tag, d.delivery_tag) for d in red_channel.rendered] == [("T_red", 1)]
+    assert red_channel.settled == []  # client ack mode: unsettled until the client acks
+
+
+def test_a_delivery_its_member_does_not_match_goes_to_the_member_that_does() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    blue, blue_channel = join(dispatcher, "blue")
+    execute(dispatcher.offer(red, message(5, "blue"), now=0))
+    assert red_channel.rendered == []
+    assert [(d.consumer_tag, d.delivery_tag) for d in blue_channel.rendered] == [("T_blue", 1)]
+    # blue's ACK of its message 1 is a basic.ack of tag 5 on red's channel
+    execute(dispatcher.settle(blue, 1, multiple=False, ack=True))
+    assert red_channel.settled == [(5, True, True)]
+    assert blue_channel.settled == []
+
+
+def test_auto_ack_member_settles_on_the_origin_as_it_is_sent() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    _blue, blue_channel = join(dispatcher, "blue", auto_ack=True)
+    execute(dispatcher.offer(red, message(9, "blue"), now=0))
+    assert len(blue_channel.rendered) == 1
+    assert red_channel.settled == [(9, True, True)]
+
+
+def test_no_match_parks_on_the_origin_channel_and_a_joining_member_gets_it() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    execute(dispatcher.offer(red, message(3, "green"), now=0))
+    assert red_channel.rendered == [] and red_channel.settled == []
+    assert list(red.parked) == [3]
+    green, green_channel = join(dispatcher, "green")
+    assert [d.delivery_tag for d in green_channel.rendered] == [1]
+    assert red.parked == {}
+    execute(dispatcher.settle(green, 1, multiple=False, ack=True))
+    assert red_channel.settled == [(3, True, True)]
+
+
+def test_credit_is_the_stomp_prefetch_and_freed_credit_takes_parked_messages() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red", credit=1)
+    execute(dispatcher.offer(red, message(1, "red"), now=0))
+    execute(dispatcher.offer(red, message(2, "red"), now=0))  # no credit left: parked
+    assert [d.delivery_tag for d in red_channel.rendered] == [1]
+    assert list(red.parked) == [2]
+    execute(dispatcher.settle(red, 1, multiple=False, ack=True))
+    assert [d.delivery_tag for d in red_channel.rendered] == [1, 2]
+    assert red_channel.settled == [(1, True, True)]
+    assert red.credit == 0
+
+
+def test_client_ack_is_cumulative_per_member_and_settles_each_origin_tag() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    blue, blue_channel = join(dispatcher, "blue")
+    execute(dispatcher.offer(red, message(10, "blue"), now=0))
+    execute(dispatcher.offer(blue, message(20, "blue"), now=0))
+    execute(dispatcher.offer(red, message(11, "blue"), now=0))
+    assert [d.delivery_tag for d in blue_channel.rendered] == [1, 2, 3]
+    execute(dispatcher.settle(blue, 2, multiple=True, ack=True))
+    assert red_channel.settled == [(10, True, True)]
+    assert blue_channel.settled == [(20, True, True)]
+    execute(dispatcher.settle(blue, 3, multiple=False, ack=False, requeue=False))
+    assert red_channel.settled[-1] == (11, False, False)
+    assert execute(dispatcher.settle(blue, 3, multiple=False, ack=True)) is None  # twice: nothing
+    assert len(red_channel.settled) == 2
+
+
+def test_parked_messages_are_released_after_the_hold_time_with_back_off() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    execute(dispatcher.offer(red, message(1, "green"), now=0))
+    assert dispatcher.next_release() == HOLD_MIN
+    assert dispatcher.release_due(now=HOLD_MIN / 2) == []
+    execute(dispatcher.release_due(now=HOLD_MIN))
+    assert red_channel.settled == [(1, False, True)]  # basic.nack requeue: back to the queue
+    assert dispatcher.next_release() is None
+    # it comes back (nobody here matches it): held twice as long now, and so on up to the ceiling
+    execute(dispatcher.offer(red, message(2, "green"), now=10))
+    assert dispatcher.next_release() == 10 + 2 * HOLD_MIN
+    for _ in range(20):
+        execute(dispatcher.release_due(now=1e9))
+        execute(dispatcher.offer(red, message(3, "green"), now=0))
+    assert red.hold == HOLD_MAX
+    # a delivered message shows the channel is moving: back to the shortest hold
+    execute(dispatcher.offer(red, message(4, "red"), now=0))
+    assert red.hold == HOLD_MIN
+
+
+def test_unsubscribe_requeues_parked_and_unacknowledged_but_keeps_routed_ones_settleable() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    blue, blue_channel = join(dispatcher, "blue")
+    execute(dispatcher.offer(red, message(1, "green"), now=0))  # parked on red
+    execute(dispatcher.offer(red, message(2, "blue"), now=0))  # routed to blue
+    execute(dispatcher.offer(blue, message(7, "red"), now=0))  # routed to red, unacked
+    execute(dispatcher.leave(red, channel_open=True))
+    assert blue_channel.settled == [(7, False, True)]  # red's client never acked it
+    assert red_channel.settled == [(1, False, True)]  # parked: back to the queue
+    assert red in dispatcher.members  # still the origin of a message blue's client holds
+    execute(dispatcher.settle(blue, 1, multiple=False, ack=True))
+    assert red_channel.settled[-1] == (2, True, True)
+    assert red not in dispatcher.members
+    # a member that left gets nothing more, and a late delivery on its channel is requeued
+    execute(dispatcher.offer(red, message(3, "red"), now=0))
+    assert red_channel.settled[-1] == (3, False, True)
+
+
+def test_closed_channel_settles_nothing_more() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    blue, blue_channel = join(dispatcher, "blue")
+    execute(dispatcher.offer(red, message(1, "blue"), now=0))
+    execute(dispatcher.offer(red, message(2, "green"), now=0))
+    execute(dispatcher.leave(red, channel_open=False))
+    assert red_channel.settled == []  # the broker requeues what was unacked on a closed channel
+    execute(dispatcher.settle(blue, 1, multiple=False, ack=True))
+    assert red_channel.settled == []  # blue's client acked a message that is back on the queue
+    assert dispatcher.members == (blue,)
+    assert blue.credit is None and blue.in_flight == {}
+
+
+def test_registry_keys_by_vhost_and_queue_and_forgets_empty_dispatchers() -> None:
+    dispatchers = dispatch.Dispatchers()
+    first = dispatchers.get("/", "q")
+    assert dispatchers.get("/", "q") is first
+    assert dispatchers.get("other", "q") is not first
+    member, _ = first.join(Channel("x"), "T_x", colour_is("x"), auto_ack=True, credit=None)
+    dispatchers.forget_if_empty("/", "q")
+    assert len(dispatchers) == 2
+    first.leave(member, channel_open=False)
+    dispatchers.forget_if_empty("/", "q")
+    assert len(dispatchers) == 1
+
+
+# --- the property: nothing lost, nothing misdelivered ------------------------------------------
+
+COLOURS = ("red", "blue", "green")
+step = st.one_of(
+    st.tuples(st.just("offer"), st.integers(0, 3), st.sampled_from(COLOURS)),
+    st.tuples(st.just("ack"), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("nack"), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("release"), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("leave"), st.integers(0, 3), st.booleans()),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    members=st.lists(
+        st.tuples(st.sampled_from(COLOURS), st.booleans(), st.one_of(st.none(), st.integers(1, 3))),
+        min_size=1,
+        max_size=4,
+    ),
+    steps=st.lists(step, max_size=60),
+)
+def test_no_message_is_lost_or_misdelivered(
+    members: list[tuple[str, bool, int | None]], steps: list[tuple[str, int, object]]
+) -> None:
+    """Every delivery on a member's channel ends settled exactly once on that channel (or with
+    the channel closed), and a message is only ever rendered to a member whose selector matches."""
+    dispatcher = QueueDispatcher()
+    joined: list[tuple[Member, Channel]] = []
+    for colour, auto_ack, credit in members:
+        joined.append(join(dispatcher, colour, auto_ack=auto_ack, credit=credit))
+    colour_of: dict[tuple[int, int], str] = {}  # (channel index, delivery tag) -> colour
+    origin_of: dict[tuple[int, int], tuple[int, int]] = {}  # (member index, number) -> origin key
+    next_tag = [0] * len(joined)
+    closed: set[int] = set()  # members whose channel closed (the broker requeues what it held)
+    now = 0.0
+
+    def apply(actions: list[dispatch.Action]) -> None:
+        for action in actions:
+            if isinstance(action, Deliver):
+                index = next(i for i, (m, _c) in enumerate(joined) if m is action.target)
+                assert action.target.active
+                # the dispatcher's origin for this number, from its books or an auto ack below
+                origin = _origin_key(joined, action, actions)
+                assert colour_of[origin] == joined[index][1].name, "rendered to a member that does not match"
+                origin_of[index, action.delivery.delivery_tag] = origin
+        execute(actions)
+
+    for kind, index, flag in steps:
+        index %= len(joined)
+        member, channel = joined[index]
+        now += 0.7
+        if kind == "offer" and member.channel_open:
+            next_tag[index] += 1
+            tag = next_tag[index]
+            assert isinstance(flag, str)
+            colour_of[index, tag] = flag
+            apply(dispatcher.offer(member, message(tag, flag), now))
+        elif kind in ("ack", "nack") and member.in_flight:
+            number = next(iter(member.in_flight)) if flag else max(member.in_flight)
+            apply(dispatcher.settle(member, number, multiple=not flag, ack=kind == "ack"))
+        elif kind == "release":
+            apply(dispatcher.release_due(now if flag else now + HOLD_MAX))
+        elif kind == "leave" and member.active:
+            apply(dispatcher.leave(member, channel_open=bool(flag)))
+            if not flag:
+                closed.add(index)
+    for member, _channel in joined:
+        if member.active:
+            apply(dispatcher.leave(member, channel_open=True))
+    for member, _channel in joined:
+        if member.channel_open:
+            dispatcher.channel_closed(member)
+    assert dispatcher.members == ()
+    for index, (_member, channel) in enumerate(joined):
+        tags = [tag for tag, _ack, _requeue in channel.settled]
+        assert len(tags) == len(set(tags)), "a delivery tag settled twice"
+        offered = {tag for (i, tag) in colour_of if i == index}
+        # everything offered on an open-to-the-end channel was settled there; on a channel that
+        # closed, the broker requeued the rest
+        assert set(tags) <= offered
+        if index in closed:
+            continue
+        assert set(tags) == offered, (index, sorted(offered - set(tags)))
+
+
+def _origin_key(
+    joined: list[tuple[Member, Channel]], action: Deliver, actions: list[dispatch.Action]
+) -> tuple[int, int]:
+    target = action.target
+    if not target.auto_ack:
+        flight = target.in_flight[action.delivery.delivery_tag]
+        return next(i for i, (m, _c) in enumerate(joined) if m is flight.origin), flight.delivery_tag
+    position = actions.index(action)
+    settle = actions[position + 1]
+    assert isinstance(settle, Settle) and settle.ack
+    return next(i for i, (m, _c) in enumerate(joined) if m is settle.origin), settle.delivery_tag
