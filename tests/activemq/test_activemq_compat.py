@@ -167,6 +167,39 @@ def test_prefetch_size(both, broker: BrokerProbe) -> None:
     assert compare(both, conversation) == ["m0", "m1"]
 
 
+def test_selectors_on_competing_queue_consumers(both, broker: BrokerProbe) -> None:
+    """Two consumers on one queue, on two connections, with disjoint selectors, and a message
+    neither matches: each gets exactly its messages, and the unmatched one stays on the queue
+    (a third consumer without a selector gets it after both left)."""
+    queue = unique("amq-qsel-")
+    broker.track_queue(queue)
+
+    def conversation(connect: Connect) -> object:
+        red, blue = connect(), connect()
+        subscribe(red, f"/queue/{queue}", "r", ack="client-individual", selector="colour = 'red'")
+        subscribe(blue, f"/queue/{queue}", "b", ack="client-individual", selector="colour = 'blue'")
+        for n in range(6):
+            colour = ("red", "blue", "green")[n % 3]
+            send(red, f"/queue/{queue}", f"{colour}-{n}", colour=colour, persistent="true")
+        got = {"red": red.read(QUIET + 1), "blue": blue.read(QUIET + 1)}
+        for peer, frames in ((red, got["red"]), (blue, got["blue"])):
+            for frame in frames:
+                if frame.command == "MESSAGE":
+                    peer.request("ACK", {"id": frame.headers["ack"]})
+        red.close()
+        blue.close()
+        rest = connect()
+        subscribe(rest, f"/queue/{queue}", "all")
+        left = rest.read(QUIET + 1)
+        rest.close()
+        return {name: sorted(bodies(frames)) for name, frames in got.items()}, sorted(bodies(left))
+
+    assert compare(both, conversation) == (
+        {"red": ["red-0", "red-3"], "blue": ["blue-1", "blue-4"]},
+        ["green-2", "green-5"],
+    )
+
+
 def test_durable_topic_subscription(both, broker: BrokerProbe) -> None:
     topic = unique("dur")
     client_id = unique("app-")

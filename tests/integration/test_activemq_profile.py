@@ -87,7 +87,12 @@ def test_bad_input_errors(start_adapter: Callable[..., AdapterProcess]) -> None:
             "Invalid selector",
             b"",
         ),
-        ("SUBSCRIBE\ndestination:/queue/q\nid:1\nselector:a = 1\n\n", "Selector not supported", b"a = 1"),
+        (
+            "SUBSCRIBE\ndestination:/temp-queue/q\nid:1\nselector:a = 1\n\n",
+            "Selector not supported",
+            b"a = 1",
+        ),
+        ("SUBSCRIBE\ndestination:/queue/q\nid:1\nselector:a = \n\n", "Invalid selector", b"a = "),
         (
             "SEND\ndestination:/topic/t\ntransformation:jms-map-json\n\n{}",
             "Transformation not supported",
