@@ -718,11 +718,13 @@ class Session:
             # activemq profile: ActiveMQ's sequence, "UNSUBSCRIBE id" then UNSUBSCRIBE with the
             # subscription name (and the same id) to remove the durable subscription
         else:
-            yield BasicCancel(tag)
-            self._subscriptions.pop(tag, None)
             if subscription.dispatched:
+                # leave first: nothing more is routed to it while its cancel is on the way, and
+                # what still arrives on its channel goes back to the queue
                 self._dispatched = {k: d for k, d in self._dispatched.items() if k[0] != tag}
                 yield LeaveDispatch(tag)
+            yield BasicCancel(tag)
+            self._subscriptions.pop(tag, None)
         subscribed = subscription.parsed if subscription is not None else None
         queue = rules.unsubscribe_queue(subscribed, headers, sub_id, self.client_id)
         if queue is not None:

@@ -3,14 +3,16 @@
 1. **Selector micro benchmark**: typical JMS selectors, compiled once, evaluated against the
    properties of a delivered message exactly as the session does for each delivery of a
    subscription with a selector (``selector.matches(selector_lookup(properties))``): µs per
-   message per subscription, best of ``--repeat``.  Queue subscriptions refuse selectors
-   (docs/migration-activemq.md), so this is the per-message cost a selector adds, whatever the
-   destination.
+   message per subscription, best of ``--repeat``: the per-message cost a selector adds, on a
+   topic (once per subscription) or on a queue (once per consumer tried by the dispatcher).
 2. **End to end**: two adapter processes, one in the default profile and one in the ``activemq``
    profile, measured alternately round by round (``python -m bench --adapter-port … --plugin-port
    0 --rounds 1`` each, so each side's own adapter CPU is measured): ``queue``, ``persistent``,
    ``topic`` on both, and ``topic-selector`` (four subscribers, each selector matching half the
-   messages) on the activemq one, in the same run as its ``topic`` without selectors.
+   messages) on the activemq one, in the same run as its ``topic`` without selectors; and
+   ``queue-selector`` (two competing consumers on one queue, each selector matching half the
+   messages, routed by the queue's dispatcher) in the same run as ``queue-2consumers`` (the
+   same two consumers without selectors).
 
 Arguments: ``--rounds`` (3), ``--duration`` seconds per measurement (4), ``--repeat`` (5).
 """
@@ -50,7 +52,10 @@ PROPERTIES = MessageProperties(
     delivery_mode=2,
     headers={"color": "red", "weight": "12", "region": "eu", "name": "order-17", "customer": "c-991"},
 )
-SIDE_SCENARIOS = {"default": "queue,persistent,topic", "activemq": "queue,persistent,topic,topic-selector"}
+SIDE_SCENARIOS = {
+    "default": "queue,persistent,topic",
+    "activemq": "queue,persistent,topic,topic-selector,queue-2consumers,queue-selector",
+}
 
 
 def micro(iterations: int, repeat: int) -> dict[str, float]:

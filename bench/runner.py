@@ -77,6 +77,20 @@ def metric_list(cfg: Config) -> list[Metric]:
             True,
         ),
         Metric(
+            "queue-2consumers",
+            "queue-2consumers",
+            "queue: producers -> 2 consumers, no selectors",
+            "msg/s",
+            True,
+        ),
+        Metric(
+            "queue-selector",
+            "queue-selector",
+            "queue: producers -> 2 consumers, selectors matching half each (activemq)",
+            "msg/s",
+            True,
+        ),
+        Metric(
             "topic-selector-published",
             "topic-selector",
             "topic with selectors: messages published/s",
@@ -149,14 +163,17 @@ ITEMS = {
     "client-individual": "acked",
     "topic": "delivered",
     "topic-selector": "delivered",
+    "queue-2consumers": "delivered",
+    "queue-selector": "delivered",
     "reqrep": "replies",
     "connect": "cycles",
     "idle": "connections",
 }
 
 
-# scenarios only run when named: topic-selector needs the activemq profile (bench/activemq.py)
-OPT_IN = ("topic-selector",)
+# scenarios only run when named: the selector ones need the activemq profile (bench/activemq.py),
+# queue-2consumers is their baseline
+OPT_IN = ("topic-selector", "queue-2consumers", "queue-selector")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -367,6 +367,58 @@ topic_selector_scenario.__doc__ = (
 )
 
 
+async def queue_consumers_scenario(run: Run, selectors: bool = False) -> None:
+    """N producers -> one /queue, two auto-ack consumers (one connection each): delivered msg/s.
+
+    Messages alternate the header ``parity:0`` / ``parity:1``.  With ``selectors`` (the activemq
+    profile, bench/activemq.py) consumer i has the selector ``parity = i``, so each gets exactly
+    half, and the half the broker hands to the other one's channel is routed across by the
+    queue's dispatcher (adapter/mapping/dispatch.py); without, the broker shares them out."""
+    cfg = run.cfg
+    destination = "/queue/" + run.queue("qs" if selectors else "q2")
+    consumers = [await run.client(f"consumer{i}") for i in range(2)]
+    for i, consumer in enumerate(consumers):
+        headers = {"destination": destination, "id": "0", "ack": "auto"}
+        if selectors:
+            headers["selector"] = f"parity = {i}"
+        await consumer.request("SUBSCRIBE", headers)
+    producers = [await run.client(f"producer{i}") for i in range(cfg.producers)]
+    payload = run.send_frame(destination, "parity:0\n") + run.send_frame(destination, "parity:1\n")
+    sent = [0]
+
+    def delivered() -> int:
+        return sum(c.messages for c in consumers)
+
+    def in_flight() -> int:
+        return 2 * sent[0] - delivered()
+
+    loop = run.loop
+    run.start_meter()
+    t0 = loop.time()
+    stop_at = t0 + cfg.duration
+    await asyncio.gather(
+        *(run.produce(p, payload, in_flight, stop_at, run.quota(2 * cfg.producers), sent) for p in producers)
+    )
+    expected = 2 * sent[0]
+    drained = await run.drain(lambda: delivered() >= expected, f"delivered {delivered()} of {expected}")
+    elapsed = loop.time() - t0
+    run.stop_meter()
+    if selectors and any(c.messages != sent[0] for c in consumers):
+        run.fail(f"each selector consumer should get {sent[0]}: {[c.messages for c in consumers]}")
+    run.outcome.counts.update(sent=expected, delivered=delivered(), drained=drained, seconds=elapsed)
+    run.outcome.metrics["queue-selector" if selectors else "queue-2consumers"] = delivered() / elapsed
+
+
+async def queue_selector_scenario(run: Run) -> None:
+    await queue_consumers_scenario(run, selectors=True)
+
+
+queue_consumers_scenario.__doc__ = "queue with two competing consumers (the baseline of queue-selector)"
+queue_selector_scenario.__doc__ = (
+    "queue with two competing consumers whose selectors match half the messages each (activemq only)"
+)
+
+
 def percentile(values: list[float], p: float) -> float:
     """Nearest-rank percentile (p in 0..100)."""
     if not values:
@@ -648,6 +700,8 @@ SCENARIOS: dict[str, ScenarioInfo] = {
         ),
         ScenarioInfo("topic", topic_scenario, ("adapter", "plugin"), _throughput_budget),
         ScenarioInfo("topic-selector", topic_selector_scenario, ("adapter",), _throughput_budget),
+        ScenarioInfo("queue-2consumers", queue_consumers_scenario, ("adapter",), _throughput_budget),
+        ScenarioInfo("queue-selector", queue_selector_scenario, ("adapter",), _throughput_budget),
         ScenarioInfo(
             "reqrep",
             request_reply_scenario,

@@ -15,11 +15,13 @@ and decides, for each message the broker delivers on one of their channels (its 
 * otherwise **park** it, unacknowledged, on the origin's channel.  A parked message is offered
   again when a member joins or a member at zero credit gets credit back, and a selector never
   tried against it is tried then (a selector is fixed, so a "no" is remembered);
-* **release** a parked message (``basic.nack`` with requeue) once it has been parked for the
-  origin's hold time, so that consumers elsewhere (another adapter process, a plain AMQP
-  consumer) can have it.  The hold time doubles, from ``HOLD_MIN`` up to ``HOLD_MAX``, each time
-  an origin releases messages with none of its messages delivered in between, so a backlog that
-  no consumer matches comes back at most once per hold time per channel: never a tight loop.
+* **release** a parked message that no member matches (``basic.nack`` with requeue) once it
+  has been parked for the origin's hold time, so that consumers elsewhere (another adapter
+  process, a plain AMQP consumer) can have it.  One that a member matches but that waits for
+  its credit stays parked, as it would wait in that consumer's prefetch in ActiveMQ.  The hold
+  time doubles, from ``HOLD_MIN`` up to ``HOLD_MAX``, each time an origin releases messages
+  with none of its messages delivered in between, so a backlog that no consumer matches comes
+  back at most once per hold time per channel: never a tight loop.
 
 The bound: a member's AMQP prefetch (``basic.qos``, ``window``) is its STOMP credit plus
 ``PARK_LIMIT``, so at most that many of its channel's messages are parked or in flight; once the
@@ -310,20 +312,37 @@ class QueueDispatcher:
         return min(due) if due else None
 
     def release_due(self, now: float) -> list[Action]:
-        """Requeue the parked messages whose hold time is over; each origin that released
-        doubles its hold time (up to ``HOLD_MAX``) until one of its messages is delivered."""
+        """Requeue the parked messages whose hold time is over and that no member here matches
+        (one that a member matches waits for that member's credit, as it would in ActiveMQ's
+        prefetch, and is looked at again a hold time later); each origin that released doubles
+        its hold time (up to ``HOLD_MAX``) until one of its messages is delivered."""
         actions: list[Action] = []
         for member in self._members:
             if not member.parked:
                 continue
             due = [tag for tag, parked in member.parked.items() if parked.since + member.hold <= now]
-            if not due:
-                continue
+            released = False
             for tag in due:
-                del member.parked[tag]
+                parked = member.parked.pop(tag)
+                if self._wanted_here(parked):
+                    parked.since = now
+                    member.parked[tag] = parked  # to the end: the oldest stays first
+                    continue
                 actions.append(Settle(member, tag, ack=False, requeue=True))
-            member.hold = min(HOLD_MAX, member.hold * 2)
+                released = True
+            if released:
+                member.hold = min(HOLD_MAX, member.hold * 2)
         return actions
+
+    def _wanted_here(self, parked: _Parked) -> bool:
+        """Whether an active member matches the parked message (remembering who does not)."""
+        for member in self._members:
+            if not member.active or member.ident in parked.refused_by:
+                continue
+            if member.matches(parked.delivery.properties):
+                return True
+            parked.refused_by.add(member.ident)
+        return False
 
 
 class Dispatchers:

@@ -160,6 +160,20 @@ def test_parked_messages_are_released_after_the_hold_time_with_back_off() -> Non
     assert red.hold == HOLD_MIN
 
 
+def test_a_parked_message_a_member_matches_waits_for_its_credit_instead_of_being_released() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red", credit=1)
+    execute(dispatcher.offer(red, message(1, "red"), now=0))
+    execute(dispatcher.offer(red, message(2, "red"), now=0))  # waits for red's credit
+    execute(dispatcher.offer(red, message(3, "green"), now=0))  # nobody's
+    execute(dispatcher.release_due(now=HOLD_MIN))
+    assert red_channel.settled == [(3, False, True)]
+    assert list(red.parked) == [2]
+    assert dispatcher.next_release() == HOLD_MIN + red.hold  # looked at again later, no busy timer
+    execute(dispatcher.settle(red, 1, multiple=False, ack=True))
+    assert [d.delivery_tag for d in red_channel.rendered] == [1, 2]
+
+
 def test_unsubscribe_requeues_parked_and_unacknowledged_but_keeps_routed_ones_settleable() -> None:
     dispatcher = QueueDispatcher()
     red, red_channel = join(dispatcher, "red")

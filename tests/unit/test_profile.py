@@ -650,7 +650,7 @@ def test_dispatched_ack_in_a_transaction_is_replayed_at_commit() -> None:
 def test_unsubscribe_leaves_the_dispatcher() -> None:
     session = _dispatched_session("client")
     out = run(session, Frame("UNSUBSCRIBE", {"id": "1"}))
-    assert out == [ops.BasicCancel("T_1"), ops.LeaveDispatch("T_1")]
+    assert out == [ops.LeaveDispatch("T_1"), ops.BasicCancel("T_1")]
 
 
 def _confirmed(op: ops.Operation) -> object:
