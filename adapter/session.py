@@ -208,6 +208,10 @@ class Session:
         # the unsettled messages of dispatched subscriptions of client-ack modes, by (consumer
         # tag, message number): their bodies go to the dead-letter queue on NACK
         self._dispatched: dict[tuple[str, int], Delivery] = {}
+        # whether a subscription outside the dispatchers ever asked for client acks: then the
+        # channel may hold unsettled deliveries the dispatchers do not know, and their acks
+        # are never coalesced into a multiple ack (adapter/server/dispatching.py)
+        self.plain_acks = False
         self._dead_letter_seqs: set[int] = set()
         self._dead_letter_refused = False
         self._dead_letter_declared = False
@@ -605,6 +609,8 @@ class Session:
             arguments["x-stream-offset"] = offset
         # registered before the consume is sent: the broker may deliver right after consume-ok
         self._subscriptions[tag] = Subscription(tag, sub_id, raw, dest, ack_mode, selector)
+        if ack_mode != "auto":
+            self.plain_acks = True
         yield BasicConsume(
             queue,
             tag,
@@ -678,6 +684,8 @@ class Session:
         if prefetch_count is not None:
             yield BasicQos(prefetch_count)
         self._subscriptions[tag] = Subscription(tag, frame.headers.get("id"), dest.raw, dest, ack_mode)
+        if ack_mode != "auto":
+            self.plain_acks = True
         yield BasicConsume(queue, tag, no_ack=ack_mode == "auto")
         yield from self._receipt(frame)
 

@@ -14,20 +14,29 @@
    messages, routed by the queue's dispatcher) in the same run as ``queue-2consumers`` (the
    same two consumers without selectors).
 
+3. **A backlog no consumer matches**: ``--backlog`` (2000) messages on a queue, then one
+   selector consumer (``ack:client-individual``) that matches none of them, for
+   ``--backlog-seconds`` (30): the CPU seconds the activemq adapter process and the broker use
+   meanwhile (the adapter holds up to 200 of them and releases them with back-off; nothing may
+   be delivered), and the queue depth afterwards (all of them still there).
+
 Arguments: ``--rounds`` (3), ``--duration`` seconds per measurement (4), ``--repeat`` (5).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +44,9 @@ from adapter.mapping.profile import selector_lookup
 from adapter.mapping.properties import MessageProperties
 from adapter.mapping.selector import compile_selector
 
+from . import procstat
 from .runner import ITEMS
-from .services import RESULTS, free_port, port_answers
+from .services import RESULTS, QueueCleaner, free_port, port_answers
 
 # typical selectors of ActiveMQ applications, and the message they are tested against
 SELECTORS = {
@@ -137,12 +147,117 @@ def table(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def backlog(port: int, adapter_pid: int, messages: int, seconds: float) -> dict[str, Any]:
+    """Section 3: CPU while a selector consumer sits on a backlog it does not match."""
+    queue = f"bench-backlog-{os.getpid()}-{time.monotonic_ns()}"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        reader = _FrameReader(sock)
+        sock.sendall(b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:guest\n\n\0")
+        reader.expect(b"CONNECTED")
+        batch = b"".join(
+            f"SEND\ndestination:/queue/{queue}\ncolour:green\n\nbacklog\0".encode() for _ in range(messages)
+        )
+        sock.sendall(
+            batch + f"SEND\ndestination:/queue/{queue}\nreceipt:sent\ncolour:green\n\nlast\0".encode()
+        )
+        reader.expect(b"RECEIPT")
+        subscribe = (
+            f"SUBSCRIBE\ndestination:/queue/{queue}\nid:1\nack:client-individual\n"
+            "selector:colour = 'red'\nreceipt:subscribed\n\n\0"
+        )
+        broker_pid = procstat.find_broker_pid()
+        sock.sendall(subscribe.encode())
+        reader.expect(b"RECEIPT")
+        adapter_before = procstat.cpu_seconds(adapter_pid)
+        broker_before = procstat.cpu_seconds(broker_pid) if broker_pid else None
+        busy_before = procstat.machine_busy_seconds()
+        start = time.monotonic()
+        delivered = reader.count_messages(seconds)
+        wall = time.monotonic() - start
+        adapter_after = procstat.cpu_seconds(adapter_pid)
+        broker_after = procstat.cpu_seconds(broker_pid) if broker_pid else None
+        busy_after = procstat.machine_busy_seconds()
+        sock.sendall(b"DISCONNECT\nreceipt:bye\n\n\0")
+        reader.expect(b"RECEIPT")
+    cleaner = QueueCleaner(queue)
+    time.sleep(1)  # the broker requeues the held messages when the channel closes
+    depth = _depth(cleaner, queue)
+    asyncio.run(cleaner.delete([queue]))
+
+    def used(before: float | None, after: float | None) -> float | None:
+        return None if before is None or after is None else after - before
+
+    return {
+        "messages": messages + 1,
+        "seconds": wall,
+        "delivered": delivered,
+        "adapter_cpu_s": used(adapter_before, adapter_after),
+        "broker_cpu_s": used(broker_before, broker_after),
+        "machine_busy_cpu_s": used(busy_before, busy_after),
+        "depth_after": depth,
+    }
+
+
+def _depth(cleaner: QueueCleaner, queue: str) -> int | None:
+    path = f"/api/queues/{cleaner._vhost_path()}/{urllib.parse.quote(queue, safe='')}?columns=messages"
+    for _ in range(20):  # the management API's figures lag
+        try:
+            depth = json.loads(cleaner._http("GET", path)).get("messages")
+        except (OSError, ValueError):
+            return None
+        if depth:
+            return int(depth)
+        time.sleep(0.5)
+    return 0
+
+
+class _FrameReader:
+    """Just enough STOMP reading for section 3: whole frames, by command."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def _frame(self, timeout: float) -> bytes | None:
+        deadline = time.monotonic() + timeout
+        while b"\0" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                return None
+            if not chunk:
+                raise SystemExit("the adapter closed the backlog connection")
+            self.buffer += chunk
+        frame, self.buffer = self.buffer.split(b"\0", 1)
+        return frame.lstrip(b"\r\n")
+
+    def expect(self, command: bytes) -> None:
+        frame = self._frame(30)
+        if frame is None or not frame.startswith(command + b"\n"):
+            raise SystemExit(f"backlog: expected {command!r}, got {frame!r}")
+
+    def count_messages(self, seconds: float) -> int:
+        deadline = time.monotonic() + seconds
+        count = 0
+        while (remaining := deadline - time.monotonic()) > 0:
+            frame = self._frame(remaining)
+            if frame is not None and frame.startswith(b"MESSAGE\n"):
+                count += 1
+        return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.activemq", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=100_000)
+    parser.add_argument("--backlog", type=int, default=2000)
+    parser.add_argument("--backlog-seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
     started = datetime.datetime.now(datetime.UTC)
     print("== 1. selector micro benchmark: µs per message per subscription (best of repeats)", flush=True)
@@ -159,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
             for side in order:
                 records += one_round(side, adapters[side][1], args.duration, directory, round_no)
                 print(f"  round {round_no} {side} done", flush=True)
+        print("== 3. a backlog no consumer matches (activemq profile)", flush=True)
+        held = backlog(
+            adapters["activemq"][1], adapters["activemq"][0].pid, args.backlog, args.backlog_seconds
+        )
+        print("  " + json.dumps(held), flush=True)
     finally:
         for process, _port in adapters.values():
             process.terminate()
@@ -173,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 "date": started.isoformat(),
                 "cpus": os.cpu_count(),
                 "micro_us": figures,
+                "backlog": held,
                 "measurements": records,
             },
             indent=2,

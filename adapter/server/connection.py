@@ -834,25 +834,32 @@ class ClientConnection(asyncio.Protocol):
             self._write(data)
 
     def settle_dispatched(self, delivery_tag: int, ack: bool, requeue: bool) -> None:
-        """The queue's dispatcher settles a delivery of this connection's channel."""
-        amqp = self._amqp
-        if amqp is None or not amqp.is_open:
+        """The queue's dispatcher settles a delivery of this connection's channel (acks are
+        gathered and written, coalesced, one loop turn later: DispatchLink.flush_acks)."""
+        amqp, link = self._amqp, self._dispatch
+        if amqp is None or link is None or not amqp.is_open:
             return  # the channel is gone: the broker has requeued it
         if ack:
-            amqp.ack(delivery_tag, False)
             self.acks += 1
         else:
-            amqp.nack(delivery_tag, False, requeue)
             self.nacks += 1
+        link.settle(amqp, delivery_tag, ack, requeue)
         if self._amqp_flush_handle is None:
             self._amqp_flush_handle = self._loop.call_soon(self._flush_amqp)
 
     def _flush_amqp(self) -> None:
         self._amqp_flush_handle = None
-        if self._amqp is not None:
-            self._amqp.flush()
+        amqp, link = self._amqp, self._dispatch
+        if amqp is None:
+            return
+        if link is not None and self.session is not None:
+            link.flush_acks(amqp, coalesce=not self.session.plain_acks)
+        amqp.flush()
 
     def _leave_dispatchers(self) -> None:
+        if self._amqp is not None and self._dispatch is not None and self.session is not None:
+            # the acks of this loop turn first: they are the client's (or auto mode's) answer
+            self._dispatch.flush_acks(self._amqp, coalesce=not self.session.plain_acks)
         link, self._dispatch = self._dispatch, None
         if link is not None:
             link.channel_closed()

@@ -1,9 +1,11 @@
 """The queue dispatcher of selector subscriptions (adapter/mapping/dispatch.py): routing, credit,
 parking, the bound, the release back-off, members leaving, and settlements on the right
-channel with the right tag.  Pure: fake owners record what the shell would execute."""
+channel with the right tag.  Pure: fake owners record what the shell would execute.  Last, the
+shell's coalescing of a channel's acks (adapter/server/dispatching.py), with a fake channel."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,6 +16,7 @@ from adapter.mapping import dispatch
 from adapter.mapping.dispatch import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
 from adapter.mapping.operations import Delivery
 from adapter.mapping.properties import MessageProperties
+from adapter.server.dispatching import DispatchLink
 
 
 @dataclass
@@ -316,3 +319,54 @@ def _origin_key(
     settle = actions[position + 1]
     assert isinstance(settle, Settle) and settle.ack
     return next(i for i, (m, _c) in enumerate(joined) if m is settle.origin), settle.delivery_tag
+
+
+# --- the shell's acks on one channel (adapter/server/dispatching.py) -----------------------------
+
+
+@dataclass
+class Wire:
+    written: list[tuple[str, int, bool]] = field(default_factory=list)
+
+    def ack(self, delivery_tag: int, multiple: bool) -> None:
+        self.written.append(("ack", delivery_tag, multiple))
+
+    def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
+        self.written.append(("nack", delivery_tag, multiple))
+
+
+def _link() -> DispatchLink:
+    loop = asyncio.new_event_loop()
+    loop.close()  # flush_acks and settle never use it
+    return DispatchLink(Channel("x"), dispatch.Dispatchers(), "/", loop)
+
+
+def test_acks_below_every_outstanding_tag_become_one_multiple_ack() -> None:
+    link, wire = _link(), Wire()
+    link.outstanding.update({1, 2, 3, 4, 5})
+    for tag in (2, 1, 3, 5):
+        assert link.settle(wire, tag, ack=True, requeue=True)
+    link.flush_acks(wire, coalesce=True)
+    # 4 is still outstanding (parked, or with a client): 1-3 in one ack, 5 alone
+    assert wire.written == [("ack", 3, True), ("ack", 5, False)]
+    assert link.outstanding == {4}
+
+
+def test_acks_are_not_coalesced_when_the_channel_has_other_unsettled_deliveries() -> None:
+    link, wire = _link(), Wire()
+    link.outstanding.update({1, 2})
+    link.settle(wire, 1, ack=True, requeue=True)
+    link.settle(wire, 2, ack=True, requeue=True)
+    link.flush_acks(wire, coalesce=False)
+    assert wire.written == [("ack", 1, False), ("ack", 2, False)]
+
+
+def test_nacks_are_written_at_once_and_never_coalesced() -> None:
+    link, wire = _link(), Wire()
+    link.outstanding.update({1, 2})
+    assert not link.settle(wire, 2, ack=False, requeue=True)
+    assert wire.written == [("nack", 2, False)]
+    link.settle(wire, 1, ack=True, requeue=True)
+    link.flush_acks(wire, coalesce=True)
+    assert wire.written[-1] == ("ack", 1, False)
+    assert link.outstanding == set()
