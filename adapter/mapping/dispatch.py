@@ -136,6 +136,7 @@ class Member:
     auto_ack: bool
     credit: int | None  # deliveries its client may still take unacknowledged (None: unlimited)
     active: bool = True  # False once it left: it gets nothing more
+    paused: bool = False  # its client reads slower than it is sent to: it gets nothing for now
     channel_open: bool = True  # False once its channel closed: its tags settle nothing
     last_number: int = 0
     hold: float = HOLD_MIN
@@ -227,7 +228,7 @@ class QueueDispatcher:
         properties = delivery.properties
         refused: set[int] = set()
         for member in self._candidates(origin):
-            if member.ident in refused:
+            if member.ident in refused or member.paused:
                 continue
             if member.credit is not None and member.credit <= 0:
                 continue
@@ -261,7 +262,7 @@ class QueueDispatcher:
 
     def _reoffer(self, target: Member, actions: list[Action]) -> None:
         """Offer the parked messages of every channel, oldest channel first, to ``target``."""
-        if not target.active:
+        if not target.active or target.paused:
             return
         ident = target.ident
         for origin in list(self._members):
@@ -277,6 +278,16 @@ class QueueDispatcher:
                     continue
                 del origin.parked[tag]
                 self._deliver(target, origin, parked.delivery, actions)
+
+    def set_paused(self, member: Member, paused: bool) -> list[Action]:
+        """The member's client socket is full (``paused``) or drained again: a paused member is
+        skipped like one without credit, so messages routed from other channels cannot pile up
+        in its write buffer; drained, it gets the parked messages it matches."""
+        member.paused = paused
+        actions: list[Action] = []
+        if not paused:
+            self._reoffer(member, actions)
+        return actions
 
     # ------------------------------------------------------------------ the client's ACK / NACK
     def settle(

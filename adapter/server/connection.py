@@ -427,11 +427,15 @@ class ClientConnection(asyncio.Protocol):
         self.paused_since.setdefault("slow-client", time.monotonic())
         if self._amqp is not None:
             self._amqp.pause_reading()
+        if self._dispatch is not None:
+            self._dispatch.set_paused(True)  # and nothing routed from other channels either
 
     def resume_writing(self) -> None:
         self._end_pause_clock("slow-client")
         if self._amqp is not None:
             self._amqp.resume_reading()
+        if self._dispatch is not None:
+            self._dispatch.set_paused(False)
 
     def _end_pause_clock(self, reason: str) -> None:
         started = self.paused_since.pop(reason, None)

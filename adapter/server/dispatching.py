@@ -155,6 +155,11 @@ class DispatchLink:
         for tag in pending:
             channel.ack(tag, False)
 
+    def set_paused(self, paused: bool) -> None:
+        """The connection's client socket is full (or drained again): see QueueDispatcher.set_paused."""
+        for dispatcher, member, _queue in self._members.values():
+            run(dispatcher.set_paused(member, paused))
+
     def channel_closed(self) -> None:
         """The connection's AMQP channel is closing or gone: every member leaves; the broker
         requeues what was unacknowledged on the channel."""

@@ -125,6 +125,18 @@ def test_credit_is_the_stomp_prefetch_and_freed_credit_takes_parked_messages() -
     assert red.credit == 0
 
 
+def test_a_paused_member_gets_nothing_until_its_client_drains() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red", auto_ack=True)
+    blue, _blue_channel = join(dispatcher, "blue")
+    execute(dispatcher.set_paused(red, True))
+    execute(dispatcher.offer(blue, message(1, "red"), now=0))
+    assert red_channel.rendered == [] and list(blue.parked) == [1]
+    execute(dispatcher.set_paused(red, False))
+    assert [d.delivery_tag for d in red_channel.rendered] == [1]
+    assert blue.parked == {}
+
+
 def test_client_ack_is_cumulative_per_member_and_settles_each_origin_tag() -> None:
     dispatcher = QueueDispatcher()
     red, red_channel = join(dispatcher, "red")
