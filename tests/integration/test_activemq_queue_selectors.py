@@ -87,9 +87,9 @@ def test_two_consumers_with_disjoint_selectors_each_get_exactly_theirs(
     # client-individual ACKs, each settled on the channel its message came from (a wrong
     # channel or tag would close that channel with PRECONDITION_FAILED)
     for client, got in ((red, got_red), (blue, got_blue)):
-        for message in got:
+        for message in got[:-1]:
             client.conn.ack(message.headers["ack"])
-        client.conn.send(f"/queue/{unique('nothing')}", "", headers={"receipt": "done"})
+        client.conn.ack(got[-1].headers["ack"], receipt="done")
         expect_receipt(client, "done")
     red.close()
     blue.close()
