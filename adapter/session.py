@@ -186,6 +186,8 @@ class Session:
         self._subscriptions: dict[str, Subscription] = {}
         self._declared_queues: set[str] = set()
         self._temp_queues: dict[str, str] = {}
+        # activemq profile: /temp-topic/NAME -> its private queue, apart from the temp queues
+        self._temp_topics: dict[str, str] = {}
         self._transactions: dict[str, list[tuple[Operation, str | None]]] = {}
         self._destinations: dict[str, Destination] = {}
         # SEND destinations already published to once: raw destination -> (exchange, routing key)
@@ -367,7 +369,7 @@ class Session:
     def _destination(self, raw: str) -> Destination:
         dest = self._destinations.get(raw)
         if dest is None:
-            dest = parse_destination(raw)
+            dest = self._rules.parse_destination(raw)
             _remember(self._destinations, raw, dest)
         return dest
 
@@ -524,16 +526,10 @@ class Session:
             # the mapping rule refuses what is not one temp-queue name ("/temp-queue/", "a/b")
             name = reply_to_temp_queue(reply_to)
             assert name is not None
-            queue = self._temp_queues.get(name)
-            if queue is None:
-                declared = yield QueueDeclare("", exclusive=True, auto_delete=True)
-                assert isinstance(declared, str)
-                queue = declared
-                tag = "T_" + reply_to
-                self._subscriptions[tag] = Subscription(tag, reply_to, reply_to, None, "auto")
-                yield BasicConsume(queue, tag, no_ack=True)
-                self._temp_queues[name] = queue
-            return queue
+            return (yield from self._reply_queue(self._temp_queues, name, reply_to))
+        temp_topic = self._rules.temp_topic_reply_to(reply_to)  # activemq profile only
+        if temp_topic is not None:
+            return (yield from self._reply_queue(self._temp_topics, temp_topic.name, reply_to))
         if not reply_to:
             return None  # an empty reply-to is passed on as it is, like the plugin does
         try:
@@ -541,6 +537,22 @@ class Session:
         except DestinationError:
             raise ProcessingError(f"reply-to {reply_to!r} is not a valid destination") from None
         return None
+
+    def _reply_queue(
+        self, temporaries: dict[str, str], name: str, reply_to: str
+    ) -> Generator[Operation, object, str]:
+        """The private queue of a temporary destination named in a ``reply-to``: declared and
+        consumed (auto-ack, by an implicit subscription) the first time it is named."""
+        queue = temporaries.get(name)
+        if queue is None:
+            declared = yield QueueDeclare("", exclusive=True, auto_delete=True)
+            assert isinstance(declared, str)
+            queue = declared
+            tag = "T_" + reply_to
+            self._subscriptions[tag] = Subscription(tag, reply_to, reply_to, None, "auto")
+            yield BasicConsume(queue, tag, no_ack=True)
+            temporaries[name] = queue
+        return queue
 
     # ------------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
     def _subscribe(self, frame: Frame) -> Steps:
@@ -572,7 +584,7 @@ class Session:
             )
             return
         sub_id = headers.get("id")
-        if dest.kind is DestinationKind.TEMP_QUEUE:
+        if dest.kind is DestinationKind.TEMP_QUEUE or dest.kind is DestinationKind.TEMP_TOPIC:
             # activemq profile only (the plugin's rules refused it above)
             yield from self._subscribe_temp_queue(frame, dest, tag, prefetch_count, ack_mode)
             return
@@ -666,16 +678,17 @@ class Session:
     def _subscribe_temp_queue(
         self, frame: Frame, dest: Destination, tag: str, prefetch_count: int | None, ack_mode: AckMode
     ) -> Steps:
-        """activemq profile: SUBSCRIBE to ``/temp-queue/NAME`` consumes the connection's private
-        queue of that name, the one a ``reply-to:/temp-queue/NAME`` names (created by whichever
-        comes first).  Its implicit reply consumer, if any, gives way to this subscription, so
-        replies are not shared between two consumers."""
-        queue = self._temp_queues.get(dest.name)
+        """activemq profile: SUBSCRIBE to ``/temp-queue/NAME`` (or ``/temp-topic/NAME``) consumes
+        the connection's private queue of that name, the one a ``reply-to`` with the same
+        destination names (created by whichever comes first).  Its implicit reply consumer, if
+        any, gives way to this subscription, so replies are not shared between two consumers."""
+        temporaries = self._temp_topics if dest.kind is DestinationKind.TEMP_TOPIC else self._temp_queues
+        queue = temporaries.get(dest.name)
         if queue is None:
             declared = yield QueueDeclare("", exclusive=True, auto_delete=True)
             assert isinstance(declared, str)
             queue = declared
-            self._temp_queues[dest.name] = queue
+            temporaries[dest.name] = queue
         else:
             implicit = "T_" + dest.raw
             if implicit in self._subscriptions and implicit != tag:

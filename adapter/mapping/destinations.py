@@ -127,6 +127,8 @@ class DestinationKind(StrEnum):
     EXCHANGE = "exchange"
     TEMP_QUEUE = "temp_queue"
     REPLY_QUEUE = "reply_queue"
+    # activemq profile only (adapter/mapping/profile.py); the plugin knows no /temp-topic/
+    TEMP_TOPIC = "temp_topic"
 
 
 # Prefixes (docs/destinations.md#parsing; prefixes are case-sensitive).  Note the trailing slash of
@@ -136,6 +138,7 @@ TOPIC_PREFIX: Final = "/topic"
 EXCHANGE_PREFIX: Final = "/exchange"
 AMQQUEUE_PREFIX: Final = "/amq/queue"
 TEMP_QUEUE_PREFIX: Final = "/temp-queue"
+TEMP_TOPIC_PREFIX: Final = "/temp-topic/"
 REPLY_QUEUE_PREFIX: Final = "/reply-queue/"
 
 # Order matters: it is the order of the "Valid destination types are: ..." list
@@ -271,11 +274,20 @@ def require_destination(headers: Mapping[str, str], command: str) -> str:
     return value
 
 
+def parse_temp_topic(value: str) -> Destination:
+    """``/temp-topic/NAME`` (activemq profile): exactly one non-empty segment after the prefix, as
+    for ``/temp-queue/NAME``; anything else is ``Invalid destination``."""
+    rest = value[len(TEMP_TOPIC_PREFIX) :].split("/")
+    if len(rest) == 1 and rest[0] != "":
+        return Destination(DestinationKind.TEMP_TOPIC, _unescape(rest[0]), None, value)
+    raise _invalid(DestinationKind.TEMP_TOPIC, rest)
+
+
 def check_not_temp_queue(dest: Destination, command: str) -> None:
     """docs/destinations.md#parsing: ``/temp-queue/x`` is only meaningful in ``reply-to``; as SEND/SUBSCRIBE
     destination
-    it is ``Invalid destination``."""
-    if dest.kind is DestinationKind.TEMP_QUEUE:
+    it is ``Invalid destination`` (and so is the activemq profile's ``/temp-topic/x`` on SEND)."""
+    if dest.kind is DestinationKind.TEMP_QUEUE or dest.kind is DestinationKind.TEMP_TOPIC:
         raise DestinationError(
             "Invalid destination", f"'{dest.raw}' is not a valid destination for '{command}'\n"
         )

@@ -7,7 +7,8 @@ where the two differ instead of testing the profile name, so the differences are
 
 * the ``queue.declare`` of a SEND (ActiveMQ: ``/queue/NAME`` is always a shared durable queue);
 * the publish properties of a SEND (ActiveMQ: ``expires`` becomes the AMQP TTL);
-* which destinations SUBSCRIBE accepts (ActiveMQ: ``/temp-queue/NAME`` too);
+* which destinations SUBSCRIBE accepts (ActiveMQ: ``/temp-queue/NAME`` too) and which it parses
+  (ActiveMQ: ``/temp-topic/NAME``, on SUBSCRIBE and in ``reply-to``);
 * the prefetch of a SUBSCRIBE (ActiveMQ: ``activemq.prefetchSize`` as well);
 * the SUBSCRIBE plan (ActiveMQ: ``/topic/`` wildcards ``*`` and ``>``, durable subscriptions
   named by ``client-id`` + ``activemq.subscriptionName``);
@@ -30,6 +31,7 @@ from enum import StrEnum
 from typing import Final
 
 from .destinations import (
+    TEMP_TOPIC_PREFIX,
     Destination,
     DestinationError,
     DestinationKind,
@@ -40,6 +42,8 @@ from .destinations import (
     durable_unsubscribe_queue,
     is_durable,
     message_destination,
+    parse_destination,
+    parse_temp_topic,
     plugin_integer,
     queue_arguments,
     send_queue_declare,
@@ -85,6 +89,15 @@ class RabbitMQRules:
 
     def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
         """The connection's client id (named durable subscriptions); the plugin has none."""
+        return None
+
+    def parse_destination(self, raw: str) -> Destination:
+        """A SEND or SUBSCRIBE destination (docs/destinations.md#parsing)."""
+        return parse_destination(raw)
+
+    def temp_topic_reply_to(self, reply_to: str) -> Destination | None:
+        """The temporary topic a ``reply-to`` names; the plugin has none (``/temp-topic/x`` is an
+        unknown destination to it, and a reply-to it copies unchanged)."""
         return None
 
     def send_queue_params(
@@ -301,6 +314,21 @@ class ActiveMQRules(RabbitMQRules):
 
     def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
         return connect_headers.get("client-id")
+
+    def parse_destination(self, raw: str) -> Destination:
+        """The plugin's destinations and ``/temp-topic/NAME``: a temporary topic private to the
+        connection, kept in a private queue as ``/temp-queue/NAME`` is (docs/migration-activemq.md)."""
+        if raw.startswith(TEMP_TOPIC_PREFIX):
+            return parse_temp_topic(raw)
+        return parse_destination(raw)
+
+    def temp_topic_reply_to(self, reply_to: str) -> Destination | None:
+        if not reply_to.startswith(TEMP_TOPIC_PREFIX):
+            return None
+        try:
+            return parse_temp_topic(reply_to)
+        except DestinationError as error:  # as for an unparsable reply-to:/temp-queue/...
+            raise ProcessingError(f"unparsable reply-to {reply_to!r}: {error.message}") from None
 
     def send_queue_params(
         self, dest: Destination, headers: Mapping[str, str], declared_queues: Container[str]

@@ -255,6 +255,29 @@ def test_temp_queue_request_reply(both, broker: BrokerProbe) -> None:
     assert compare(both, conversation) == ("answer", "c1", "replies")
 
 
+def test_temp_topic_request_reply(both, broker: BrokerProbe) -> None:
+    service = unique("amq-svc-")
+    broker.track_queue(service)
+
+    def conversation(connect: Connect) -> object:
+        server = connect()
+        subscribe(server, f"/queue/{service}", "svc")
+        client = connect()
+        subscribe(client, "/temp-topic/answers", "answers")
+        send(
+            client,
+            f"/queue/{service}",
+            "question",
+            **{"reply-to": "/temp-topic/answers", "correlation-id": "c2"},
+        )
+        request = server.read(until=lambda f: f.command == "MESSAGE")[-1]
+        send(server, request.headers["reply-to"], "answer", **{"correlation-id": "c2"})
+        reply = client.read(until=lambda f: f.command == "MESSAGE")[-1]
+        return reply.body.decode(), reply.headers.get("correlation-id"), reply.headers.get("subscription")
+
+    assert compare(both, conversation) == ("answer", "c2", "answers")
+
+
 def test_message_headers_applications_read(both, broker: BrokerProbe) -> None:
     queue = unique("amq-h-")
     broker.track_queue(queue)

@@ -338,6 +338,60 @@ def test_temp_queue_subscription_after_reply_to_replaces_the_implicit_consumer()
     assert ops.BasicConsume("amq.gen-test", "T_r", no_ack=True) in out
 
 
+def test_temp_topic_is_a_private_queue_apart_from_the_temp_queues() -> None:
+    session = amq_session()
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/temp-topic/replies", "id": "t"}))
+    assert out[0] == ops.QueueDeclare("", exclusive=True, auto_delete=True)
+    assert ops.BasicConsume("amq.gen-test", "T_t", no_ack=True) in out
+    out = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-topic/replies"}))
+    publish = next(op for op in out if isinstance(op, ops.BasicPublish))
+    assert publish.properties.reply_to == "amq.gen-test"
+    assert ops.QueueDeclare("", exclusive=True, auto_delete=True) not in out  # the same queue
+    assert not any(isinstance(op, ops.BasicConsume) for op in out)
+    # the temp queue of the same name is another queue, with its implicit reply consumer
+    out = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-queue/replies"}))
+    assert ops.QueueDeclare("", exclusive=True, auto_delete=True) in out
+    assert ops.BasicConsume("amq.gen-test", "T_/temp-queue/replies", no_ack=True) in out
+
+
+def test_temp_topic_reply_to_before_its_subscription() -> None:
+    session = amq_session()
+    out = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-topic/r"}))
+    assert ops.BasicConsume("amq.gen-test", "T_/temp-topic/r", no_ack=True) in out
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/temp-topic/r", "id": "t"}))
+    assert out[0] == ops.BasicCancel("T_/temp-topic/r")
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (Frame("SUBSCRIBE", {"destination": "/temp-topic/", "id": "t"}), "Invalid destination"),
+        (Frame("SUBSCRIBE", {"destination": "/temp-topic/a/b", "id": "t"}), "Invalid destination"),
+        (Frame("SEND", {"destination": "/temp-topic/a"}), "Invalid destination"),
+        (Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-topic/"}), "Processing error"),
+        (
+            Frame("SUBSCRIBE", {"destination": "/temp-topic/a", "id": "t", "selector": "x = 1"}),
+            "Selector not supported",
+        ),
+    ],
+)
+def test_temp_topic_errors(frame: Frame, message: str) -> None:
+    out = run(amq_session(), frame)
+    assert header(frames_of(out)[0], "message") == message
+    assert not any(isinstance(op, ops.BasicPublish | ops.BasicConsume) for op in out)
+
+
+def test_default_profile_knows_no_temp_topic() -> None:
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/temp-topic/a", "id": "t"}))
+    assert header(frames_of(out)[0], "message") == "Unknown destination"  # as the plugin answers
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    out = run(session, Frame("SEND", {"destination": "/queue/q", "reply-to": "/temp-topic/a"}))
+    assert header(frames_of(out)[0], "message") == "Processing error"
+
+
 def test_durable_subscription_and_activemq_unsubscribe_sequence() -> None:
     session = amq_session()
     sub = {"destination": "/topic/t", "id": "1", "activemq.subscriptionName": "s"}
