@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="adapter processes sharing the listeners (default 1: this process alone); with more, "
         "this process supervises them, restarts one that dies and serves --http-listen for all",
     )
+    parser.add_argument(
+        "--metrics-destinations",
+        metavar="N",
+        help="per-destination message series on /metrics for at most N destinations per process, "
+        "later ones counted as other (default 0: none)",
+    )
     # internal: how the supervisor starts a worker (its sockets and control socket)
     parser.add_argument(WORKER_SPEC_FLAG, help=argparse.SUPPRESS)
     return parser
@@ -239,6 +245,7 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
         sndbuf=settings.tcp_sndbuf,
         recbuf=settings.tcp_recbuf,
         http_listen=parse_listener(settings.http_listen) if settings.http_listen else None,
+        metrics_destinations=settings.metrics_destinations,
     )
 
 
@@ -257,6 +264,7 @@ def build_supervisor(settings: Settings, server: Server, argv: Sequence[str]) ->
         nodes=server.nodes,
         broker=server.broker,
         shutdown_timeout=settings.shutdown_timeout,
+        metrics_destinations=settings.metrics_destinations,
     )
 
 
@@ -323,6 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "log_format": args.log_format,
         "http_listen": args.http_listen,
         "workers": args.workers,
+        "metrics_destinations": args.metrics_destinations,
     }
     if worker is not None:
         # the supervisor serves the HTTP port, and a worker supervises nothing

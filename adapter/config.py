@@ -394,6 +394,7 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "log_format": _one_of("text", "json"),
     "http_listen": _http_listen,
     "workers": _int_converter(1, 256),
+    "metrics_destinations": _int_converter(0, 10_000),
     "trailing_lf": _to_bool,
     "web_stomp_listeners": _listeners,
     "web_stomp_ssl_listeners": _listeners,
@@ -498,6 +499,9 @@ class Settings(BaseSettings):
     # adapter processes sharing the listeners; 1: this process serves everything itself
     # (adapter/server/workers.py and docs/architecture.md, "Workers")
     workers: int = 1
+    # per-destination metric series: at most this many destinations per process get their own,
+    # later ones count as "other"; 0: no per-destination series (adapter/server/stats.py)
+    metrics_destinations: int = 0
     # Append LF after the NUL of every outgoing frame, as the plugin does.
     trailing_lf: bool = True
     # STOMP over WebSocket (the web_stomp.* keys of rabbitmq_web_stomp).  No listener unless a
@@ -617,6 +621,7 @@ _ADAPTER_KEYS: dict[str, str] = {
         "log_format",
         "http_listen",
         "workers",
+        "metrics_destinations",
         "trailing_lf",
         "profile",
         "activemq_listeners",
@@ -1043,6 +1048,7 @@ _CLI_FLAGS = {
     "log_format": "--log-format",
     "http_listen": "--http-listen",
     "workers": "--workers",
+    "metrics_destinations": "--metrics-destinations",
     "profile": "--profile",
 }
 

@@ -232,6 +232,8 @@ class Session:
         self.frames_sent: dict[str, int] = {}
         self.errors_sent: dict[str, int] = {}
         self.login_failure: str | None = None
+        # told the receipt-id of each RECEIPT as it is rendered (the shell times receipts)
+        self.on_receipt: Callable[[str], None] | None = None
         # the login and vhost the last CONNECT asked for, successful or not (for the close log line)
         self.requested_user: str | None = None
         self.requested_vhost: str | None = None
@@ -411,7 +413,10 @@ class Session:
             # so the SEND succeeds (with its RECEIPT) and nothing is published.
             yield from self._receipt(frame)
             return
-        publishes = [BasicPublish(exchange, key, properties, frame.body) for exchange, key in targets]
+        publishes = [
+            BasicPublish(exchange, key, properties, frame.body, part)
+            for (exchange, key), part in zip(targets, parts, strict=True)
+        ]
         if transaction is not None:
             last = len(publishes) - 1
             for n, publish in enumerate(publishes):
@@ -445,7 +450,8 @@ class Session:
         if self.state is not State.CONNECTED:
             return None
         headers = frame.headers
-        target = self._send_targets.get(headers.get("destination", ""))
+        destination = headers.get("destination", "")
+        target = self._send_targets.get(destination)
         if target is None or "transaction" in headers or "message-id" in headers:
             return None
         if not _QUEUE_ARGUMENT_HEADERS.isdisjoint(headers):
@@ -467,7 +473,7 @@ class Session:
         if properties is None:
             return None  # not to be published (activemq: already expired): the general path
         self._count_publish(receipt)
-        return BasicPublish(target[0], target[1], properties, frame.body)
+        return BasicPublish(target[0], target[1], properties, frame.body, destination)
 
     def quick_ack(self, frame: Frame) -> BasicAck | None:
         """An ACK outside a transaction and without a receipt, for a message of a current
@@ -1089,6 +1095,11 @@ class Session:
             )
         )
 
+    def subscription_destination(self, consumer_tag: str) -> str | None:
+        """The destination header of the SUBSCRIBE behind a consumer (per-destination metrics)."""
+        subscription = self._subscriptions.get(consumer_tag)
+        return subscription.destination if subscription is not None else None
+
     def dropped_delivery_ack(self, delivery: Delivery) -> BasicAck | DispatchDelivery | None:
         """What to do with a delivery ``on_delivery`` rendered no bytes for: its subscription's
         selector does not match it, so it leaves that subscription's own queue (acked; None for
@@ -1126,7 +1137,7 @@ class Session:
         if not receipts:
             return b""
         if ack:
-            return b"".join(self._encode(Command.RECEIPT, [("receipt-id", r)]) for r in receipts)
+            return b"".join(self._receipt_frame(r) for r in receipts)
         # a broker nack means the message may not be stored: never turn it into a RECEIPT
         return b"".join(
             self._error_frame(
@@ -1249,7 +1260,12 @@ class Session:
     def _receipt(self, frame: Frame) -> Steps:
         receipt = frame.headers.get("receipt")
         if receipt is not None:
-            yield SendFrame(self._encode(Command.RECEIPT, [("receipt-id", receipt)]))
+            yield SendFrame(self._receipt_frame(receipt))
+
+    def _receipt_frame(self, receipt: str) -> bytes:
+        if self.on_receipt is not None:
+            self.on_receipt(receipt)
+        return self._encode(Command.RECEIPT, [("receipt-id", receipt)])
 
     def _fail(self, message: str, detail: str, frame: Frame | None, *, also_receipt: bool = False) -> Steps:
         """ERROR (with receipt-id if the frame asked for a receipt), then close the connection.
@@ -1264,7 +1280,7 @@ class Session:
             receipt = frame.headers.get("receipt")
         yield SendFrame(self._error_frame(message, detail, receipt=receipt))
         if also_receipt and receipt is not None:
-            yield SendFrame(self._encode(Command.RECEIPT, [("receipt-id", receipt)]))
+            yield SendFrame(self._receipt_frame(receipt))
         self.state = State.CLOSED
         yield CloseClient(message)
 

@@ -116,6 +116,9 @@ class BasicPublish:
     routing_key: str
     properties: MessageProperties
     body: bytes
+    # the STOMP destination it was sent to, as the client wrote it (one element of a composite
+    # destination): only the per-destination metrics read it; "" for the adapter's own publishes
+    destination: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,10 +31,11 @@ from ..mapping import operations as ops
 from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
-from ..stomp.frame import Frame
+from ..stomp.frame import Command, Frame
 from .dispatching import DispatchLink
 from .fdlimit import EXHAUSTED
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
+from .stats import client_command_label
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -79,6 +80,8 @@ log = logging.getLogger("adapter.connection")
 
 # Stop reading from the client while this many bytes of parsed-but-unhandled input wait
 _MAX_BUFFERED_INPUT = 1024 * 1024
+# receipts a connection times at once (see _receipt_asked)
+_MAX_TIMED_RECEIPTS = 10_000
 # How long DISCONNECT waits for outstanding publisher confirms before closing anyway
 _CONFIRM_WAIT_ON_DISCONNECT = 30.0
 
@@ -211,6 +214,12 @@ class ClientConnection(asyncio.Protocol):
         # message path pays one comparison, not a clock read and a dict entry per message
         self._timed_publish = 0
         self._timed_publish_at = 0.0
+        # receipt latency: receipt-id -> (command, when its frame was read) of each receipt
+        # asked for and not yet answered; only frames with a receipt header read the clock
+        self._receipts_timed: dict[str, list[tuple[str, float]]] = {}
+        # per-destination counts (adapter.metrics_destinations), None when off: the message
+        # path then pays one comparison
+        self._destinations = server.stats.destinations
 
     @property
     def closed(self) -> bool:
@@ -250,6 +259,7 @@ class ClientConnection(asyncio.Protocol):
         self.session = Session(
             self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=is_loopback(host)
         )
+        self.session.on_receipt = self._receipt_sent
         self._server.connections.add(self)
         self._server.stats.connections_opened[self.listener] += 1
         # the login timeout also bounds a PROXY header that arrives slowly
@@ -462,6 +472,8 @@ class ClientConnection(asyncio.Protocol):
                 self._frame = frame
                 received = self.frames_received
                 received[frame.command] = received.get(frame.command, 0) + 1
+                if "receipt" in frame.headers:
+                    self._receipt_asked(frame)
                 # the two frames of the message flow skip the generator when they can
                 if frame.command == "SEND":
                     publish = session.quick_send(frame)
@@ -474,6 +486,8 @@ class ClientConnection(asyncio.Protocol):
                             self.messages_published += 1
                             if not self._timed_publish:
                                 self._time_publish()
+                            if self._destinations is not None:
+                                self._destinations.count_published(publish.destination)
                         except ProcessingError as error:  # a value AMQP cannot carry
                             self._processing_error(error)
                             return
@@ -524,6 +538,32 @@ class ClientConnection(asyncio.Protocol):
             self._timed_publish = seq
             self._timed_publish_at = time.monotonic()
 
+    def _receipt_asked(self, frame: Frame) -> None:
+        """Start the clock of a frame's receipt (stopped by ``_receipt_sent``)."""
+        if frame.command in (Command.CONNECT, Command.STOMP):
+            return  # answered by CONNECTED, never by a RECEIPT
+        timed = self._receipts_timed
+        if len(timed) >= _MAX_TIMED_RECEIPTS:
+            # receipts that never came (an aborted transaction's SENDs, a refused message) or a
+            # client far ahead of its receipts: start over rather than grow
+            timed.clear()
+        receipt = frame.headers["receipt"]
+        started = (client_command_label(frame.command), time.monotonic())
+        waiting = timed.get(receipt)
+        if waiting is None:
+            timed[receipt] = [started]
+        else:  # the client reused a receipt-id before its RECEIPT came: answered in order
+            waiting.append(started)
+
+    def _receipt_sent(self, receipt: str) -> None:
+        waiting = self._receipts_timed.get(receipt)
+        if not waiting:
+            return
+        command, started = waiting.pop(0)
+        if not waiting:
+            del self._receipts_timed[receipt]
+        self._server.stats.observe_receipt(command, time.monotonic() - started)
+
     def _execute(self, op: ops.Operation, in_frame: bool = True) -> object:
         """The one interpreter of the session's operations: run one that needs no reply, or
         start the task for one that does (``_run_sync``/``_call``: the broker's answer goes back
@@ -537,6 +577,8 @@ class ClientConnection(asyncio.Protocol):
             self.messages_published += 1
             if not self._timed_publish:
                 self._time_publish()
+            if self._destinations is not None and op.destination:  # "": a dead-letter copy
+                self._destinations.count_published(op.destination)
         elif isinstance(op, ops.SendFrame):
             self._write(op.data)
         elif isinstance(op, ops.BasicAck):
@@ -804,6 +846,8 @@ class ClientConnection(asyncio.Protocol):
             if ack is not None:
                 self._execute(ack)
             return
+        if self._destinations is not None:
+            self._count_delivered(delivery.consumer_tag)
         if self._steps is not None:
             # A frame is still being handled (e.g. a SUBSCRIBE waiting for its bind): its
             # RECEIPT must reach the client before the messages its consume let through, as
@@ -814,6 +858,13 @@ class ClientConnection(asyncio.Protocol):
         self._out.append(data)
         if len(delivery.body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
+
+    def _count_delivered(self, consumer_tag: str) -> None:
+        """Per-destination series: a MESSAGE for the subscription behind ``consumer_tag``."""
+        assert self.session is not None and self._destinations is not None
+        destination = self.session.subscription_destination(consumer_tag)
+        if destination is not None:
+            self._destinations.count_delivered(destination)
 
     # ------------------------------------------------------------------ queue dispatchers
     def _dispatch_op(
@@ -832,6 +883,8 @@ class ClientConnection(asyncio.Protocol):
         if self._closed or self.session is None:
             return
         data = self.session.render_dispatched(delivery)
+        if data and self._destinations is not None:
+            self._count_delivered(delivery.consumer_tag)
         if self._steps is not None:
             self._held.append(data)  # after the current frame's RECEIPT, as in on_deliver
         else:

@@ -28,7 +28,7 @@ from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
 from .metrics import add_connection, build_registry
 from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
-from .stats import ServerStats
+from .stats import DestinationCounts, ServerStats
 from .websocket import WebSocketConnection, WebStompSettings
 
 log = logging.getLogger("adapter.server")
@@ -69,6 +69,7 @@ class Server:
         frame_timeout: float = 60.0,
         incomplete_input_budget: int = 256 * 1024 * 1024,
         http_listen: tuple[str, int] | None = None,
+        metrics_destinations: int = 0,
         inherited_sockets: dict[tuple[str, int], list[socket.socket]] | None = None,
     ) -> None:
         self.session_settings = session_settings
@@ -120,6 +121,8 @@ class Server:
         # listener's configured (host, port) (adapter/server/workers.py)
         self._inherited_sockets = dict(inherited_sockets or {})
         self.stats = ServerStats()
+        if metrics_destinations:
+            self.stats.destinations = DestinationCounts(metrics_destinations)
         self.registry = build_registry(self)
         self.broker_check = BrokerCheck(self)
         self.started = False

@@ -25,7 +25,14 @@ from prometheus_client.registry import Collector
 
 from ..session import State
 from ..stomp.frame import Command
-from .stats import CLIENT_COMMANDS, OTHER, PAUSE_REASONS, TrafficCounts
+from .stats import (
+    CLIENT_COMMANDS,
+    DESTINATION_FAMILIES,
+    OTHER,
+    PAUSE_REASONS,
+    SHARED_DESTINATION_LABELS,
+    TrafficCounts,
+)
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
@@ -195,6 +202,34 @@ class ServerCollector(Collector):
         )
         histogram.add_metric([], latency.cumulative(), latency.total)
         yield histogram
+        receipts = HistogramMetricFamily(
+            f"{PREFIX}_receipt_seconds",
+            "time from reading a client frame with a receipt header to its RECEIPT, by the frame's "
+            "command (a SEND's waits for the broker's confirm)",
+            labels=["command"],
+        )
+        for command, latency in sorted(stats.receipt_latency.items()):
+            receipts.add_metric([command], latency.cumulative(), latency.total)
+        yield receipts
+        destinations = stats.destinations
+        if destinations is not None:
+            published, delivered = DESTINATION_FAMILIES
+            yield _by_label(
+                published.removeprefix(f"{PREFIX}_"),
+                "messages published, by the destination header of their SEND (adapter.metrics_destinations "
+                "bounds the series: later destinations count as other)",
+                "destination",
+                destinations.published,
+                SHARED_DESTINATION_LABELS,
+            )
+            yield _by_label(
+                delivered.removeprefix(f"{PREFIX}_"),
+                "MESSAGE frames sent, by the destination header of their SUBSCRIBE "
+                "(adapter.metrics_destinations bounds the series: later destinations count as other)",
+                "destination",
+                destinations.delivered,
+                SHARED_DESTINATION_LABELS,
+            )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

@@ -1,11 +1,14 @@
 """The adapter's counters: what each connection counts and what the server keeps of closed ones.
 
 Owns the server-wide ``ServerStats`` (totals of closed connections, rare events such as refused
-logins and failed AMQP connections, the publisher-confirm latency histogram), the label bounds
-and the names of the pause reasons.  The per-message counters themselves are plain integers and
-dicts on ``ClientConnection`` and ``Session``: incrementing an attribute costs a few tens of
-nanoseconds, where a prometheus_client ``Counter.inc()`` takes a lock.  Nothing here is read on
-the message path; ``adapter/server/metrics.py`` adds everything up when Prometheus scrapes.
+logins and failed AMQP connections, the receipt and publisher-confirm latency histograms, the
+per-destination counts when asked for), the label bounds and the names of the pause reasons.
+The per-message counters themselves are plain integers and dicts on ``ClientConnection`` and
+``Session``: incrementing an attribute costs a few tens of nanoseconds, where a
+prometheus_client ``Counter.inc()`` takes a lock.  The message path touches this module only
+for a frame with a receipt (``observe_receipt``) and, when adapter.metrics_destinations is set,
+for the per-destination counts; ``adapter/server/metrics.py`` adds everything up when
+Prometheus scrapes.
 
 No I/O, no prometheus_client: the numbers can be checked without either.
 """
@@ -40,6 +43,22 @@ PAUSE_REASONS = {
 # millisecond, a loaded or remote one in tens of milliseconds, a broker under a memory alarm
 # in seconds.
 CONFIRM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Receipt latency, from the client frame to its RECEIPT: a SEND's waits for the confirm, a
+# SUBSCRIBE's for a declare, a bind and a consume; the same scale fits both.
+RECEIPT_BUCKETS = CONFIRM_BUCKETS
+
+# Per-destination series (adapter.metrics_destinations): the first N distinct destinations a
+# process sees get a series each, every later one counts under OTHER.  Temporary and reply
+# queues have a new name per requester, so they are always one series each, outside the N.
+TEMP_QUEUE_LABEL = "/temp-queue/*"
+REPLY_QUEUE_LABEL = "/reply-queue/*"
+SHARED_DESTINATION_LABELS = (TEMP_QUEUE_LABEL, REPLY_QUEUE_LABEL, OTHER)
+# the per-destination families, whose labels the supervisor of --workers bounds again
+# (adapter/server/workermetrics.py)
+DESTINATION_FAMILIES = (
+    "stomp_adapter_destination_messages_published",
+    "stomp_adapter_destination_messages_delivered",
+)
 
 
 def client_command_label(command: str) -> str:
@@ -72,6 +91,70 @@ class Histogram:
             running += count
             buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
         return buckets
+
+
+class DestinationCounts:
+    """Messages published and delivered by STOMP destination, for at most ``limit`` of them.
+
+    The label of a destination is the destination as the client wrote it (a SEND's
+    ``destination`` header, a SUBSCRIBE's for deliveries), except that every ``/temp-queue/...``
+    is TEMP_QUEUE_LABEL and every ``/reply-queue/...`` REPLY_QUEUE_LABEL.  The first ``limit``
+    other destinations are admitted for the life of the process, in the order they are first
+    counted; later ones count under OTHER.  Only admitted destinations are remembered, so memory
+    stays bounded whatever clients send.
+    """
+
+    __slots__ = ("limit", "published", "delivered", "_admitted")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.published: dict[str, int] = {}
+        self.delivered: dict[str, int] = {}
+        self._admitted: dict[str, str] = {}  # destination -> itself: one lookup per message
+
+    def label(self, destination: str) -> str:
+        label = self._admitted.get(destination)
+        if label is not None:
+            return label
+        if destination.startswith("/temp-queue/"):
+            return TEMP_QUEUE_LABEL
+        if destination.startswith("/reply-queue/"):
+            return REPLY_QUEUE_LABEL
+        if len(self._admitted) < self.limit and destination not in SHARED_DESTINATION_LABELS:
+            self._admitted[destination] = destination
+            return destination
+        return OTHER
+
+    def count_published(self, destination: str) -> None:
+        label = self.label(destination)
+        published = self.published
+        published[label] = published.get(label, 0) + 1
+
+    def count_delivered(self, destination: str) -> None:
+        label = self.label(destination)
+        delivered = self.delivered
+        delivered[label] = delivered.get(label, 0) + 1
+
+
+class LabelBound:
+    """The same bound applied again to labels that are already counted: the supervisor of
+    ``--workers`` admits at most ``limit`` of the destinations its workers report (each admitted
+    its own N), in the order it first sees them, and folds the rest into OTHER.  Sticky, like
+    DestinationCounts: a label keeps its series, so the folded sums never go down."""
+
+    __slots__ = ("limit", "_admitted")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._admitted: set[str] = set()
+
+    def fold(self, label: str) -> str:
+        if label in self._admitted or label in SHARED_DESTINATION_LABELS:
+            return label
+        if len(self._admitted) < self.limit:
+            self._admitted.add(label)
+            return label
+        return OTHER
 
 
 @dataclass(slots=True)
@@ -132,3 +215,13 @@ class ServerStats:
     login_failures: Counter[str] = field(default_factory=Counter)  # by reason
     amqp_connection_failures: Counter[str] = field(default_factory=Counter)  # by reason
     confirm_latency: Histogram = field(default_factory=lambda: Histogram(CONFIRM_BUCKETS))
+    # receipt latency by the command of the frame that asked for it (a client command: bounded)
+    receipt_latency: dict[str, Histogram] = field(default_factory=dict)
+    # None unless adapter.metrics_destinations is set: the message path checks only that
+    destinations: DestinationCounts | None = None
+
+    def observe_receipt(self, command: str, seconds: float) -> None:
+        histogram = self.receipt_latency.get(command)
+        if histogram is None:
+            histogram = self.receipt_latency[command] = Histogram(RECEIPT_BUCKETS)
+        histogram.observe(seconds)

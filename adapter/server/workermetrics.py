@@ -7,6 +7,10 @@ into the one set of series it serves on ``--http-listen``:
 * every sample is summed over the workers (connections, frames, bytes, CPU seconds, memory,
   open file descriptors, histogram buckets ...), except the few where a sum means nothing
   (``KEPT_MINIMUM``: the oldest start time, the smallest descriptor limit);
+* the per-destination series (``adapter.metrics_destinations`` = N) are bounded again: each
+  worker admits its own N destinations, so their union could reach N x workers; the supervisor
+  admits at most N of the labels it sees, in the order it first sees them, for its whole life,
+  and adds the others into ``destination="other"`` (stats.LabelBound);
 * a worker that dies takes its counters with it, and a sum that drops would look to
   Prometheus' ``rate()`` like a counter reset (a spike of the whole total).  So the last
   snapshot the supervisor had of a dead worker is *retired*: its counter and histogram samples
@@ -30,6 +34,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from .stats import DESTINATION_FAMILIES, LabelBound
 
 # families whose workers' values are not added: the minimum is the meaningful one
 KEPT_MINIMUM = frozenset({"process_start_time_seconds", "process_max_fds"})
@@ -79,8 +85,9 @@ def _read(snapshot: Snapshot) -> Iterator[tuple[str, str, str, SampleKey, float]
 class WorkerMetrics:
     """The counters of workers that are gone, and the sum of those with the live snapshots."""
 
-    def __init__(self) -> None:
+    def __init__(self, destination_limit: int = 0) -> None:
         self._retired: dict[str, _Family] = {}
+        self._destination_bound = LabelBound(destination_limit)
 
     def retire(self, snapshot: Snapshot) -> None:
         """Keep the counters of a worker that died (its last snapshot)."""
@@ -105,6 +112,9 @@ class WorkerMetrics:
                     family.samples[key] = min(family.samples[key], value)
                 else:
                     family.samples[key] += value
+        for name in DESTINATION_FAMILIES:
+            if name in families:
+                self._bound_destinations(families[name])
         metrics = []
         for name, family in families.items():
             metric = Metric(name, family.help, family.type)
@@ -112,6 +122,17 @@ class WorkerMetrics:
                 metric.add_sample(sample_name, dict(labels), value)
             metrics.append(metric)
         return metrics
+
+    def _bound_destinations(self, family: _Family) -> None:
+        """Fold the destinations past the supervisor's bound into other (see the docstring)."""
+        folded: dict[SampleKey, float] = {}
+        for (sample_name, labels), value in family.samples.items():
+            labels = tuple(
+                (key, self._destination_bound.fold(label) if key == "destination" else label)
+                for key, label in labels
+            )
+            folded[(sample_name, labels)] = folded.get((sample_name, labels), 0.0) + value
+        family.samples = folded
 
 
 class _FixedCollector(Collector):

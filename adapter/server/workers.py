@@ -180,6 +180,7 @@ class Supervisor:
         nodes: BrokerNodes,
         broker: BrokerSettings,
         shutdown_timeout: float,
+        metrics_destinations: int = 0,
     ) -> None:
         self.workers = workers
         self._worker_command = list(worker_command)
@@ -189,7 +190,7 @@ class Supervisor:
         self.broker = broker
         self._shutdown_timeout = shutdown_timeout
         self.slots: list[WorkerSlot] = []
-        self.metrics_total = WorkerMetrics()
+        self.metrics_total = WorkerMetrics(destination_limit=metrics_destinations)
         self.restarts = 0
         self.broker_check = BrokerCheck(self)
         self.http_connections: set[OperatorHttp] = set()

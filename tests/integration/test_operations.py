@@ -122,12 +122,78 @@ def test_metrics_count_real_traffic(metered, broker) -> None:
     assert value(after, "stomp_adapter_publisher_confirm_seconds_bucket", le="+Inf") == value(
         after, "stomp_adapter_publisher_confirm_seconds_count"
     )
+    # every receipt asked for was timed, under the command that asked for it
+    for command, receipts in (("SUBSCRIBE", 1), ("SEND", 3), ("DISCONNECT", 1)):
+        assert value(after, "stomp_adapter_receipt_seconds_count", command=command) == receipts
+        assert value(after, "stomp_adapter_receipt_seconds_bucket", command=command, le="+Inf") == receipts
+        assert value(after, "stomp_adapter_receipt_seconds_sum", command=command) > 0
     bodies = sum(len(f"body-{n}") for n in range(3))
     assert value(after, "stomp_adapter_received_bytes_total") > bodies
     assert value(after, "stomp_adapter_sent_bytes_total") > bodies
     # SUBSCRIBE waited for its declare, consume and bind with the client's socket paused
     assert value(after, "stomp_adapter_reads_paused_seconds_total", reason="broker_call") > 0
     assert ("process_open_fds", frozenset()) in after
+
+
+def test_per_destination_series_are_bounded(start_adapter, broker) -> None:
+    """With adapter.metrics_destinations = 2 the first two destinations get a series each, the
+    third counts as other, and temporary queues share one series outside the bound; a
+    transaction's messages count under their SEND's destination at the COMMIT."""
+    adapter = start_adapter(http_listen="127.0.0.1:0", metrics_destinations=2)
+    http_port = adapter.server.http_addresses[0][1]
+    first, second, third = (unique(f"perdest-{n}") for n in range(3))
+    for queue in (first, second, third):
+        broker.track_queue(queue)
+    client = StompClient(adapter.port)
+    responder = StompClient(adapter.port)
+    client.conn.subscribe(f"/queue/{first}", id="s1", ack="auto", headers={"receipt": "sub"})
+    client.next("RECEIPT")
+    responder.conn.subscribe(f"/queue/{second}", id="s2", ack="auto", headers={"receipt": "sub"})
+    responder.next("RECEIPT")
+    for _ in range(3):
+        client.conn.send(f"/queue/{first}", "x")
+    client.conn.begin("tx")
+    client.conn.send(f"/queue/{second}", "x", transaction="tx")
+    client.conn.commit("tx")
+    # the third destination: the two series are taken
+    client.conn.send(f"/queue/{third}", "x")
+    client.conn.send(f"/queue/{third}", "x")
+    # a request with a temporary reply queue, answered through the /reply-queue/ name the
+    # responder gets: both names are made per requester, so neither gets a series of its own
+    client.conn.send(f"/queue/{second}", "request", headers={"reply-to": "/temp-queue/replies"})
+    requests = responder.messages(2)
+    reply_to = requests[1].headers["reply-to"]
+    assert reply_to.startswith("/reply-queue/")
+    responder.conn.send(reply_to, "reply", headers={"receipt": "replied"})
+    responder.next("RECEIPT")
+    assert [m.body for m in client.messages(4)] == ["x", "x", "x", "reply"]
+    samples = scrape(http_port)
+    published = "stomp_adapter_destination_messages_published_total"
+    delivered = "stomp_adapter_destination_messages_delivered_total"
+    assert value(samples, published, destination=f"/queue/{first}") == 3
+    assert value(samples, published, destination=f"/queue/{second}") == 2
+    assert value(samples, published, destination="other") == 2
+    assert value(samples, published, destination="/reply-queue/*") == 1
+    assert value(samples, published, destination="/temp-queue/*") == 0
+    assert value(samples, delivered, destination=f"/queue/{first}") == 3
+    assert value(samples, delivered, destination=f"/queue/{second}") == 2
+    assert value(samples, delivered, destination="/temp-queue/*") == 1
+    assert not any(dict(labels).get("destination") == f"/queue/{third}" for _name, labels in samples)
+    assert sum(v for (name, _labels), v in samples.items() if name == published) == value(
+        samples, "stomp_adapter_messages_published_total"
+    )
+    client.close()
+    responder.close()
+
+
+def test_no_per_destination_series_by_default(metered) -> None:
+    client = StompClient(metered.port)
+    client.conn.send("/topic/no-series", "x", headers={"receipt": "r"})
+    client.next("RECEIPT")
+    samples = scrape(metered.http_port)
+    assert value(samples, "stomp_adapter_messages_published_total") == 1
+    assert not any("destination" in name for name, _labels in samples)
+    client.close()
 
 
 def test_unknown_commands_share_one_series(metered) -> None:

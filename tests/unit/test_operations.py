@@ -13,7 +13,17 @@ import pytest
 
 from adapter.config import ConfigError, load_settings
 from adapter.logs import JsonLinesFormatter
-from adapter.server.stats import MAX_ERROR_MESSAGES, OTHER, Histogram, TrafficCounts
+from adapter.server.stats import (
+    MAX_ERROR_MESSAGES,
+    OTHER,
+    REPLY_QUEUE_LABEL,
+    TEMP_QUEUE_LABEL,
+    DestinationCounts,
+    Histogram,
+    LabelBound,
+    ServerStats,
+    TrafficCounts,
+)
 
 
 def test_histogram_buckets_are_cumulative() -> None:
@@ -50,6 +60,61 @@ def test_merging_adds_every_counter() -> None:
     assert merged.frames_received == {"SEND": 3, "ACK": 4}
     assert merged.paused_seconds == {"broker": 0.75, "input": 1.0}
     assert first.messages_published == 2  # the operands are left alone
+
+
+def test_destinations_past_the_bound_are_other() -> None:
+    counts = DestinationCounts(2)
+    for destination in ("/queue/a", "/topic/b", "/queue/c", "/queue/a", "/queue/d", "/topic/b"):
+        counts.count_published(destination)
+    assert counts.published == {"/queue/a": 2, "/topic/b": 2, OTHER: 2}
+    counts.count_delivered("/queue/c")  # not admitted by publishing: still other for deliveries
+    counts.count_delivered("/queue/a")
+    assert counts.delivered == {OTHER: 1, "/queue/a": 1}
+
+
+def test_temporary_destinations_share_a_series_outside_the_bound() -> None:
+    counts = DestinationCounts(1)
+    for n in range(50):
+        counts.count_published(f"/reply-queue/amq.gen-{n}")
+        counts.count_delivered(f"/temp-queue/t{n}")
+    counts.count_published("/queue/a")  # the bound is still free for a real destination
+    assert counts.published == {REPLY_QUEUE_LABEL: 50, "/queue/a": 1}
+    assert counts.delivered == {TEMP_QUEUE_LABEL: 50}
+    assert counts.label("/queue/b") == OTHER
+    assert counts.label(OTHER) == OTHER  # a destination named like the shared label is not admitted
+
+
+def test_destinations_beyond_the_bound_are_not_remembered() -> None:
+    counts = DestinationCounts(3)
+    for n in range(10_000):
+        counts.count_published(f"/queue/q{n}")
+    assert len(counts.published) == 4 and counts.published[OTHER] == 9_997
+    assert len(counts._admitted) == 3
+
+
+def test_a_label_bound_is_sticky() -> None:
+    bound = LabelBound(2)
+    assert [bound.fold(label) for label in ("/queue/a", OTHER, "/queue/b", "/queue/c", "/queue/a")] == [
+        "/queue/a",
+        OTHER,
+        "/queue/b",
+        OTHER,
+        "/queue/a",
+    ]
+    assert bound.fold(TEMP_QUEUE_LABEL) == TEMP_QUEUE_LABEL
+    assert bound.fold("/queue/c") == OTHER  # once other, always other: sums never go down
+
+
+def test_receipt_latency_has_a_histogram_per_command() -> None:
+    stats = ServerStats()
+    stats.observe_receipt("SEND", 0.002)
+    stats.observe_receipt("SEND", 0.0004)
+    stats.observe_receipt("SUBSCRIBE", 0.02)
+    assert {command: h.observations for command, h in stats.receipt_latency.items()} == {
+        "SEND": 2,
+        "SUBSCRIBE": 1,
+    }
+    assert stats.receipt_latency["SEND"].total == pytest.approx(0.0024)
 
 
 def _record(message: str, *args: object, **extra: object) -> logging.LogRecord:
@@ -91,6 +156,18 @@ def test_new_settings_default_to_off_and_text() -> None:
     settings = load_settings(None, {})
     assert settings.http_listen is None
     assert settings.log_format == "text"
+    assert settings.metrics_destinations == 0
+
+
+def test_metrics_destinations_from_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ini = tmp_path / "adapter.ini"
+    ini.write_text("adapter.metrics_destinations = 20\n")
+    assert load_settings(ini, {}).metrics_destinations == 20
+    monkeypatch.setenv("STOMP_ADAPTER_METRICS_DESTINATIONS", "30")
+    assert load_settings(ini, {}).metrics_destinations == 30
+    assert load_settings(ini, {"metrics_destinations": "40"}).metrics_destinations == 40
+    with pytest.raises(ConfigError, match=r"--metrics-destinations = '-1': must be an integer from 0 to"):
+        load_settings(None, {"metrics_destinations": "-1"})
 
 
 def test_new_settings_from_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

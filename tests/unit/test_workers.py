@@ -96,6 +96,35 @@ def test_a_malformed_snapshot_is_skipped() -> None:
     assert summed[("stomp_adapter_connections_opened_total", frozenset({("listener", "tcp")}))] == 1
 
 
+def destination_snapshot(published: dict[str, int]) -> Snapshot:
+    family = CounterMetricFamily(
+        "stomp_adapter_destination_messages_published", "published", labels=["destination"]
+    )
+    for destination, count in published.items():
+        family.add_metric([destination], count)
+    receipts = HistogramMetricFamily("stomp_adapter_receipt_seconds", "receipts", labels=["command"])
+    receipts.add_metric(["SEND"], [("0.001", 1), ("+Inf", 2)], 0.5)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed([family, receipts]))
+    return take_snapshot(registry)
+
+
+def test_the_supervisor_bounds_the_destinations_again() -> None:
+    """Each worker admitted its own 2 destinations; the sum keeps 2 and adds the rest to other."""
+    total = WorkerMetrics(destination_limit=2)
+    one = destination_snapshot({"/queue/a": 5, "/queue/b": 1, "other": 2})
+    two = destination_snapshot({"/queue/c": 7, "/queue/a": 1, "/temp-queue/*": 3})
+    summed = values(total.combine([one, two]))
+    name = "stomp_adapter_destination_messages_published_total"
+    by_destination = {dict(labels)["destination"]: v for (n, labels), v in summed.items() if n == name}
+    assert by_destination == {"/queue/a": 6, "/queue/b": 1, "other": 9, "/temp-queue/*": 3}
+    command = frozenset({("command", "SEND"), ("le", "+Inf")})
+    assert summed[("stomp_adapter_receipt_seconds_bucket", command)] == 4  # receipts add up too
+    # later scrapes keep the same series, whatever order the workers answer in
+    again = values(total.combine([two, one]))
+    assert {dict(labels)["destination"]: v for (n, labels), v in again.items() if n == name} == by_destination
+
+
 def test_workers_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().workers == 1
     path = tmp_path / "adapter.ini"
