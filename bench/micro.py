@@ -12,7 +12,11 @@ part a code change can make cheaper, with the real classes the server runs:
   STOMP MESSAGE frames out;
 * ``ack``: STOMP ACK frames in (client-individual), AMQP basic.ack out;
 * ``reply``: a SEND with ``reply-to:/temp-queue/...`` and a ``correlation-id`` (the request/reply
-  scenario), then its delivery with ``reply-to`` and ``correlation-id`` properties.
+  scenario), then its delivery with ``reply-to`` and ``correlation-id`` properties;
+* ``receipt``: SENDs with a ``receipt`` header (confirms are on), then per read one broker
+  basic.ack (multiple) confirming them all, and their RECEIPT frames out.
+
+``--metrics-destinations N`` runs it all with the per-destination series on (docs/configuration.md).
 
 Each case runs with 1 frame per read (how a request/reply at a low rate arrives) and with 64 frames
 per read (a busy connection), and reports the best of ``--repeat`` timings in µs per message.
@@ -29,6 +33,7 @@ import time
 from collections.abc import Callable
 
 from adapter.amqp import wire
+from adapter.amqp.connection import AmqpConnection
 from adapter.cli import session_settings
 from adapter.config import Settings
 from adapter.mapping.properties import MessageProperties
@@ -118,6 +123,20 @@ def feeder(receive: Callable[[bytes], None], data: bytes, reads: int) -> Callabl
     return run
 
 
+def confirmed(conn: ClientConnection, amqp: AmqpConnection, data: bytes, reads: int) -> Callable[[], None]:
+    """Like ``feeder``, each read of SENDs with receipts followed by the broker's confirm of them."""
+    session = conn.session
+    assert session is not None
+
+    def run() -> None:
+        for _ in range(reads):
+            conn.data_received(data)
+            confirm = session.publish_seq.to_bytes(8, "big") + wire.bits(True)
+            amqp.data_received(wire.method_frame(1, wire.BASIC_ACK, confirm))
+
+    return run
+
+
 def timed(action: Callable[[], None], messages: int, repeat: int) -> float:
     """Best of ``repeat`` runs of ``action`` (which handles ``messages`` messages), in µs/message."""
     action()  # warm-up: caches filled, set-up garbage collected
@@ -129,13 +148,16 @@ def timed(action: Callable[[], None], messages: int, repeat: int) -> float:
     return best / messages * 1e6
 
 
-async def measure(amqp_url: str, messages: int, repeat: int) -> dict[str, float]:
+async def measure(
+    amqp_url: str, messages: int, repeat: int, metrics_destinations: int = 0
+) -> dict[str, float]:
     settings = Settings(amqp_url=amqp_url)
     server = Server(
         session_settings=session_settings(settings),
         broker=BrokerSettings(settings.amqp_heartbeat, settings.amqp_connect_timeout),
         nodes=BrokerNodes(parse_nodes(amqp_url)),
         listeners=[],
+        metrics_destinations=metrics_destinations,
     )
     client = Recorder()
     conn = ClientConnection(server)
@@ -180,6 +202,10 @@ async def measure(amqp_url: str, messages: int, repeat: int) -> dict[str, float]
         temp_queue,
         MessageProperties(correlation_id="12345", reply_to=temp_queue),
     )
+    receipted = [
+        f"SEND\ndestination:/queue/{queue}\nreceipt:m{n}\ncontent-length:1024\n\n".encode() + BODY + b"\0"
+        for n in range(64)
+    ]
     ack = b"ACK\nid:T_1@@%s@@1\n\n\0" % conn.session.session_id.encode()  # type: ignore[union-attr]
     ack_delivery = deliver_frames("T_1", 1, queue + "-ack", MessageProperties())
 
@@ -196,6 +222,8 @@ async def measure(amqp_url: str, messages: int, repeat: int) -> dict[str, float]
         )
         for name, receive, chunk in cases:
             results[f"{name} x{batch}"] = timed(feeder(receive, chunk * batch, reads), total, repeat)
+        receipts = confirmed(conn, amqp, b"".join(receipted[:batch]), reads)
+        results[f"receipt x{batch}"] = timed(receipts, total, repeat)
         # the client-individual consumer's deliveries, so the ACKs above stay valid
         amqp.data_received(ack_delivery)
 
@@ -214,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=20000, help="messages per timing (default 20000)")
     parser.add_argument("--repeat", type=int, default=5, help="timings per case; the best is kept (5)")
     parser.add_argument(
+        "--metrics-destinations",
+        type=int,
+        default=0,
+        help="per-destination series for up to N destinations (default 0: off)",
+    )
+    parser.add_argument(
         "--amqp-url", default=os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
     )
     args = parser.parse_args(argv)
@@ -223,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         runner: Callable[..., dict[str, float]] = uvloop.run
     except ImportError:  # pragma: no cover
         runner = asyncio.run
-    results = runner(measure(args.amqp_url, args.messages, args.repeat))
+    results = runner(measure(args.amqp_url, args.messages, args.repeat, args.metrics_destinations))
     print(f"{'case':<14} {'µs/message':>10}")
     for name, value in results.items():
         print(f"{name:<14} {value:>10.2f}")

@@ -31,11 +31,10 @@ from ..mapping import operations as ops
 from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
-from ..stomp.frame import Command, Frame
+from ..stomp.frame import Frame
 from .dispatching import DispatchLink
 from .fdlimit import EXHAUSTED
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
-from .stats import client_command_label
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -82,6 +81,8 @@ log = logging.getLogger("adapter.connection")
 _MAX_BUFFERED_INPUT = 1024 * 1024
 # receipts a connection times at once (see _receipt_asked)
 _MAX_TIMED_RECEIPTS = 10_000
+# never answered by a RECEIPT; plain strings: comparing with the enum members costs more
+_ANSWERED_BY_CONNECTED = frozenset({"CONNECT", "STOMP"})
 # How long DISCONNECT waits for outstanding publisher confirms before closing anyway
 _CONFIRM_WAIT_ON_DISCONNECT = 30.0
 
@@ -215,8 +216,10 @@ class ClientConnection(asyncio.Protocol):
         self._timed_publish = 0
         self._timed_publish_at = 0.0
         # receipt latency: receipt-id -> (command, when its frame was read) of each receipt
-        # asked for and not yet answered; only frames with a receipt header read the clock
-        self._receipts_timed: dict[str, list[tuple[str, float]]] = {}
+        # asked for and not yet answered; only frames with a receipt header read the clock.
+        # A receipt-id reused while it still waits queues its later frames in the second dict.
+        self._receipts_timed: dict[str, tuple[str, float]] = {}
+        self._receipts_reused: dict[str, list[tuple[str, float]]] = {}
         # per-destination counts (adapter.metrics_destinations), None when off: the message
         # path then pays one comparison
         self._destinations = server.stats.destinations
@@ -540,29 +543,32 @@ class ClientConnection(asyncio.Protocol):
 
     def _receipt_asked(self, frame: Frame) -> None:
         """Start the clock of a frame's receipt (stopped by ``_receipt_sent``)."""
-        if frame.command in (Command.CONNECT, Command.STOMP):
-            return  # answered by CONNECTED, never by a RECEIPT
+        command = frame.command
+        if command in _ANSWERED_BY_CONNECTED:
+            return
         timed = self._receipts_timed
         if len(timed) >= _MAX_TIMED_RECEIPTS:
             # receipts that never came (an aborted transaction's SENDs, a refused message) or a
             # client far ahead of its receipts: start over rather than grow
             timed.clear()
+            self._receipts_reused.clear()
         receipt = frame.headers["receipt"]
-        started = (client_command_label(frame.command), time.monotonic())
-        waiting = timed.get(receipt)
-        if waiting is None:
-            timed[receipt] = [started]
-        else:  # the client reused a receipt-id before its RECEIPT came: answered in order
-            waiting.append(started)
+        if receipt in timed:  # reused before its RECEIPT came: timed in order
+            self._receipts_reused.setdefault(receipt, []).append((command, time.monotonic()))
+        else:
+            timed[receipt] = (command, time.monotonic())
 
     def _receipt_sent(self, receipt: str) -> None:
-        waiting = self._receipts_timed.get(receipt)
-        if not waiting:
+        started = self._receipts_timed.pop(receipt, None)
+        if started is None:
             return
-        command, started = waiting.pop(0)
-        if not waiting:
-            del self._receipts_timed[receipt]
-        self._server.stats.observe_receipt(command, time.monotonic() - started)
+        if self._receipts_reused:
+            reused = self._receipts_reused.get(receipt)
+            if reused:
+                self._receipts_timed[receipt] = reused.pop(0)
+                if not reused:
+                    del self._receipts_reused[receipt]
+        self._server.stats.observe_receipt(started[0], time.monotonic() - started[1])
 
     def _execute(self, op: ops.Operation, in_frame: bool = True) -> object:
         """The one interpreter of the session's operations: run one that needs no reply, or

@@ -107,7 +107,8 @@ def start_tree(amqp_url: str, tmp_path: Path, env: dict[str, str] | None = None)
 
 @pytest.fixture
 def tree(amqp_url: str, tmp_path: Path) -> Iterator[Tree]:
-    tree = start_tree(amqp_url, tmp_path)
+    # one per-destination series per worker, and one in the supervisor's sum
+    tree = start_tree(amqp_url, tmp_path, env={"STOMP_ADAPTER_METRICS_DESTINATIONS": "1"})
     workers = tree.workers()
     yield tree
     if tree.process.poll() is None:
@@ -143,12 +144,14 @@ def read_frame(sock: socket.socket, buffer: bytearray) -> bytes:
     return frame.lstrip(b"\r\n")
 
 
-def connect_cycle(port: int) -> None:
-    """CONNECT, CONNECTED, DISCONNECT with a receipt, RECEIPT."""
+def connect_cycle(port: int, send_to: str | None = None) -> None:
+    """CONNECT, CONNECTED, a SEND to ``send_to`` if given, DISCONNECT with a receipt, RECEIPT."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         buffer = bytearray()
         sock.sendall(CONNECT)
         assert read_frame(sock, buffer).startswith(b"CONNECTED")
+        if send_to is not None:
+            sock.sendall(f"SEND\ndestination:{send_to}\n\nx\0".encode())
         sock.sendall(DISCONNECT)
         assert read_frame(sock, buffer).startswith(b"RECEIPT")
 
@@ -165,8 +168,8 @@ def test_connections_land_on_both_workers_and_metrics_add_up(tree: Tree) -> None
     workers = tree.workers()
     assert len(workers) == 2
     cycles = 24
-    for _ in range(cycles):
-        connect_cycle(tree.stomp_port)
+    for number in range(cycles):
+        connect_cycle(tree.stomp_port, send_to=f"/topic/workers-{number % 3}")
     # a connection's "opened" line is written when it is accepted, before its CONNECTED
     by_pid = opened_by_pid(tree)
     assert set(by_pid) == workers, by_pid  # both workers served some (24 random hashes: 2^-23 odds)
@@ -176,6 +179,19 @@ def test_connections_land_on_both_workers_and_metrics_add_up(tree: Tree) -> None
     assert value(samples, "stomp_adapter_frames_received_total", command="CONNECT") == cycles
     assert value(samples, "stomp_adapter_frames_received_total", command="DISCONNECT") == cycles
     assert value(samples, "stomp_adapter_receipts_sent_total") == cycles
+    assert value(samples, "stomp_adapter_receipt_seconds_count", command="DISCONNECT") == cycles
+    # each worker gave a series to the first destination it saw (maybe two different ones): the
+    # supervisor keeps one of them and adds the rest to other
+    published = {
+        dict(labels)["destination"]: count
+        for (name, labels), count in samples.items()
+        if name == "stomp_adapter_destination_messages_published_total"
+    }
+    own = set(published) - {"other", "/temp-queue/*", "/reply-queue/*"}
+    assert len(own) == 1 and own <= {f"/topic/workers-{n}" for n in range(3)}, published
+    assert sum(published.values()) == cycles
+    # (a worker that admitted another destination counted this one's messages as other)
+    assert 0 < published[own.pop()] <= cycles / 3
     assert value(samples, "stomp_adapter_workers", state="ready") == 2
     assert value(samples, "stomp_adapter_worker_restarts_total") == 0
 
