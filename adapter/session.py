@@ -1137,7 +1137,11 @@ class Session:
         if not receipts:
             return b""
         if ack:
-            return b"".join(self._receipt_frame(r) for r in receipts)
+            on_receipt = self.on_receipt
+            if on_receipt is not None:
+                for receipt in receipts:
+                    on_receipt(receipt)
+            return b"".join(self._encode(Command.RECEIPT, [("receipt-id", r)]) for r in receipts)
         # a broker nack means the message may not be stored: never turn it into a RECEIPT
         return b"".join(
             self._error_frame(

@@ -220,6 +220,7 @@ class ClientConnection(asyncio.Protocol):
         # A receipt-id reused while it still waits queues its later frames in the second dict.
         self._receipts_timed: dict[str, tuple[str, float]] = {}
         self._receipts_reused: dict[str, list[tuple[str, float]]] = {}
+        self._receipt_latency = server.stats.receipt_latency  # by command
         # per-destination counts (adapter.metrics_destinations), None when off: the message
         # path then pays one comparison
         self._destinations = server.stats.destinations
@@ -568,7 +569,11 @@ class ClientConnection(asyncio.Protocol):
                 self._receipts_timed[receipt] = reused.pop(0)
                 if not reused:
                     del self._receipts_reused[receipt]
-        self._server.stats.observe_receipt(started[0], time.monotonic() - started[1])
+        command, asked_at = started
+        histogram = self._receipt_latency.get(command)
+        if histogram is None:
+            histogram = self._server.stats.receipt_histogram(command)
+        histogram.observe(time.monotonic() - asked_at)
 
     def _execute(self, op: ops.Operation, in_frame: bool = True) -> object:
         """The one interpreter of the session's operations: run one that needs no reply, or

@@ -223,10 +223,10 @@ class ServerStats:
     def observe_receipt(self, command: str, seconds: float) -> None:
         histogram = self.receipt_latency.get(command)
         if histogram is None:
-            histogram = self._receipt_histogram(command)
+            histogram = self.receipt_histogram(command)
         histogram.observe(seconds)
 
-    def _receipt_histogram(self, command: str) -> Histogram:
+    def receipt_histogram(self, command: str) -> Histogram:
         """The histogram of a command seen for the first time; one that is not a client
         command (never answered by a RECEIPT, but a bug must not add series) shares other's."""
         label = client_command_label(command)
