@@ -221,6 +221,10 @@ class ClientConnection(asyncio.Protocol):
         self._receipts_timed: dict[str, tuple[str, float]] = {}
         self._receipts_reused: dict[str, list[tuple[str, float]]] = {}
         self._receipt_latency = server.stats.receipt_latency  # by command
+        # one clock reading shared by the receipted frames of one read, and by the RECEIPTs
+        # one confirm releases (0: not read yet); only valid within that read or confirm
+        self._read_clock = 0.0
+        self._confirm_clock = 0.0
         # per-destination counts (adapter.metrics_destinations), None when off: the message
         # path then pays one comparison
         self._destinations = server.stats.destinations
@@ -346,6 +350,7 @@ class ClientConnection(asyncio.Protocol):
                     self._frame_started = None
         finally:
             self._in_read = False
+            self._read_clock = 0.0
         if self._amqp is not None:
             self._amqp.flush()
         self.flush()
@@ -553,11 +558,17 @@ class ClientConnection(asyncio.Protocol):
             # client far ahead of its receipts: start over rather than grow
             timed.clear()
             self._receipts_reused.clear()
+        if self._in_read:  # the frames of one read arrived together
+            now = self._read_clock
+            if not now:
+                now = self._read_clock = time.monotonic()
+        else:  # a frame left waiting behind a broker call, handled now
+            now = time.monotonic()
         receipt = frame.headers["receipt"]
         if receipt in timed:  # reused before its RECEIPT came: timed in order
-            self._receipts_reused.setdefault(receipt, []).append((command, time.monotonic()))
+            self._receipts_reused.setdefault(receipt, []).append((command, now))
         else:
-            timed[receipt] = (command, time.monotonic())
+            timed[receipt] = (command, now)
 
     def _receipt_sent(self, receipt: str) -> None:
         started = self._receipts_timed.pop(receipt, None)
@@ -573,7 +584,7 @@ class ClientConnection(asyncio.Protocol):
         histogram = self._receipt_latency.get(command)
         if histogram is None:
             histogram = self._server.stats.receipt_histogram(command)
-        histogram.observe(time.monotonic() - asked_at)
+        histogram.observe((self._confirm_clock or time.monotonic()) - asked_at)
 
     def _execute(self, op: ops.Operation, in_frame: bool = True) -> object:
         """The one interpreter of the session's operations: run one that needs no reply, or
@@ -936,11 +947,16 @@ class ClientConnection(asyncio.Protocol):
         session = self.session
         if session is None or self._closed:
             return
+        now = 0.0
         timed = self._timed_publish
         if timed and (delivery_tag == timed or (multiple and delivery_tag > timed)):
-            self._server.stats.confirm_latency.observe(time.monotonic() - self._timed_publish_at)
+            now = time.monotonic()
+            self._server.stats.confirm_latency.observe(now - self._timed_publish_at)
             self._timed_publish = 0
+        if self._receipts_timed:  # the RECEIPTs this confirm releases share one clock reading
+            self._confirm_clock = now or time.monotonic()
         data = session.on_confirm(delivery_tag, multiple, ack)
+        self._confirm_clock = 0.0
         if data:
             self._out.append(data)  # flushed by on_read_done, as for deliveries
             if not ack:
