@@ -49,10 +49,12 @@ RECEIPT_BUCKETS = CONFIRM_BUCKETS
 
 # Per-destination series (adapter.metrics_destinations): the first N distinct destinations a
 # process sees get a series each, every later one counts under OTHER.  Temporary and reply
-# queues have a new name per requester, so they are always one series each, outside the N.
+# queues (and the activemq profile's temporary topics) have a new name per requester, so they
+# are always one series each, outside the N.
 TEMP_QUEUE_LABEL = "/temp-queue/*"
 REPLY_QUEUE_LABEL = "/reply-queue/*"
-SHARED_DESTINATION_LABELS = (TEMP_QUEUE_LABEL, REPLY_QUEUE_LABEL, OTHER)
+TEMP_TOPIC_LABEL = "/temp-topic/*"
+SHARED_DESTINATION_LABELS = (TEMP_QUEUE_LABEL, REPLY_QUEUE_LABEL, TEMP_TOPIC_LABEL, OTHER)
 # the per-destination families, whose labels the supervisor of --workers bounds again
 # (adapter/server/workermetrics.py)
 DESTINATION_FAMILIES = (
@@ -98,7 +100,8 @@ class DestinationCounts:
 
     The label of a destination is the destination as the client wrote it (a SEND's
     ``destination`` header, a SUBSCRIBE's for deliveries), except that every ``/temp-queue/...``
-    is TEMP_QUEUE_LABEL and every ``/reply-queue/...`` REPLY_QUEUE_LABEL.  The first ``limit``
+    is TEMP_QUEUE_LABEL, every ``/reply-queue/...`` REPLY_QUEUE_LABEL and every
+    ``/temp-topic/...`` TEMP_TOPIC_LABEL.  The first ``limit``
     other destinations are admitted for the life of the process, in the order they are first
     counted; later ones count under OTHER.  Only admitted destinations are remembered, so memory
     stays bounded whatever clients send.
@@ -120,6 +123,8 @@ class DestinationCounts:
             return TEMP_QUEUE_LABEL
         if destination.startswith("/reply-queue/"):
             return REPLY_QUEUE_LABEL
+        if destination.startswith("/temp-topic/"):
+            return TEMP_TOPIC_LABEL
         if len(self._admitted) < self.limit and destination not in SHARED_DESTINATION_LABELS:
             self._admitted[destination] = destination
             return destination

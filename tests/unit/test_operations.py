@@ -18,6 +18,7 @@ from adapter.server.stats import (
     OTHER,
     REPLY_QUEUE_LABEL,
     TEMP_QUEUE_LABEL,
+    TEMP_TOPIC_LABEL,
     DestinationCounts,
     Histogram,
     LabelBound,
@@ -81,6 +82,7 @@ def test_temporary_destinations_share_a_series_outside_the_bound() -> None:
     assert counts.published == {REPLY_QUEUE_LABEL: 50, "/queue/a": 1}
     assert counts.delivered == {TEMP_QUEUE_LABEL: 50}
     assert counts.label("/queue/b") == OTHER
+    assert counts.label("/temp-topic/private") == TEMP_TOPIC_LABEL
     assert counts.label(OTHER) == OTHER  # a destination named like the shared label is not admitted
 
 
