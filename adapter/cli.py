@@ -24,6 +24,7 @@ from typing import Any
 
 from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
+from .server.amqp_pool import AmqpReuse
 from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
@@ -86,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="per-destination message series on /metrics for at most N destinations per process, "
         "later ones counted as other (default 0: none)",
+    )
+    parser.add_argument(
+        "--amqp-connection-reuse",
+        action="store_const",
+        const=True,
+        help="reuse a finished STOMP session's AMQP connection for the next CONNECT of the same "
+        "user, vhost and passcode (default off; docs/configuration.md says what it changes)",
     )
     # internal: how the supervisor starts a worker (its sockets and control socket)
     parser.add_argument(WORKER_SPEC_FLAG, help=argparse.SUPPRESS)
@@ -246,6 +254,13 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
         recbuf=settings.tcp_recbuf,
         http_listen=parse_listener(settings.http_listen) if settings.http_listen else None,
         metrics_destinations=settings.metrics_destinations,
+        amqp_reuse=AmqpReuse(
+            idle_seconds=settings.amqp_connection_idle_seconds,
+            max_age_seconds=settings.amqp_connection_max_age_seconds,
+            max_size=settings.amqp_connection_pool_size,
+        )
+        if settings.amqp_connection_reuse
+        else None,
     )
 
 
@@ -332,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "http_listen": args.http_listen,
         "workers": args.workers,
         "metrics_destinations": args.metrics_destinations,
+        "amqp_connection_reuse": args.amqp_connection_reuse,
     }
     if worker is not None:
         # the supervisor serves the HTTP port, and a worker supervises nothing

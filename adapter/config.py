@@ -384,6 +384,10 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "shutdown_timeout": _float_converter(0, inclusive=True),
     "amqp_connect_timeout": _float_converter(0, inclusive=False),
     "amqp_heartbeat": _int_converter(0, 65535, what="an integer from 0 to 65535 (seconds, 0 disables)"),
+    "amqp_connection_reuse": _to_bool,
+    "amqp_connection_idle_seconds": _float_converter(0, inclusive=False),
+    "amqp_connection_max_age_seconds": _float_converter(0, inclusive=False),
+    "amqp_connection_pool_size": _int_converter(1),
     "loopback_users": _user_list,
     "tcp_backlog": _int_converter(1),
     "tcp_nodelay": _to_bool,
@@ -484,6 +488,14 @@ class Settings(BaseSettings):
     shutdown_timeout: float = 10.0
     amqp_connect_timeout: float = 10.0
     amqp_heartbeat: int = 60
+    # Reuse a STOMP session's AMQP connection for the next CONNECT of the same user, vhost and
+    # passcode (adapter/server/amqp_pool.py, docs/configuration.md): off by default.  Idle
+    # pooled connections close after idle_seconds, every one max_age_seconds after the broker
+    # authenticated it; at most pool_size idle ones per process.
+    amqp_connection_reuse: bool = False
+    amqp_connection_idle_seconds: float = 5.0
+    amqp_connection_max_age_seconds: float = 60.0
+    amqp_connection_pool_size: int = 100
     # Users that may only log in when the STOMP client connects from a loopback address.
     loopback_users: Annotated[tuple[str, ...], NoDecode] = ("guest",)
     tcp_backlog: int = 128
@@ -616,6 +628,10 @@ _ADAPTER_KEYS: dict[str, str] = {
         "shutdown_timeout",
         "amqp_connect_timeout",
         "amqp_heartbeat",
+        "amqp_connection_reuse",
+        "amqp_connection_idle_seconds",
+        "amqp_connection_max_age_seconds",
+        "amqp_connection_pool_size",
         "loopback_users",
         "log_level",
         "log_format",

@@ -273,6 +273,7 @@ class BrokerProbe:
         self._queues: list[str] = []
         self._exchanges: list[str] = []
         self._vhosts: list[str] = []
+        self._users: list[str] = []
 
     # -- plumbing
     def run(self, work: Callable[[Any], Any]) -> Any:
@@ -305,6 +306,9 @@ class BrokerProbe:
 
                 with contextlib.suppress(Exception):
                     self._management(f"/api/vhosts/{quote(name, safe='')}", "DELETE")
+            for name in self._users:
+                with contextlib.suppress(Exception):
+                    self.delete_user(name)
         finally:
             self._loop.run_until_complete(self._connection.close())
             self._loop.close()
@@ -488,6 +492,31 @@ class BrokerProbe:
                 error.close()
                 return None
             raise
+
+    def create_user(self, password: str, prefix: str = "user") -> str:
+        """A throwaway user with ``password`` and full rights on "/", deleted by close() (never
+        guest: tests change and delete these)."""
+        from urllib.parse import quote
+
+        name = unique(prefix)
+        self.set_password(name, password)
+        self._management(
+            f"/api/permissions/%2F/{quote(name, safe='')}",
+            "PUT",
+            {"configure": ".*", "write": ".*", "read": ".*"},
+        )
+        self._users.append(name)
+        return name
+
+    def set_password(self, user: str, password: str) -> None:
+        from urllib.parse import quote
+
+        self._management(f"/api/users/{quote(user, safe='')}", "PUT", {"password": password, "tags": ""})
+
+    def delete_user(self, user: str) -> None:
+        from urllib.parse import quote
+
+        self._management(f"/api/users/{quote(user, safe='')}", "DELETE")
 
     def queue_info(self, name: str, vhost: str = "/") -> dict[str, Any] | None:
         """The management API's view of a queue (durable, auto_delete, exclusive, arguments,

@@ -37,13 +37,14 @@ from ..mapping.operations import (
 from ..mapping.properties import MessageProperties
 from . import wire
 from .framing import FrameReader
+from .pool import PoolKey
 
 # the session's synchronous operations that are one AMQP method and its reply (execute)
 BrokerCall = ConfirmSelect | QueueDeclare | QueueBind | QueueDelete | BasicQos | BasicConsume | BasicCancel
 
 log = logging.getLogger(__name__)
 
-CHANNEL = 1
+CHANNEL = 1  # the channel of a connection that is not reused (adapter.amqp_connection_reuse off)
 # publish method frames kept per connection; clients use a handful of destinations
 _PUBLISH_METHOD_CACHE_SIZE = 256
 
@@ -74,6 +75,40 @@ CLIENT_CAPABILITIES = {
     "connection.blocked": True,
     "authentication_failure_close": True,
 }
+# start-ok's client properties: all but connection_name are the same for every login, so they
+# are encoded once (encoding them per login was ~3 % of a connect cycle's CPU)
+_CONSTANT_CLIENT_PROPERTIES = b"".join(
+    wire.shortstr(name) + wire.field_value(value)
+    for name, value in (
+        ("product", "stomp-amqp-adapter"),
+        ("information", "STOMP client"),
+        ("capabilities", CLIENT_CAPABILITIES),
+    )
+)
+# decoded connection.start server properties by the method's bytes: one broker sends the same
+# bytes to every login (decoding them was another ~3 %); a few entries cover several nodes
+_SERVER_PROPERTIES: dict[bytes, dict[str, object]] = {}
+_SERVER_PROPERTIES_CACHE_SIZE = 16
+
+
+def client_properties_table(connection_name: str) -> bytes:
+    """start-ok's client-properties table, encoded (the same fields as before the cache)."""
+    fields = (
+        _CONSTANT_CLIENT_PROPERTIES + wire.shortstr("connection_name") + wire.field_value(connection_name)
+    )
+    return len(fields).to_bytes(4, "big") + fields
+
+
+def server_properties(payload: bytes) -> dict[str, object]:
+    """The server properties of a connection.start payload, decoded once per distinct payload.
+    The dict is shared between connections: read it, never change it."""
+    properties = _SERVER_PROPERTIES.get(payload)
+    if properties is None:
+        properties = wire.decode_connection_start(payload)
+        if len(_SERVER_PROPERTIES) >= _SERVER_PROPERTIES_CACHE_SIZE:
+            _SERVER_PROPERTIES.clear()
+        _SERVER_PROPERTIES[payload] = properties
+    return properties
 
 
 # Where the connection is: logging in, opening the vhost, opening the channel, or open ("").
@@ -111,8 +146,23 @@ class BrokerEvents(Protocol):
 
 
 class AmqpConnection(asyncio.Protocol):
-    def __init__(self, events: BrokerEvents, *, heartbeat: int, connection_name: str) -> None:
+    def __init__(
+        self, events: BrokerEvents, *, heartbeat: int, connection_name: str, reusable: bool = False
+    ) -> None:
         self._events = events
+        # adapter.amqp_connection_reuse: the connection may serve several STOMP sessions, one
+        # after the other, each on a channel of its own (open_channel, close_channel)
+        self._reusable = reusable
+        self.channel = CHANNEL
+        self.channel_max = 1  # negotiated in tune-ok: one channel unless reusable
+        # set when a session declared an exclusive or auto-delete queue: it belongs to the
+        # connection, not the channel, so the connection must not serve another session
+        self.declared_connection_queue = False
+        # set on any error: broker close, failed frame, lost link, missed heart-beats
+        self.had_error = False
+        # with reuse: the (node, vhost, user) key, passcode digest and login time the broker
+        # authenticated this connection with (adapter/server/amqp_pool.py)
+        self.pool_identity: tuple[PoolKey, bytes, float] | None = None
         self._requested_heartbeat = heartbeat
         self._connection_name = connection_name
         self._loop = asyncio.get_running_loop()
@@ -162,10 +212,11 @@ class AmqpConnection(asyncio.Protocol):
         connection_name: str,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
+        reusable: bool = False,
     ) -> AmqpConnection:
         """Connect, authenticate, open the vhost and channel 1.  Raises AmqpError or OSError."""
         loop = asyncio.get_running_loop()
-        protocol = cls(events, heartbeat=heartbeat, connection_name=connection_name)
+        protocol = cls(events, heartbeat=heartbeat, connection_name=connection_name, reusable=reusable)
         protocol._credentials = (user, password, vhost)
         async with asyncio.timeout(timeout):
             await loop.create_connection(
@@ -186,16 +237,17 @@ class AmqpConnection(asyncio.Protocol):
     def _on_handshake_method(self, method: tuple[int, int], payload: bytes) -> None:
         user, password, vhost = self._credentials
         if method == wire.CONNECTION_START:
-            self.server_properties = wire.decode_connection_start(payload)
-            client_properties = {
-                "product": "stomp-amqp-adapter",
-                "information": "STOMP client",
-                "connection_name": self._connection_name,
-                "capabilities": CLIENT_CAPABILITIES,
-            }
-            self._write(wire.connection_start_ok(user, password, client_properties))
+            self.server_properties = server_properties(payload)
+            self._write(
+                wire.connection_start_ok(user, password, client_properties_table(self._connection_name))
+            )
         elif method == wire.CONNECTION_TUNE:
-            _, frame_max, server_hb = wire.decode_connection_tune(payload)
+            channel_max, frame_max, server_hb = wire.decode_connection_tune(payload)
+            if self._reusable:
+                # every session gets a new channel number (0 from the broker: no limit), and
+                # RabbitMQ counts a closed channel until its process has ended, so the next
+                # session's channel.open must not hit a limit of one
+                self.channel_max = channel_max or 65535
             self.frame_max = min(frame_max or 131072, 131072)
             self._reader.frame_max = self.frame_max
             wanted = self._requested_heartbeat
@@ -206,7 +258,7 @@ class AmqpConnection(asyncio.Protocol):
             # frame is looked at.  One round trip and one read and write per login fewer.
             self._phase = "vhost"
             self._write(
-                wire.connection_tune_ok(1, self.frame_max, self.heartbeat)
+                wire.connection_tune_ok(self.channel_max, self.frame_max, self.heartbeat)
                 + wire.connection_open(vhost)
                 + wire.channel_open(CHANNEL)
             )
@@ -282,7 +334,7 @@ class AmqpConnection(asyncio.Protocol):
         if method == wire.BASIC_CANCEL:
             consumer_tag, nowait = wire.decode_basic_cancel(payload)
             if not nowait:
-                self._write(wire.basic_cancel_ok(CHANNEL, consumer_tag))
+                self._write(wire.basic_cancel_ok(self.channel, consumer_tag))
             self._events.on_server_cancel(consumer_tag)
             return
         if method == wire.CONNECTION_BLOCKED or method == wire.CONNECTION_UNBLOCKED:
@@ -383,50 +435,56 @@ class AmqpConnection(asyncio.Protocol):
         # clients publish to a handful of destinations: encode each one's method frame once
         method = self._publish_methods.get((exchange, routing_key))
         if method is None:
-            method = wire.publish_method(CHANNEL, exchange, routing_key)
+            method = wire.publish_method(self.channel, exchange, routing_key)
             if len(self._publish_methods) >= _PUBLISH_METHOD_CACHE_SIZE:
                 self._publish_methods.clear()
             self._publish_methods[(exchange, routing_key)] = method
         out = self._out
         out.append(method)
-        out += wire.content_frames(CHANNEL, properties, body, self.frame_max)
+        out += wire.content_frames(self.channel, properties, body, self.frame_max)
         if len(body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
-        self._out.append(wire.basic_ack(CHANNEL, delivery_tag, multiple))
+        self._out.append(wire.basic_ack(self.channel, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
-        self._out.append(wire.basic_nack(CHANNEL, delivery_tag, multiple, requeue))
+        self._out.append(wire.basic_nack(self.channel, delivery_tag, multiple, requeue))
 
     def declare_nowait(self, op: QueueDeclare) -> None:
         """queue.declare with nowait (a /queue on SEND): buffered like a publish, no reply."""
-        self._out.append(_queue_declare(op))
+        if op.exclusive or op.auto_delete:
+            self.declared_connection_queue = True
+        self._out.append(_queue_declare(self.channel, op))
 
     async def execute(self, op: BrokerCall) -> str | None:
         """One of the session's synchronous operations as its AMQP method, waiting for the
         reply: the queue name for a QueueDeclare (the server-named one when asked), else None.
         Raises AmqpError."""
         if isinstance(op, QueueDeclare):
-            reply = await self.call(_queue_declare(op), wire.QUEUE_DECLARE_OK)
+            if op.exclusive or op.auto_delete:
+                # the queue lives as long as the connection (exclusive) or until its last
+                # consumer goes (auto-delete): a connection that declared one is never reused
+                self.declared_connection_queue = True
+            reply = await self.call(_queue_declare(self.channel, op), wire.QUEUE_DECLARE_OK)
             return reply if reply is not None else op.queue
         if isinstance(op, BasicConsume):
             frame = wire.basic_consume(
-                CHANNEL, op.queue, op.consumer_tag, op.no_ack, op.arguments, op.exclusive
+                self.channel, op.queue, op.consumer_tag, op.no_ack, op.arguments, op.exclusive
             )
             await self.call(frame, wire.BASIC_CONSUME_OK)
         elif isinstance(op, QueueBind):
             await self.call(
-                wire.queue_bind(CHANNEL, op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
+                wire.queue_bind(self.channel, op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
             )
         elif isinstance(op, BasicQos):
-            await self.call(wire.basic_qos(CHANNEL, op.prefetch_count), wire.BASIC_QOS_OK)
+            await self.call(wire.basic_qos(self.channel, op.prefetch_count), wire.BASIC_QOS_OK)
         elif isinstance(op, BasicCancel):
-            await self.call(wire.basic_cancel(CHANNEL, op.consumer_tag), wire.BASIC_CANCEL_OK)
+            await self.call(wire.basic_cancel(self.channel, op.consumer_tag), wire.BASIC_CANCEL_OK)
         elif isinstance(op, QueueDelete):
-            await self.call(wire.queue_delete(CHANNEL, op.queue), wire.QUEUE_DELETE_OK)
+            await self.call(wire.queue_delete(self.channel, op.queue), wire.QUEUE_DELETE_OK)
         elif isinstance(op, ConfirmSelect):
-            await self.call(wire.confirm_select(CHANNEL), wire.CONFIRM_SELECT_OK)
+            await self.call(wire.confirm_select(self.channel), wire.CONFIRM_SELECT_OK)
         else:
             assert_never(op)
         return None
@@ -443,10 +501,49 @@ class AmqpConnection(asyncio.Protocol):
         return await future
 
     async def delete_queue_on_fresh_channel(self, queue: str) -> None:
-        """After the broker closed channel 1: open channel 2 and delete ``queue`` there."""
+        """After the broker closed the session's channel: open another one and delete ``queue``
+        there."""
         self._closing = True  # further failures are not news for the session
-        await self.call(wire.channel_open(2), wire.CHANNEL_OPEN_OK)
-        await self.call(wire.queue_delete(2, queue), wire.QUEUE_DELETE_OK)
+        self.declared_connection_queue = True  # it was the session's: this connection is not reused
+        spare = self.channel % 65535 + 1
+        await self.call(wire.channel_open(spare), wire.CHANNEL_OPEN_OK)
+        await self.call(wire.queue_delete(spare, queue), wire.QUEUE_DELETE_OK)
+
+    # --------------------------------------------------------------------- reuse
+    # adapter.amqp_connection_reuse (adapter/server/amqp_pool.py): between two STOMP sessions
+    # the connection sits in a pool with no channel open; every session opens a channel with a
+    # new number and closes it at its end, which drops its consumers, qos and confirm mode.
+    def attach(self, events: BrokerEvents) -> None:
+        """From now on broker events go to ``events`` (the next session, or the pool)."""
+        self._events = events
+
+    async def open_channel(self) -> None:
+        """Open the next session's channel, with a number the previous sessions did not use."""
+        self.channel = self.channel % self.channel_max + 1
+        self._publish_methods.clear()  # they carry the channel number
+        await self.call(wire.channel_open(self.channel), wire.CHANNEL_OPEN_OK)
+
+    async def close_channel(self) -> None:
+        """Close the session's channel and wait for close-ok: the broker has then cancelled its
+        consumers and requeued what it had not acknowledged.  Raises AmqpError."""
+        if self._reading_paused:
+            self.resume_reading()  # close-ok must be read
+        await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
+
+    @property
+    def reusable(self) -> bool:
+        """Fit to serve another session: open, never failed, not blocked by the broker, not
+        closing, no call waiting, no connection-bound queue left by a session."""
+        return (
+            self._reusable
+            and self._transport is not None
+            and not self._close_sent
+            and not self._closing
+            and not self.had_error
+            and not self.declared_connection_queue
+            and not self._blocked
+            and self._rpc is None
+        )
 
     # --------------------------------------------------------------------- heart-beats
     def _schedule_heartbeat(self) -> None:
@@ -474,6 +571,7 @@ class AmqpConnection(asyncio.Protocol):
     # --------------------------------------------------------------------- closing
     def _fail(self, error: AmqpError) -> None:
         """The link is unusable: reject the pending call and tell the session once."""
+        self.had_error = True
         if not self._handshake.done():
             self._handshake.set_exception(error)
             return
@@ -538,9 +636,9 @@ class AmqpConnection(asyncio.Protocol):
         return self._transport is not None and not self._close_sent
 
 
-def _queue_declare(op: QueueDeclare) -> bytes:
+def _queue_declare(channel: int, op: QueueDeclare) -> bytes:
     return wire.queue_declare(
-        CHANNEL,
+        channel,
         op.queue,
         passive=op.passive,
         durable=op.durable,

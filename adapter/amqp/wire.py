@@ -164,9 +164,12 @@ def bits(*flags: bool) -> bytes:
 
 
 # --- methods -------------------------------------------------------------------------------------
-def connection_start_ok(user: str, password: str, client_properties: Mapping[str, object]) -> bytes:
+def connection_start_ok(user: str, password: str, client_properties: Mapping[str, object] | bytes) -> bytes:
+    """``client_properties``: a mapping, or the table already encoded (the adapter's are constant
+    but for one field, adapter/amqp/connection.py)."""
     response = f"\0{user}\0{password}".encode("utf-8", "surrogateescape")
-    payload = table(client_properties) + shortstr("PLAIN") + longstr(response) + shortstr("en_US")
+    encoded = client_properties if isinstance(client_properties, bytes) else table(client_properties)
+    payload = encoded + shortstr("PLAIN") + longstr(response) + shortstr("en_US")
     return method_frame(0, CONNECTION_START_OK, payload)
 
 
@@ -191,6 +194,11 @@ def connection_close_ok() -> bytes:
 
 def channel_open(channel: int) -> bytes:
     return method_frame(channel, CHANNEL_OPEN, shortstr(""))
+
+
+def channel_close(channel: int) -> bytes:
+    """A normal close by the client (reply 200, no failing method)."""
+    return method_frame(channel, CHANNEL_CLOSE, _u16.pack(200) + shortstr("Goodbye") + b"\0\0\0\0")
 
 
 def channel_close_ok(channel: int) -> bytes:

@@ -39,6 +39,7 @@ from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
@@ -62,6 +63,7 @@ class ServerState(Protocol):
     descriptors: DescriptorWatch
     stats: ServerStats
     connections: set[ClientConnection]  # logged in or logging in; shutdown closes them
+    amqp_reuse: AmqpReuse | None  # adapter.amqp_connection_reuse: the pool, None when off
     open_sockets: set[Any]  # every socket until connection_lost; shutdown aborts the rest
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
@@ -681,7 +683,7 @@ class ClientConnection(asyncio.Protocol):
         elif isinstance(op, ops.CloseAmqp):
             self._leave_dispatchers()  # before the channel closes (its unacked messages requeue)
             self._amqp = None
-            await amqp.close()
+            await self._release_amqp(amqp, queues_to_delete=bool(self._delete_on_close))
         else:  # pragma: no cover - exhaustive over SYNCHRONOUS_OPS
             raise AssertionError(f"unhandled operation {op!r}")
         return None
@@ -696,7 +698,15 @@ class ClientConnection(asyncio.Protocol):
         deadline = self._loop.time() + self._server.login_timeout
         problems: list[str] = []
         amqp: AmqpConnection | None = None
-        for node in nodes.attempt_order():
+        attempt_order = nodes.attempt_order()
+        reuse = self._server.amqp_reuse
+        if reuse is not None:
+            # a pooled connection of this user, vhost and passcode: a new channel, no login
+            # (adapter/server/amqp_pool.py); otherwise the broker decides, as without reuse
+            amqp = await reuse.acquire((n.label for n in attempt_order), op.user, op.vhost, op.password, self)
+            if amqp is not None:
+                return self._logged_in(amqp)
+        for node in attempt_order:
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 problems.append(f"{node.label}: not tried, login timeout reached")
@@ -715,6 +725,7 @@ class ClientConnection(asyncio.Protocol):
                     connection_name=f"STOMP {self.peer}",
                     ssl_context=broker.tls if node.tls else None,
                     server_hostname=(broker.tls_server_name or node.host) if node.tls else None,
+                    reusable=reuse is not None,
                 )
             except AmqpError as error:
                 log.info(
@@ -754,14 +765,22 @@ class ClientConnection(asyncio.Protocol):
                 problems.append(f"{node.label}: {reason}")
             else:
                 nodes.connected(node, target, amqp.peer_address)
+                if reuse is not None:
+                    reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 break
         if amqp is None:
             tls_problems = [p for p in problems if p.startswith("TLS certificate")]
             if tls_problems:
                 return ops.LoginResult(False, "other", "; ".join(tls_problems))
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
+        return self._logged_in(amqp)
+
+    def _logged_in(self, amqp: AmqpConnection) -> ops.LoginResult:
         if self._closed:
-            amqp.close_nowait()
+            if self._server.amqp_reuse is None:
+                amqp.close_nowait()
+            else:
+                self._server.spawn(self._release_amqp(amqp, queues_to_delete=False))
             return ops.LoginResult(False, "other", "closed")
         self._amqp = amqp
         props = amqp.server_properties
@@ -1170,7 +1189,17 @@ class ClientConnection(asyncio.Protocol):
                 await asyncio.wait_for(amqp.delete_queue_on_fresh_channel(queue), 5.0)
             except (AmqpError, TimeoutError) as error:
                 log.info("peer=%s: could not delete subscription queue %r: %s", self.peer, queue, error)
-        await amqp.close()
+        await self._release_amqp(amqp, queues_to_delete=bool(delete_queues))
+
+    async def _release_amqp(self, amqp: AmqpConnection, *, queues_to_delete: bool) -> None:
+        """The session is done with its AMQP connection: close it, or, with
+        adapter.amqp_connection_reuse, give it back to the pool if nothing of the session can
+        outlive its channel (adapter/server/amqp_pool.py decides)."""
+        reuse = self._server.amqp_reuse
+        if reuse is None:
+            await amqp.close()
+        else:
+            await reuse.release(amqp, queues_to_delete=queues_to_delete)
 
     def _set_done(self) -> None:
         self._server.connections.discard(self)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..session import SessionSettings
+from .amqp_pool import AmqpReuse
 from .brokers import BrokerNodes
 from .connection import BrokerSettings, ClientConnection
 from .fdlimit import EXHAUSTED, DescriptorWatch
@@ -70,6 +71,7 @@ class Server:
         incomplete_input_budget: int = 256 * 1024 * 1024,
         http_listen: tuple[str, int] | None = None,
         metrics_destinations: int = 0,
+        amqp_reuse: AmqpReuse | None = None,
         inherited_sockets: dict[tuple[str, int], list[socket.socket]] | None = None,
     ) -> None:
         self.session_settings = session_settings
@@ -99,6 +101,8 @@ class Server:
         self.incomplete_input_budget = incomplete_input_budget
         self.descriptors = DescriptorWatch()
         self.connections: set[ClientConnection] = set()
+        # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
+        self.amqp_reuse = amqp_reuse
         # every accepted socket until its transport reports connection_lost (also while a closed
         # connection lingers for the client's last reads, or a WebSocket waits for the client's
         # Close): what is still open at the end of shutdown is aborted
@@ -388,6 +392,8 @@ class Server:
 
     async def shutdown(self) -> None:
         self.shutting_down = True  # /healthz and /readyz answer 503 from now on
+        if self.amqp_reuse is not None:
+            await self.amqp_reuse.close_all()  # idle ones close; the sessions' close from now on
         for server in self._servers:
             server.close()
         for task in self._accept_tasks:

@@ -1,0 +1,191 @@
+"""AMQP connection reuse between STOMP sessions (``adapter.amqp_connection_reuse``, off by
+default): the asyncio side of adapter/amqp/pool.py.
+
+A STOMP session that ends cleanly gives its AMQP connection back: its channel is closed (the
+broker cancels its consumers, requeues what it had not acknowledged, and forgets its qos and
+confirm mode), and the connection waits, with no channel open, for the next CONNECT of the same
+user, vhost and broker node with the same passcode.  That CONNECT opens a channel with a new
+number on it instead of a TCP connection and a six-method handshake.  What is never pooled: a
+connection that had any error, that the broker blocked or closed, that a session declared an
+exclusive or auto-delete queue on (temp-queues, /topic/ subscriptions: such queues belong to the
+connection), or that has subscription queues to delete.  Idle connections close after
+``idle_seconds``, every one ``max_age_seconds`` after the broker last authenticated it; the pool
+is per process (per worker under --workers).  docs/configuration.md says what changes for the
+broker and for security.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents
+from ..amqp.pool import ConnectionPool, PasscodeCheck, Pooled, may_return
+from ..mapping.operations import Delivery
+
+log = logging.getLogger(__name__)
+
+# longest wait for a pooled connection's channel.open / a session's channel.close-ok
+_CHANNEL_TIMEOUT = 5.0
+
+
+class _Idle:
+    """The broker events of a connection while no session has it: deliveries and confirms of a
+    closing channel are dropped; a close, a failure or a block takes it out of the pool."""
+
+    def __init__(self, reuse: AmqpReuse, connection: AmqpConnection) -> None:
+        self._reuse = reuse
+        self._connection = connection
+
+    def on_deliver(self, delivery: Delivery) -> None:
+        pass
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        pass
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        pass
+
+    def on_read_done(self) -> None:
+        pass
+
+    def on_amqp_closed(self, error: AmqpError) -> None:
+        self._reuse.forget(self._connection)
+
+    def on_broker_backpressure(self, paused: bool) -> None:
+        if paused and not self._connection.reusable:  # connection.blocked: a resource alarm
+            self._reuse.forget(self._connection)
+
+
+class AmqpReuse:
+    """The pool of one process and the counters the metrics may read."""
+
+    def __init__(
+        self,
+        *,
+        idle_seconds: float,
+        max_age_seconds: float,
+        max_size: int,
+        clock: Callable[[], float] = time.monotonic,
+        passcodes: PasscodeCheck | None = None,
+    ) -> None:
+        self.pool: ConnectionPool[AmqpConnection] = ConnectionPool(
+            idle_seconds=idle_seconds, max_age_seconds=max_age_seconds, max_size=max_size
+        )
+        self.passcodes = passcodes or PasscodeCheck()
+        self._clock = clock
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._closed = False
+        self.reused = 0  # logins served by a pooled connection
+        self.returned = 0  # connections given back to the pool
+        self.not_returned = 0  # connections a session left that were closed instead
+
+    # ------------------------------------------------------------------ login
+    async def acquire(
+        self, node_labels: Iterable[str], user: str, vhost: str, passcode: str, events: BrokerEvents
+    ) -> AmqpConnection | None:
+        """A pooled connection of ``user`` on ``vhost`` with the same passcode, on the first
+        node of ``node_labels`` that has one, with a fresh channel open and its events going
+        to ``events``; None: log in afresh."""
+        if self._closed or not len(self.pool):
+            return None
+        digest = self.passcodes.digest(passcode)
+        for label in node_labels:
+            key = (label, vhost, user)
+            while (entry := self.pool.take(key, digest, self._clock())) is not None:
+                connection = entry.connection
+                if not connection.reusable:
+                    self._close(connection)
+                    continue
+                try:
+                    # the pool's sink still gets the events: a failure here is not the session's
+                    await asyncio.wait_for(connection.open_channel(), _CHANNEL_TIMEOUT)
+                except (AmqpError, TimeoutError) as error:
+                    log.info("pooled AMQP connection unusable (%s): closing it", error)
+                    self._close(connection)
+                    continue
+                connection.attach(events)
+                self.reused += 1
+                return connection
+        return None
+
+    def logged_in(
+        self, connection: AmqpConnection, node_label: str, user: str, vhost: str, passcode: str
+    ) -> None:
+        """A fresh login succeeded: remember what for, so that the connection can be pooled
+        later; pooled connections of the same user logged in with another passcode go."""
+        digest = self.passcodes.digest(passcode)
+        key = (node_label, vhost, user)
+        connection.pool_identity = (key, digest, self._clock())
+        for stale in self.pool.other_passcodes(key, digest):
+            self._close(stale)
+
+    # ------------------------------------------------------------------ end of a session
+    async def release(self, connection: AmqpConnection, *, queues_to_delete: bool) -> None:
+        """The session is over: pool the connection with its channel closed, or close it."""
+        identity = connection.pool_identity
+        reason = may_return(
+            reusable=connection.reusable and identity is not None,
+            shutting_down=self._closed,
+            queues_to_delete=queues_to_delete,
+        )
+        if reason is None:
+            connection.attach(_Idle(self, connection))
+            try:
+                await asyncio.wait_for(connection.close_channel(), _CHANNEL_TIMEOUT)
+            except (AmqpError, TimeoutError) as error:
+                reason = f"channel close failed: {error}"
+            else:
+                if self._closed or not connection.reusable:
+                    reason = "not reusable after the channel closed"
+        if reason is not None or identity is None:
+            self.not_returned += 1
+            await connection.close()
+            return
+        key, digest, authenticated_at = identity
+        self.returned += 1
+        for evicted in self.pool.put(Pooled(connection, key, digest, authenticated_at, self._clock())):
+            self._close(evicted)
+        self._schedule_expiry()
+
+    # ------------------------------------------------------------------ expiry and shutdown
+    def forget(self, connection: AmqpConnection) -> None:
+        """The broker closed a pooled connection, it failed, or it is blocked: never hand it out."""
+        if self.pool.discard(connection):
+            self._close(connection)
+
+    def _schedule_expiry(self) -> None:
+        deadline = self.pool.next_expiry()
+        if deadline is None or self._closed:
+            return
+        if self._timer is not None:
+            if self._timer_at <= deadline:
+                return  # it fires first; connections pooled later expire later
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        # the pool's clock is time.monotonic; the loop's may differ, so wait a duration
+        self._timer_at = deadline
+        self._timer = loop.call_later(max(0.0, deadline - self._clock()) + 0.01, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        for connection in self.pool.expired(self._clock()):
+            self._close(connection)
+        self._schedule_expiry()
+
+    @staticmethod
+    def _close(connection: AmqpConnection) -> None:
+        connection.close_nowait()
+
+    async def close_all(self) -> None:
+        """Shutdown: close every pooled connection; nothing is pooled from now on."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        connections = self.pool.drain()
+        if connections:
+            await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)

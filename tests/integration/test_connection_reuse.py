@@ -1,0 +1,270 @@
+"""adapter.amqp_connection_reuse against the real broker: which CONNECT gets a pooled AMQP
+connection and which one must not, what a session leaves behind, and when pooled connections
+close.  The adapter runs in-process, so its AMQP connections are seen as this process's sockets
+to 5672 (tests.support.amqp_client_ports); the broker's own view comes from aio-pika and the
+management API.  Users other than guest are throwaway users the probe creates and deletes."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.support import AdapterProcess, BrokerProbe, amqp_client_ports, frame_headers, read_frames, unique
+
+IDLE_SECONDS = 1.5
+
+
+def reuse_adapter(start_adapter: Callable[..., AdapterProcess]) -> AdapterProcess:
+    return start_adapter(amqp_connection_reuse=True, amqp_connection_idle_seconds=IDLE_SECONDS)
+
+
+class Session:
+    """One STOMP 1.2 session on a raw socket (closed at the end of the test)."""
+
+    opened: list[socket.socket] = []
+
+    def __init__(self, port: int, login: str = "guest", passcode: str = "guest") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.opened.append(self.sock)
+        self.sock.sendall(
+            f"CONNECT\naccept-version:1.2\nhost:/\nlogin:{login}\npasscode:{passcode}\n\n\0".encode()
+        )
+        frames, self.closed = read_frames(self.sock, timeout=5, count=1)
+        assert frames, "no answer to CONNECT"
+        self.command, self.headers, self.body = frame_headers(frames[0])
+
+    def send(self, frame: str) -> list[tuple[str, dict[str, str], bytes]]:
+        """Send ``frame`` (it must ask for a receipt) and return what came up to the RECEIPT."""
+        self.sock.sendall(frame.encode() + b"\0")
+        got: list[tuple[str, dict[str, str], bytes]] = []
+        data = b""
+        deadline = time.monotonic() + 5
+        while not any(command in ("RECEIPT", "ERROR") for command, _, _ in got):
+            assert time.monotonic() < deadline, f"no RECEIPT for {frame!r}: {got}"
+            chunk = self.sock.recv(65536)
+            assert chunk, f"closed before the RECEIPT for {frame!r}: {got}"
+            data += chunk
+            *whole, data = data.split(b"\0")
+            got += [frame_headers(raw.lstrip(b"\r\n")) for raw in whole if raw.strip(b"\r\n")]
+        return got
+
+    def disconnect(self) -> None:
+        got = self.send("DISCONNECT\nreceipt:bye\n\n")
+        assert got[-1][0] == "RECEIPT", got
+        self.sock.close()
+
+
+@pytest.fixture(autouse=True)
+def close_sessions() -> Iterator[None]:
+    yield
+    for sock in Session.opened:
+        sock.close()
+    Session.opened.clear()
+
+
+def pooled(adapter: AdapterProcess) -> int:
+    async def count() -> int:
+        assert adapter.server.amqp_reuse is not None
+        return len(adapter.server.amqp_reuse.pool)
+
+    return int(adapter.run(count()))
+
+
+def reused(adapter: AdapterProcess) -> int:
+    async def count() -> int:
+        assert adapter.server.amqp_reuse is not None
+        return adapter.server.amqp_reuse.reused
+
+    return int(adapter.run(count()))
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_second_connect_of_the_same_user_reuses_the_amqp_connection(start_adapter: Any) -> None:
+    adapter = reuse_adapter(start_adapter)
+    before = amqp_client_ports()
+    first = Session(adapter.port)
+    assert first.command == "CONNECTED"
+    ports = amqp_client_ports() - before
+    assert len(ports) == 1
+    first.disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    assert amqp_client_ports() - before == ports  # kept open, with no session
+
+    second = Session(adapter.port)
+    assert second.command == "CONNECTED"
+    assert amqp_client_ports() - before == ports  # the same AMQP connection, no new one
+    assert reused(adapter) == 1 and pooled(adapter) == 0
+    second.disconnect()
+
+
+def test_a_wrong_passcode_on_a_pooled_user_is_refused_as_without_reuse(start_adapter: Any) -> None:
+    adapter = reuse_adapter(start_adapter)
+    Session(adapter.port).disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    refused = Session(adapter.port, passcode="wrong")
+    assert refused.command == "ERROR"
+    assert refused.headers["message"] == "Bad CONNECT"
+    assert refused.body == b"Access refused for user 'guest'\n"
+    assert refused.closed
+    assert reused(adapter) == 0
+    assert pooled(adapter) == 1  # the broker refused the passcode: guest's connection stays
+
+
+def test_another_user_with_the_same_passcode_never_gets_the_pooled_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = reuse_adapter(start_adapter)
+    other = broker.create_user("guest", "reuse")  # the same passcode as guest
+    before = amqp_client_ports()
+    Session(adapter.port).disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    guest_port = amqp_client_ports() - before
+    session = Session(adapter.port, login=other, passcode="guest")
+    assert session.command == "CONNECTED"
+    assert reused(adapter) == 0
+    assert len(amqp_client_ports() - before - guest_port) == 1  # a connection of its own
+    session.disconnect()
+
+
+def test_a_reused_connection_starts_clean(start_adapter: Any, broker: BrokerProbe) -> None:
+    """The first session's consumer, prefetch and unacknowledged message do not outlive it."""
+    adapter = reuse_adapter(start_adapter)
+    queue = unique("reuse")
+    broker.declare_queue(queue, durable=True)
+    broker.publish("", queue, b"one")
+    first = Session(adapter.port)
+    got = first.send(
+        f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:client\nprefetch-count:1\nreceipt:sub\n\n"
+    )
+    if not any(command == "MESSAGE" for command, _, _ in got):
+        got += [frame_headers(raw) for raw in read_frames(first.sock, timeout=5, count=1)[0]]
+    assert [command for command, _, _ in got].count("MESSAGE") == 1
+    first.disconnect()  # the message was never acknowledged
+    assert broker.wait_depth(queue, 1) == 1  # requeued: the channel and its consumer are gone
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+
+    broker.publish("", queue, b"two")
+    second = Session(adapter.port)
+    assert reused(adapter) == 1
+    got = second.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:auto\nreceipt:sub\n\n")
+    deadline = time.monotonic() + 5
+    while [command for command, _, _ in got].count("MESSAGE") < 2 and time.monotonic() < deadline:
+        got += [frame_headers(raw) for raw in read_frames(second.sock, timeout=1, count=1)[0]]
+    # no prefetch limit of 1 and no unacknowledged message left from the first session
+    assert sorted(body for command, _, body in got if command == "MESSAGE") == [b"one", b"two"]
+    second.disconnect()
+
+
+def test_a_session_with_a_temp_queue_leaves_nothing_and_is_not_pooled(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = reuse_adapter(start_adapter)
+    queue = unique("reuse")
+    broker.declare_queue(queue, durable=True)
+    before = amqp_client_ports()
+    session = Session(adapter.port)
+    got = session.send(f"SEND\ndestination:/queue/{queue}\nreply-to:/temp-queue/r\nreceipt:s\n\nrequest")
+    assert got[-1][0] == "RECEIPT", got
+    message = broker.get(queue)
+    assert message is not None
+    temp_queue = message.properties.reply_to
+    assert temp_queue and broker.queue_exists(temp_queue)
+    session.disconnect()
+    assert broker.wait_gone(temp_queue)
+    assert pooled(adapter) == 0
+    assert wait_for(lambda: not amqp_client_ports() - before, 5)  # closed, not pooled
+
+
+def test_a_session_with_a_topic_subscription_leaves_nothing_and_is_not_pooled(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = reuse_adapter(start_adapter)
+    key = unique("reuse")
+    before = amqp_client_ports()
+    session = Session(adapter.port)
+    got = session.send(f"SUBSCRIBE\nid:t\ndestination:/topic/{key}\nreceipt:sub\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    queues = [b["destination"] for b in broker.exchange_bindings("amq.topic") if b["routing_key"] == key]
+    assert len(queues) == 1
+    session.disconnect()
+    assert broker.wait_gone(queues[0])
+    assert pooled(adapter) == 0
+    assert wait_for(lambda: not amqp_client_ports() - before, 5)
+
+
+def test_a_session_whose_channel_failed_is_not_pooled(start_adapter: Any) -> None:
+    adapter = reuse_adapter(start_adapter)
+    before = amqp_client_ports()
+    session = Session(adapter.port)
+    got = session.send(f"SUBSCRIBE\nid:x\ndestination:/amq/queue/{unique('missing')}\nreceipt:sub\n\n")
+    assert got[0][0] == "ERROR", got  # the broker closed the channel (404)
+    session.sock.close()
+    assert wait_for(lambda: not amqp_client_ports() - before, 5)
+    assert pooled(adapter) == 0
+
+
+def test_idle_pooled_connections_close_after_the_idle_expiry(start_adapter: Any) -> None:
+    adapter = reuse_adapter(start_adapter)
+    before = amqp_client_ports()
+    Session(adapter.port).disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    assert amqp_client_ports() - before
+    assert wait_for(lambda: pooled(adapter) == 0 and not amqp_client_ports() - before, IDLE_SECONDS + 5)
+
+
+def test_a_password_change_takes_effect_once_the_pooled_connection_expired(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = reuse_adapter(start_adapter)
+    user = broker.create_user("old-secret", "reuse")
+    Session(adapter.port, login=user, passcode="old-secret").disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    broker.set_password(user, "new-secret")
+    assert wait_for(lambda: pooled(adapter) == 0, IDLE_SECONDS + 5)
+    refused = Session(adapter.port, login=user, passcode="old-secret")
+    assert (refused.command, refused.body) == ("ERROR", f"Access refused for user '{user}'\n".encode())
+    accepted = Session(adapter.port, login=user, passcode="new-secret")
+    assert accepted.command == "CONNECTED"
+    accepted.disconnect()
+    assert reused(adapter) == 0
+
+
+def test_a_new_passcode_accepted_by_the_broker_drops_the_old_pooled_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = start_adapter(amqp_connection_reuse=True, amqp_connection_idle_seconds=60)
+    user = broker.create_user("old-secret", "reuse")
+    Session(adapter.port, login=user, passcode="old-secret").disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    broker.set_password(user, "new-secret")
+    accepted = Session(adapter.port, login=user, passcode="new-secret")  # a fresh login
+    assert accepted.command == "CONNECTED"
+    assert reused(adapter) == 0
+    assert pooled(adapter) == 0  # the old passcode's connection is gone at once, not after 60 s
+    accepted.disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+
+
+def test_a_deleted_user_is_refused_once_the_pooled_connection_expired(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = reuse_adapter(start_adapter)
+    user = broker.create_user("secret", "reuse")
+    Session(adapter.port, login=user, passcode="secret").disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    broker.delete_user(user)
+    assert wait_for(lambda: pooled(adapter) == 0, IDLE_SECONDS + 5)
+    refused = Session(adapter.port, login=user, passcode="secret")
+    assert refused.command == "ERROR" and refused.headers["message"] == "Bad CONNECT"
