@@ -128,6 +128,7 @@ def metric_list(cfg: Config) -> list[Metric]:
         Metric("rrsat-rate", "reqrep", "request/reply, 1 outstanding, rate", "req/s", True),
         Metric("connect", "connect", f"CONNECT+DISCONNECT, {cfg.connect_workers} workers", "cycles/s", True),
         Metric("connect-p50", "connect", "CONNECT+DISCONNECT cycle, p50", "ms", False),
+        Metric("connect-p99", "connect", "CONNECT+DISCONNECT cycle, p99", "ms", False),
         Metric(
             "idle",
             "idle",

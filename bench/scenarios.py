@@ -602,6 +602,7 @@ async def connect_scenario(run: Run) -> None:
     run.outcome.counts.update(cycles=cycles[0], seconds=elapsed)
     run.outcome.metrics["connect"] = cycles[0] / elapsed
     run.outcome.metrics["connect-p50"] = percentile(latencies, 50) * 1000
+    run.outcome.metrics["connect-p99"] = percentile(latencies, 99) * 1000
 
 
 async def idle_scenario(run: Run) -> None:

@@ -230,6 +230,16 @@ class ServerCollector(Collector):
                 destinations.delivered,
                 SHARED_DESTINATION_LABELS,
             )
+        reuse = server.amqp_reuse  # adapter.amqp_connection_reuse (adapter/server/amqp_pool.py)
+        if reuse is not None:
+            yield GaugeMetricFamily(
+                f"{PREFIX}_amqp_connections_pooled",
+                "idle AMQP connections in the reuse pool",
+                len(reuse.pool),
+            )
+            yield _counter(
+                "amqp_connections_reused", "logins served by a pooled AMQP connection", reuse.reused
+            )
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

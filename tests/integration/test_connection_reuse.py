@@ -82,6 +82,15 @@ def reused(adapter: AdapterProcess) -> int:
     return int(adapter.run(count()))
 
 
+def scrape(adapter: AdapterProcess) -> str:
+    from prometheus_client import generate_latest
+
+    async def text() -> str:
+        return generate_latest(adapter.server.registry).decode()
+
+    return str(adapter.run(text()))
+
+
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -107,6 +116,10 @@ def test_a_second_connect_of_the_same_user_reuses_the_amqp_connection(start_adap
     assert amqp_client_ports() - before == ports  # the same AMQP connection, no new one
     assert reused(adapter) == 1 and pooled(adapter) == 0
     second.disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    series = scrape(adapter)
+    assert "stomp_adapter_amqp_connections_reused_total 1.0" in series
+    assert "stomp_adapter_amqp_connections_pooled 1.0" in series
 
 
 def test_a_wrong_passcode_on_a_pooled_user_is_refused_as_without_reuse(start_adapter: Any) -> None:
