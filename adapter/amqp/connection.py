@@ -505,7 +505,7 @@ class AmqpConnection(asyncio.Protocol):
         there."""
         self._closing = True  # further failures are not news for the session
         self.declared_connection_queue = True  # it was the session's: this connection is not reused
-        spare = self.channel % 65535 + 1
+        spare = self.channel % max(self.channel_max, 2) + 1  # 2 when only one channel was negotiated
         await self.call(wire.channel_open(spare), wire.CHANNEL_OPEN_OK)
         await self.call(wire.queue_delete(spare, queue), wire.QUEUE_DELETE_OK)
 

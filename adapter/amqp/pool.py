@@ -161,15 +161,19 @@ def may_return(
     reusable: bool,
     shutting_down: bool,
     queues_to_delete: bool,
+    session_failed: bool,
 ) -> str | None:
     """Why a connection a session leaves must be closed instead of pooled, or None to pool it.
     ``reusable``: the connection's own verdict (open, no error, not blocked, no exclusive or
     auto-delete queue declared); ``queues_to_delete``: the session left subscription queues the
-    adapter deletes on close (they would be the next session's)."""
+    adapter deletes on close (they would be the next session's); ``session_failed``: the session
+    ended with an ERROR frame (whatever went wrong, the connection is not trusted further)."""
     if shutting_down:
         return "shutting down"
     if queues_to_delete:
         return "the session left queues to delete"
+    if session_failed:
+        return "the session ended with an error"
     if not reusable:
         return "the connection is not reusable"
     return None

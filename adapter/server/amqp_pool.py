@@ -124,13 +124,16 @@ class AmqpReuse:
             self._close(stale)
 
     # ------------------------------------------------------------------ end of a session
-    async def release(self, connection: AmqpConnection, *, queues_to_delete: bool) -> None:
+    async def release(
+        self, connection: AmqpConnection, *, queues_to_delete: bool, session_failed: bool
+    ) -> None:
         """The session is over: pool the connection with its channel closed, or close it."""
         identity = connection.pool_identity
         reason = may_return(
             reusable=connection.reusable and identity is not None,
             shutting_down=self._closed,
             queues_to_delete=queues_to_delete,
+            session_failed=session_failed,
         )
         if reason is None:
             connection.attach(_Idle(self, connection))

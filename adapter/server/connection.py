@@ -1199,7 +1199,8 @@ class ClientConnection(asyncio.Protocol):
         if reuse is None:
             await amqp.close()
         else:
-            await reuse.release(amqp, queues_to_delete=queues_to_delete)
+            failed = self.session is None or bool(self.session.errors_sent)
+            await reuse.release(amqp, queues_to_delete=queues_to_delete, session_failed=failed)
 
     def _set_done(self) -> None:
         self._server.connections.discard(self)

@@ -281,3 +281,25 @@ def test_a_deleted_user_is_refused_once_the_pooled_connection_expired(
     assert wait_for(lambda: pooled(adapter) == 0, IDLE_SECONDS + 5)
     refused = Session(adapter.port, login=user, passcode="secret")
     assert refused.command == "ERROR" and refused.headers["message"] == "Bad CONNECT"
+
+
+def test_a_session_that_got_an_error_frame_is_not_pooled(start_adapter: Any) -> None:
+    adapter = reuse_adapter(start_adapter)
+    before = amqp_client_ports()
+    session = Session(adapter.port)
+    got = session.send("SEND\ndestination:/queue/a/b\nreceipt:s\n\nx")  # not a valid destination
+    assert got[0][0] == "ERROR", got
+    assert wait_for(lambda: not amqp_client_ports() - before, 5)
+    assert pooled(adapter) == 0
+
+
+def test_a_client_that_just_closes_its_socket_leaves_a_pooled_connection(start_adapter: Any) -> None:
+    """Scripts that exit without DISCONNECT are the case reuse is for: the channel is closed
+    and the connection pooled as after a DISCONNECT."""
+    adapter = reuse_adapter(start_adapter)
+    session = Session(adapter.port)
+    session.sock.close()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    again = Session(adapter.port)
+    assert again.command == "CONNECTED" and reused(adapter) == 1
+    again.disconnect()

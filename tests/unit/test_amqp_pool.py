@@ -119,16 +119,24 @@ def test_discard_and_drain() -> None:
 
 
 @pytest.mark.parametrize(
-    ("reusable", "shutting_down", "queues_to_delete", "pooled"),
+    ("reusable", "shutting_down", "queues_to_delete", "session_failed", "pooled"),
     [
-        (True, False, False, True),
-        (False, False, False, False),  # error, blocked, exclusive or auto-delete queue declared
-        (True, True, False, False),
-        (True, False, True, False),  # subscription queues still to delete
+        (True, False, False, False, True),
+        (False, False, False, False, False),  # error, blocked, exclusive or auto-delete queue declared
+        (True, True, False, False, False),
+        (True, False, True, False, False),  # subscription queues still to delete
+        (True, False, False, True, False),  # the session got an ERROR frame
     ],
 )
-def test_may_return(reusable: bool, shutting_down: bool, queues_to_delete: bool, pooled: bool) -> None:
-    verdict = may_return(reusable=reusable, shutting_down=shutting_down, queues_to_delete=queues_to_delete)
+def test_may_return(
+    reusable: bool, shutting_down: bool, queues_to_delete: bool, session_failed: bool, pooled: bool
+) -> None:
+    verdict = may_return(
+        reusable=reusable,
+        shutting_down=shutting_down,
+        queues_to_delete=queues_to_delete,
+        session_failed=session_failed,
+    )
     assert (verdict is None) == pooled
 
 
