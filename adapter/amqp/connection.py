@@ -151,7 +151,7 @@ class AmqpConnection(asyncio.Protocol):
     ) -> None:
         self._events = events
         # adapter.amqp_connection_reuse: the connection may serve several STOMP sessions, one
-        # after the other, each on a channel of its own (open_channel, close_channel)
+        # after the other, each on a channel of its own (recycle_channel)
         self._reusable = reusable
         self.channel = CHANNEL
         self.channel_max = 1  # negotiated in tune-ok: one channel unless reusable
@@ -172,7 +172,9 @@ class AmqpConnection(asyncio.Protocol):
         self._out_large = False  # _out holds a large body: write it with writelines, unjoined
         self._publish_methods: dict[tuple[str, str], bytes] = {}
         self._flush_handle: asyncio.Handle | None = None
-        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[str | None]] | None = None
+        # the call waiting: the replies that end it, its future, and whether it needs all of
+        # them (recycle_channel) rather than one
+        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[str | None], bool] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
         self._phase: Phase = "auth"
         self.server_properties: dict[str, object] = {}
@@ -349,6 +351,9 @@ class AmqpConnection(asyncio.Protocol):
             # decode before taking the call off: a reply that does not decode fails the link
             # (data_received), and _fail then rejects the call still waiting for it
             reply = wire.decode_reply(method, payload)
+            if rpc[2] and len(rpc[0]) > 1:  # more replies to come
+                self._rpc = (rpc[0] - {method}, rpc[1], True)
+                return
             self._rpc = None
             if not rpc[1].done():
                 rpc[1].set_result(reply)
@@ -489,14 +494,15 @@ class AmqpConnection(asyncio.Protocol):
             assert_never(op)
         return None
 
-    async def call(self, frame: bytes, *replies: tuple[int, int]) -> str | None:
-        """Send a synchronous method and wait for one of ``replies``; returns what
-        ``wire.decode_reply`` makes of it (a declared queue's name).  Raises AmqpError."""
+    async def call(self, frame: bytes, *replies: tuple[int, int], every_reply: bool = False) -> str | None:
+        """Send a synchronous method and wait for one of ``replies`` (all of them with
+        ``every_reply``); returns what ``wire.decode_reply`` makes of the last (a declared
+        queue's name).  Raises AmqpError."""
         if self._transport is None:
             raise AmqpError(504, "AMQP connection is closed")
         assert self._rpc is None, "synchronous AMQP calls must not overlap"
         future: asyncio.Future[str | None] = self._loop.create_future()
-        self._rpc = (frozenset(replies), future)
+        self._rpc = (frozenset(replies), future, every_reply)
         self._write(frame)
         return await future
 
@@ -510,25 +516,30 @@ class AmqpConnection(asyncio.Protocol):
         await self.call(wire.queue_delete(spare, queue), wire.QUEUE_DELETE_OK)
 
     # --------------------------------------------------------------------- reuse
-    # adapter.amqp_connection_reuse (adapter/server/amqp_pool.py): between two STOMP sessions
-    # the connection sits in a pool with no channel open; every session opens a channel with a
-    # new number and closes it at its end, which drops its consumers, qos and confirm mode.
+    # adapter.amqp_connection_reuse (adapter/server/amqp_pool.py): a connection serves one STOMP
+    # session after the other; at the end of each, its channel is closed and the next session's
+    # opened with a new number, so nothing of a session (consumers, qos, confirm mode, delivery
+    # tags) reaches the next one.
     def attach(self, events: BrokerEvents) -> None:
         """From now on broker events go to ``events`` (the next session, or the pool)."""
         self._events = events
 
-    async def open_channel(self) -> None:
-        """Open the next session's channel, with a number the previous sessions did not use."""
-        self.channel = self.channel % self.channel_max + 1
-        self._publish_methods.clear()  # they carry the channel number
-        await self.call(wire.channel_open(self.channel), wire.CHANNEL_OPEN_OK)
-
-    async def close_channel(self) -> None:
-        """Close the session's channel and wait for close-ok: the broker has then cancelled its
-        consumers and requeued what it had not acknowledged.  Raises AmqpError."""
+    async def recycle_channel(self) -> None:
+        """Close the session's channel and open the next session's, in one write, and wait for
+        both replies: after close-ok the broker has cancelled the session's consumers and
+        requeued what it had not acknowledged, and nothing more comes on that channel (the two
+        replies come from different channel processes, in either order).  Raises AmqpError."""
         if self._reading_paused:
-            self.resume_reading()  # close-ok must be read
-        await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
+            self.resume_reading()  # the replies must be read
+        old, new = self.channel, self.channel % self.channel_max + 1
+        await self.call(
+            wire.channel_close(old) + wire.channel_open(new),
+            wire.CHANNEL_CLOSE_OK,
+            wire.CHANNEL_OPEN_OK,
+            every_reply=True,
+        )
+        self.channel = new
+        self._publish_methods.clear()  # they carry the channel number
 
     @property
     def reusable(self) -> bool:

@@ -4,9 +4,10 @@ passcode is checked without being kept.
 
 A pooled connection belongs to one (broker node, vhost, user): the broker authenticated that user
 on it.  A later CONNECT may take it only with the same key *and* the same passcode; the passcode
-is never stored, only an HMAC-SHA256 of it under a key drawn at random when the process starts,
-compared in constant time (``hmac.compare_digest``).  A CONNECT whose passcode does not match
-logs in afresh, so the broker decides, exactly as without reuse.
+is never stored, only a keyed BLAKE2b hash of it (a MAC, as HMAC is, in one C call) under a key
+drawn at random when the process starts, compared in constant time (``hmac.compare_digest``).
+A CONNECT whose passcode does not match logs in afresh, so the broker decides, exactly as
+without reuse.
 
 Two clocks bound what a pooled connection can outlive: ``idle_seconds`` since a session gave it
 back, and ``max_age_seconds`` since the broker last authenticated the user on it, so that a
@@ -39,7 +40,8 @@ class PasscodeCheck:
         self._secret = secret if secret is not None else os.urandom(32)
 
     def digest(self, passcode: str) -> bytes:
-        return hmac.new(self._secret, passcode.encode("utf-8", "surrogateescape"), hashlib.sha256).digest()
+        raw = passcode.encode("utf-8", "surrogateescape")
+        return hashlib.blake2b(raw, key=self._secret, digest_size=32).digest()
 
     @staticmethod
     def same(left: bytes, right: bytes) -> bool:

@@ -3,9 +3,11 @@ default): the asyncio side of adapter/amqp/pool.py.
 
 A STOMP session that ends cleanly gives its AMQP connection back: its channel is closed (the
 broker cancels its consumers, requeues what it had not acknowledged, and forgets its qos and
-confirm mode), and the connection waits, with no channel open, for the next CONNECT of the same
-user, vhost and broker node with the same passcode.  That CONNECT opens a channel with a new
-number on it instead of a TCP connection and a six-method handshake.  What is never pooled: a
+confirm mode) and a channel with a new number is opened for the next session, both in one write
+and one round trip; then the connection waits for the next CONNECT of the same user, vhost and
+broker node with the same passcode.  That CONNECT takes it at once, without any I/O, instead of
+a TCP connection and a six-method handshake, so the login needs no task either
+(ClientConnection._execute).  What is never pooled: a
 connection that had any error, that the broker blocked or closed, that a session declared an
 exclusive or auto-delete queue on (temp-queues, /topic/ subscriptions: such queues belong to the
 connection), or that has subscription queues to delete.  Idle connections close after
@@ -27,7 +29,7 @@ from ..mapping.operations import Delivery
 
 log = logging.getLogger(__name__)
 
-# longest wait for a pooled connection's channel.open / a session's channel.close-ok
+# longest wait for the replies to a session's channel.close and the next one's channel.open
 _CHANNEL_TIMEOUT = 5.0
 
 
@@ -84,12 +86,12 @@ class AmqpReuse:
         self.not_returned = 0  # connections a session left that were closed instead
 
     # ------------------------------------------------------------------ login
-    async def acquire(
+    def acquire(
         self, node_labels: Iterable[str], user: str, vhost: str, passcode: str, events: BrokerEvents
     ) -> AmqpConnection | None:
         """A pooled connection of ``user`` on ``vhost`` with the same passcode, on the first
-        node of ``node_labels`` that has one, with a fresh channel open and its events going
-        to ``events``; None: log in afresh."""
+        node of ``node_labels`` that has one, its fresh channel open and its events going to
+        ``events`` from now on; None: log in afresh."""
         if self._closed or not len(self.pool):
             return None
         digest = self.passcodes.digest(passcode)
@@ -97,14 +99,7 @@ class AmqpReuse:
             key = (label, vhost, user)
             while (entry := self.pool.take(key, digest, self._clock())) is not None:
                 connection = entry.connection
-                if not connection.reusable:
-                    self._close(connection)
-                    continue
-                try:
-                    # the pool's sink still gets the events: a failure here is not the session's
-                    await asyncio.wait_for(connection.open_channel(), _CHANNEL_TIMEOUT)
-                except (AmqpError, TimeoutError) as error:
-                    log.info("pooled AMQP connection unusable (%s): closing it", error)
+                if not connection.reusable:  # closed, failed or blocked since it was pooled
                     self._close(connection)
                     continue
                 connection.attach(events)
@@ -136,9 +131,10 @@ class AmqpReuse:
             session_failed=session_failed,
         )
         if reason is None:
-            connection.attach(_Idle(self, connection))
+            connection.attach(_Idle(self, connection))  # the closing channel's frames are dropped
             try:
-                await asyncio.wait_for(connection.close_channel(), _CHANNEL_TIMEOUT)
+                async with asyncio.timeout(_CHANNEL_TIMEOUT):  # wait_for would cost a task
+                    await connection.recycle_channel()
             except (AmqpError, TimeoutError) as error:
                 reason = f"channel close failed: {error}"
             else:

@@ -14,6 +14,7 @@ socket until the reply arrives, which keeps frames strictly in order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import os
@@ -122,6 +123,7 @@ class BrokerSettings:
     tls_server_name: str | None = None
 
 
+@functools.lru_cache(maxsize=256)  # clients come from a few addresses; parsing one is ~1 % of a connect
 def is_loopback(host: str) -> bool:
     try:
         address = ipaddress.ip_address(host.split("%")[0])
@@ -624,6 +626,8 @@ class ClientConnection(asyncio.Protocol):
             self._delete_on_close.append(op.queue)  # deleted before the AMQP link closes
         elif isinstance(op, ops.DISPATCH_OPS):
             self._dispatch_op(op)
+        elif isinstance(op, ops.OpenConnection) and (pooled := self._pooled_amqp(op)) is not None:
+            return self._logged_in(pooled)  # no broker call: the pump goes on, no task
         elif in_frame:
             self._busy = True
             self._pause("broker")
@@ -698,15 +702,8 @@ class ClientConnection(asyncio.Protocol):
         deadline = self._loop.time() + self._server.login_timeout
         problems: list[str] = []
         amqp: AmqpConnection | None = None
-        attempt_order = nodes.attempt_order()
         reuse = self._server.amqp_reuse
-        if reuse is not None:
-            # a pooled connection of this user, vhost and passcode: a new channel, no login
-            # (adapter/server/amqp_pool.py); otherwise the broker decides, as without reuse
-            amqp = await reuse.acquire((n.label for n in attempt_order), op.user, op.vhost, op.password, self)
-            if amqp is not None:
-                return self._logged_in(amqp)
-        for node in attempt_order:
+        for node in nodes.attempt_order():
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 problems.append(f"{node.label}: not tried, login timeout reached")
@@ -774,6 +771,17 @@ class ClientConnection(asyncio.Protocol):
                 return ops.LoginResult(False, "other", "; ".join(tls_problems))
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
         return self._logged_in(amqp)
+
+    def _pooled_amqp(self, op: ops.OpenConnection) -> AmqpConnection | None:
+        """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
+        passcode, its new channel already open (adapter/server/amqp_pool.py); None: log in
+        afresh, and the broker decides, as without reuse."""
+        reuse = self._server.amqp_reuse
+        if reuse is None:
+            return None
+        # the configured order: attempt_order() would advance the round robin of fresh logins
+        labels = (node.label for node in self._server.nodes.nodes)
+        return reuse.acquire(labels, op.user, op.vhost, op.password, self)
 
     def _logged_in(self, amqp: AmqpConnection) -> ops.LoginResult:
         if self._closed:
