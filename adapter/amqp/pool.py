@@ -134,13 +134,13 @@ class ConnectionPool(Generic[Connection]):
             self._remove(entry)
         return [entry.connection for entry in gone]
 
+    def expiry_of(self, entry: Pooled[Connection]) -> float:
+        """When ``entry`` expires (the caller's clock)."""
+        return min(entry.idle_since + self.idle_seconds, entry.authenticated_at + self.max_age_seconds)
+
     def next_expiry(self) -> float | None:
         """When the next idle connection expires (the caller's clock), None with an empty pool."""
-        deadlines = [
-            min(entry.idle_since + self.idle_seconds, entry.authenticated_at + self.max_age_seconds)
-            for entries in self._idle.values()
-            for entry in entries
-        ]
+        deadlines = [self.expiry_of(entry) for entries in self._idle.values() for entry in entries]
         return min(deadlines) if deadlines else None
 
     def drain(self) -> list[Connection]:

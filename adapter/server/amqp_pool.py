@@ -146,9 +146,10 @@ class AmqpReuse:
             return
         key, digest, authenticated_at = identity
         self.returned += 1
-        for evicted in self.pool.put(Pooled(connection, key, digest, authenticated_at, self._clock())):
+        entry = Pooled(connection, key, digest, authenticated_at, self._clock())
+        for evicted in self.pool.put(entry):
             self._close(evicted)
-        self._schedule_expiry()
+        self._schedule_expiry(self.pool.expiry_of(entry))
 
     # ------------------------------------------------------------------ expiry and shutdown
     def forget(self, connection: AmqpConnection) -> None:
@@ -156,13 +157,13 @@ class AmqpReuse:
         if self.pool.discard(connection):
             self._close(connection)
 
-    def _schedule_expiry(self) -> None:
-        deadline = self.pool.next_expiry()
+    def _schedule_expiry(self, deadline: float | None) -> None:
+        """Make the timer fire by ``deadline`` (an entry's expiry, or the pool's next)."""
         if deadline is None or self._closed:
             return
         if self._timer is not None:
             if self._timer_at <= deadline:
-                return  # it fires first; connections pooled later expire later
+                return  # it fires first, and looks for the next deadline then
             self._timer.cancel()
         loop = asyncio.get_running_loop()
         # the pool's clock is time.monotonic; the loop's may differ, so wait a duration
@@ -173,7 +174,7 @@ class AmqpReuse:
         self._timer = None
         for connection in self.pool.expired(self._clock()):
             self._close(connection)
-        self._schedule_expiry()
+        self._schedule_expiry(self.pool.next_expiry())
 
     @staticmethod
     def _close(connection: AmqpConnection) -> None:
