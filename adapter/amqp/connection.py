@@ -543,8 +543,9 @@ class AmqpConnection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        """Fit to serve another session: open, never failed, not blocked by the broker, not
-        closing, no call waiting, no connection-bound queue left by a session."""
+        """Fit to serve another session: open, never failed, not blocked by the broker nor
+        with its socket full, not closing, no call waiting, no connection-bound queue left by a
+        session."""
         return (
             self._reusable
             and self._transport is not None
@@ -553,6 +554,7 @@ class AmqpConnection(asyncio.Protocol):
             and not self.had_error
             and not self.declared_connection_queue
             and not self._blocked
+            and not self._paused_writing
             and self._rpc is None
         )
 
