@@ -7,10 +7,11 @@ confirm mode) and a channel with a new number is opened for the next session, bo
 and one round trip; then the connection waits for the next CONNECT of the same user, vhost and
 broker node with the same passcode.  That CONNECT takes it at once, without any I/O, instead of
 a TCP connection and a six-method handshake, so the login needs no task either
-(ClientConnection._execute).  What is never pooled: a
-connection that had any error, that the broker blocked or closed, that a session declared an
-exclusive or auto-delete queue on (temp-queues, /topic/ subscriptions: such queues belong to the
-connection), or that has subscription queues to delete.  Idle connections close after
+(ClientConnection._execute).  What is never pooled: a connection that had any error, that the
+broker blocked or closed, that a session declared an exclusive or auto-delete queue on
+(temp-queues, /topic/ subscriptions: such queues belong to the connection), that has
+subscription queues to delete, or whose session ended with an ERROR frame.  Idle connections
+close after
 ``idle_seconds``, every one ``max_age_seconds`` after the broker last authenticated it; the pool
 is per process (per worker under --workers).  docs/configuration.md says what changes for the
 broker and for security.
@@ -57,7 +58,7 @@ class _Idle:
         self._reuse.forget(self._connection)
 
     def on_broker_backpressure(self, paused: bool) -> None:
-        if paused and not self._connection.reusable:  # connection.blocked: a resource alarm
+        if paused and not self._connection.reusable:  # connection.blocked, or its socket is full
             self._reuse.forget(self._connection)
 
 
