@@ -11,10 +11,10 @@ without reuse.
 
 Two clocks bound what a pooled connection can outlive: ``idle_seconds`` since a session gave it
 back, and ``max_age_seconds`` since the broker last authenticated the user on it, so that a
-password change or a deleted user reaches every new session within ``max_age_seconds`` even when
-sessions keep the connection busy.  ``max_size`` bounds the idle connections of the pool (the
-oldest idle one goes first).  The asyncio side (adapter/server/amqp_pool.py) owns the
-connections, the timer and the closing.
+password change reaches every new session within ``max_age_seconds`` even when sessions keep
+the connection busy (RabbitMQ closes a deleted user's connections itself).  ``max_size``
+bounds the idle connections of the pool (the oldest idle one goes first).  The asyncio side
+(adapter/server/amqp_pool.py) owns the connections, the timer and the closing.
 """
 
 from __future__ import annotations

@@ -270,9 +270,11 @@ def test_a_new_passcode_accepted_by_the_broker_drops_the_old_pooled_connection(
     assert wait_for(lambda: pooled(adapter) == 1, 5)
 
 
-def test_a_deleted_user_is_refused_once_the_pooled_connection_expired(
+def test_a_deleted_user_is_refused_once_the_pooled_connection_is_gone(
     start_adapter: Any, broker: BrokerProbe
 ) -> None:
+    """RabbitMQ closes a deleted user's connections (320 CONNECTION_FORCED), pooled ones too;
+    at the latest the idle expiry closes it."""
     adapter = reuse_adapter(start_adapter)
     user = broker.create_user("secret", "reuse")
     Session(adapter.port, login=user, passcode="secret").disconnect()
