@@ -15,6 +15,8 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
+
 from tests.activemq.conftest import Connect, Peer, Received
 from tests.support import BrokerProbe
 
@@ -231,7 +233,8 @@ def test_durable_topic_subscription(both, broker: BrokerProbe) -> None:
     assert compare(both, conversation) == (["while-away-1", "while-away-2"], ["RECEIPT"], [])
 
 
-def test_temp_queue_request_reply(both, broker: BrokerProbe) -> None:
+@pytest.mark.parametrize("temporary", ["/temp-queue/replies", "/temp-topic/answers"])
+def test_temporary_destination_request_reply(both, broker: BrokerProbe, temporary: str) -> None:
     service = unique("amq-svc-")
     broker.track_queue(service)
 
@@ -239,13 +242,8 @@ def test_temp_queue_request_reply(both, broker: BrokerProbe) -> None:
         server = connect()
         subscribe(server, f"/queue/{service}", "svc")
         client = connect()
-        subscribe(client, "/temp-queue/replies", "replies")
-        send(
-            client,
-            f"/queue/{service}",
-            "question",
-            **{"reply-to": "/temp-queue/replies", "correlation-id": "c1"},
-        )
+        subscribe(client, temporary, "replies")
+        send(client, f"/queue/{service}", "question", **{"reply-to": temporary, "correlation-id": "c1"})
         request = server.read(until=lambda f: f.command == "MESSAGE")[-1]
         reply_to = request.headers["reply-to"]
         send(server, reply_to, "answer", **{"correlation-id": request.headers["correlation-id"]})
@@ -253,29 +251,6 @@ def test_temp_queue_request_reply(both, broker: BrokerProbe) -> None:
         return reply.body.decode(), reply.headers.get("correlation-id"), reply.headers.get("subscription")
 
     assert compare(both, conversation) == ("answer", "c1", "replies")
-
-
-def test_temp_topic_request_reply(both, broker: BrokerProbe) -> None:
-    service = unique("amq-svc-")
-    broker.track_queue(service)
-
-    def conversation(connect: Connect) -> object:
-        server = connect()
-        subscribe(server, f"/queue/{service}", "svc")
-        client = connect()
-        subscribe(client, "/temp-topic/answers", "answers")
-        send(
-            client,
-            f"/queue/{service}",
-            "question",
-            **{"reply-to": "/temp-topic/answers", "correlation-id": "c2"},
-        )
-        request = server.read(until=lambda f: f.command == "MESSAGE")[-1]
-        send(server, request.headers["reply-to"], "answer", **{"correlation-id": "c2"})
-        reply = client.read(until=lambda f: f.command == "MESSAGE")[-1]
-        return reply.body.decode(), reply.headers.get("correlation-id"), reply.headers.get("subscription")
-
-    assert compare(both, conversation) == ("answer", "c2", "answers")
 
 
 def test_message_headers_applications_read(both, broker: BrokerProbe) -> None:
