@@ -852,12 +852,21 @@ class Session:
                 requeue = requeue_header in ("true", "True")
         op = DispatchSettle(tag, number, multiple, ack=not nack, requeue=requeue)
         if transaction is not None:
-            self._buffer(transaction, op, None)
+            self._buffer(transaction, op, None)  # forgotten at COMMIT, kept at ABORT
         else:
             for key in keys:
                 self._dispatched.pop(key, None)
             yield op
         yield from self._receipt(frame)
+
+    def _forget_dispatched(self, consumer_tag: str, number: int, multiple: bool) -> None:
+        """A dispatched message is settled (a committed ACK or NACK): a later NACK must not copy
+        it to the dead-letter queue."""
+        if multiple:
+            for key in [key for key in self._dispatched if key[0] == consumer_tag and key[1] <= number]:
+                del self._dispatched[key]
+        else:
+            self._dispatched.pop((consumer_tag, number), None)
 
     def render_dispatched(self, delivery: Delivery) -> bytes:
         """A message the dispatcher gives one of this session's dispatched subscriptions
@@ -999,6 +1008,8 @@ class Session:
             if isinstance(op, BasicPublish):
                 yield from self._publish(op, op_receipt)
             else:
+                if isinstance(op, DispatchSettle):
+                    self._forget_dispatched(op.consumer_tag, op.number, op.multiple)
                 yield op
         if publishes:
             assert receipt is not None
@@ -1181,11 +1192,18 @@ class Session:
     def confirms_outstanding(self) -> bool:
         return bool(self._pending_receipts or self._pending_commits or self._dead_letter_seqs)
 
+    def is_dispatched(self, consumer_tag: str) -> bool:
+        """Whether ``consumer_tag`` is a subscription of a queue dispatcher (activemq profile)."""
+        subscription = self._subscriptions.get(consumer_tag)
+        return subscription is not None and subscription.dispatched
+
     def on_server_cancel(self, consumer_tag: str) -> bytes:
         """The broker cancelled a consumer (e.g. its queue was deleted): docs/behaviour.md#error-handling."""
         subscription = self._subscriptions.pop(consumer_tag, None)
         if subscription is None:
             return b""
+        if subscription.dispatched:  # the shell takes it out of its dispatcher (is_dispatched)
+            self._dispatched = {k: d for k, d in self._dispatched.items() if k[0] != consumer_tag}
         if subscription.id is not None:
             header, description = subscription.id, f"id='{subscription.id}'"
         else:

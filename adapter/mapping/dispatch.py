@@ -173,10 +173,18 @@ class QueueDispatcher:
         *,
         auto_ack: bool,
         credit: int | None,
+        last_number: int = 0,
     ) -> tuple[Member, list[Action]]:
-        """Add a subscription; the parked messages it matches are delivered to it."""
+        """Add a subscription; the parked messages it matches are delivered to it.
+
+        Its message numbers (the last part of a MESSAGE's ``message-id``) continue after
+        ``last_number``: the owner passes the last number an earlier subscription with the same
+        consumer tag used on its connection, so an old message-id (or an ACK held in a
+        transaction) never names a message of the new subscription, as AMQP delivery tags never
+        repeat on a channel."""
         self._next_ident += 1
         member = Member(self._next_ident, owner, consumer_tag, matches, auto_ack, credit)
+        member.last_number = last_number
         self._members.append(member)
         actions: list[Action] = []
         self._reoffer(member, actions)

@@ -999,8 +999,14 @@ class ClientConnection(asyncio.Protocol):
             waiter.set_result(None)
 
     def on_server_cancel(self, consumer_tag: str) -> None:
-        if self.session is not None and not self._closed:
-            self._write(self.session.on_server_cancel(consumer_tag))
+        session = self.session
+        if session is not None and not self._closed:
+            dispatched = session.is_dispatched(consumer_tag)
+            self._write(session.on_server_cancel(consumer_tag))
+            if dispatched:
+                # out of its dispatcher, or messages routed to it would be rendered for a
+                # subscription that is gone (and, with auto acks, acked on their way there)
+                self._dispatch_op(ops.LeaveDispatch(consumer_tag))
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         session = self.session

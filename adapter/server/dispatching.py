@@ -68,6 +68,7 @@ class DispatchLink:
     __slots__ = (
         "_departed",
         "_dispatchers",
+        "_last_numbers",
         "_loop",
         "_members",
         "_owner",
@@ -89,6 +90,9 @@ class DispatchLink:
         # delivery tags of this channel handed to a dispatcher and not yet settled on the wire
         self.outstanding: set[int] = set()
         self.pending_acks: list[int] = []
+        # the last message number of each consumer tag that left: a later subscription with the
+        # same tag numbers its messages after it (QueueDispatcher.join)
+        self._last_numbers: dict[str, int] = {}
 
     def execute(
         self, op: ops.JoinDispatch | ops.LeaveDispatch | ops.DispatchDelivery | ops.DispatchSettle
@@ -114,7 +118,12 @@ class DispatchLink:
         elif isinstance(op, ops.JoinDispatch):
             dispatcher = self._dispatchers.get(self._vhost, op.queue)
             member, actions = dispatcher.join(
-                self._owner, op.consumer_tag, op.matches, auto_ack=op.auto_ack, credit=op.credit
+                self._owner,
+                op.consumer_tag,
+                op.matches,
+                auto_ack=op.auto_ack,
+                credit=op.credit,
+                last_number=self._last_numbers.get(op.consumer_tag, 0),
             )
             self._members[op.consumer_tag] = (dispatcher, member, op.queue)
             run(actions)
@@ -123,6 +132,7 @@ class DispatchLink:
             entry = self._members.pop(op.consumer_tag, None)
             if entry is not None:
                 dispatcher, member, queue = entry
+                self._last_numbers[op.consumer_tag] = member.last_number
                 run(dispatcher.leave(member, channel_open=True))
                 if dispatcher.members and member in dispatcher.members:
                     self._departed.append(entry)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapter.mapping import dispatch
+from adapter.mapping import operations as ops
 from adapter.mapping.dispatch import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
 from adapter.mapping.operations import Delivery
 from adapter.mapping.properties import MessageProperties
@@ -382,3 +383,23 @@ def test_nacks_are_written_at_once_and_never_coalesced() -> None:
     link.flush_acks(wire, coalesce=True)
     assert wire.written[-1] == ("ack", 1, False)
     assert link.outstanding == set()
+
+
+def test_a_resubscription_with_the_same_tag_numbers_its_messages_after_the_old_ones() -> None:
+    # an old message-id (or an ACK held in a transaction until after the re-SUBSCRIBE) must not
+    # name a message of the new subscription: numbers never repeat for a tag on a connection
+    loop = asyncio.new_event_loop()
+    try:
+        client = Channel("red")
+        link = DispatchLink(client, dispatch.Dispatchers(), "/", loop)
+        subscribe = ops.JoinDispatch("q", "T_1", colour_is("red"), auto_ack=False, credit=None)
+        link.execute(subscribe)
+        link.execute(ops.DispatchDelivery(message(7, "red", "T_1")))
+        link.execute(ops.LeaveDispatch("T_1"))
+        link.execute(subscribe)
+        link.execute(ops.DispatchDelivery(message(8, "red", "T_1")))
+        assert [delivery.delivery_tag for delivery in client.rendered] == [1, 2]
+        link.execute(ops.DispatchSettle("T_1", 1, multiple=True, ack=True))  # the old message's id
+        assert client.settled == [(7, False, True)]  # only the UNSUBSCRIBE's requeue of message 1
+    finally:
+        loop.close()

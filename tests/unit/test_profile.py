@@ -713,3 +713,37 @@ def _confirmed(op: ops.Operation) -> object:
     if isinstance(op, ops.QueueDeclare):
         return op.queue
     return None
+
+
+def test_an_ack_committed_in_a_transaction_is_not_dead_lettered_by_a_later_nack() -> None:
+    session = _dispatched_session("client")
+    properties = MessageProperties(headers={"n": "5"}, delivery_mode=2)
+    for number in (1, 2):
+        session.render_dispatched(ops.Delivery("T_1", number, False, "", "q", properties, b"x"))
+    run(session, Frame("BEGIN", {"transaction": "t"}))
+    run(session, Frame("ACK", {"id": f"T_1@@{SESSION_ID}@@1", "transaction": "t"}))
+    assert run(session, Frame("COMMIT", {"transaction": "t"})) == [
+        ops.DispatchSettle("T_1", 1, True, ack=True)
+    ]
+    out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@2"}), _confirmed)
+    copies = [op for op in out if isinstance(op, ops.BasicPublish)]
+    assert len(copies) == 1  # message 2 only: message 1 was acknowledged at the COMMIT
+
+
+def test_a_server_cancelled_dispatched_subscription_forgets_its_messages() -> None:
+    session = _dispatched_session("client")
+    session.render_dispatched(
+        ops.Delivery("T_1", 1, False, "", "q", MessageProperties(headers={"n": "5"}), b"x")
+    )
+    assert session.is_dispatched("T_1")
+    error = session.on_server_cancel("T_1")
+    assert error.startswith(b"ERROR") and not session.is_dispatched("T_1")
+    # the shell took it out of its dispatcher (is_dispatched was read first); nothing of it is
+    # left for a NACK to copy to the dead-letter queue
+    out = run(
+        session,
+        Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "ack": "client", "selector": "n > 1"}),
+    )
+    assert any(isinstance(op, ops.JoinDispatch) for op in out)
+    out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@1"}), _confirmed)
+    assert not any(isinstance(op, ops.BasicPublish) for op in out)
