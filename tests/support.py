@@ -305,7 +305,7 @@ class BrokerProbe:
                 from urllib.parse import quote
 
                 with contextlib.suppress(Exception):
-                    self._management(f"/api/vhosts/{quote(name, safe='')}", "DELETE")
+                    self.management(f"/api/vhosts/{quote(name, safe='')}", "DELETE")
             for name in self._users:
                 with contextlib.suppress(Exception):
                     self.delete_user(name)
@@ -414,7 +414,7 @@ class BrokerProbe:
         try:
             self.run(work)
         except ValueError:  # a name pamqp refuses to encode: use the management API
-            self._management(f"/api/queues/%2F/{_quote(name)}", method="DELETE")
+            self.management(f"/api/queues/%2F/{_quote(name)}", method="DELETE")
 
     # -- exchanges and publishing
     def declare_exchange(self, name: str, type_: str = "fanout", *, track: bool = True) -> None:
@@ -463,8 +463,8 @@ class BrokerProbe:
         from urllib.parse import quote
 
         name = unique(prefix)
-        self._management(f"/api/vhosts/{quote(name, safe='')}", "PUT")
-        self._management(
+        self.management(f"/api/vhosts/{quote(name, safe='')}", "PUT")
+        self.management(
             f"/api/permissions/{quote(name, safe='')}/guest",
             "PUT",
             {"configure": ".*", "write": ".*", "read": ".*"},
@@ -472,7 +472,9 @@ class BrokerProbe:
         self._vhosts.append(name)
         return name
 
-    def _management(self, path: str, method: str = "GET", body: Any = None) -> Any:
+    def management(self, path: str, method: str = "GET", body: Any = None) -> Any:
+        """One call of RabbitMQ's management HTTP API as guest (``path`` from ``/api/``): the
+        decoded JSON answer, None for an empty one or a 404."""
         import base64
         import json
         import urllib.error
@@ -493,49 +495,51 @@ class BrokerProbe:
                 return None
             raise
 
-    def create_user(self, password: str, prefix: str = "user") -> str:
-        """A throwaway user with ``password`` and full rights on "/", deleted by close() (never
-        guest: tests change and delete these)."""
+    def create_user(
+        self, password: str, prefix: str = "user", permissions: dict[str, str] | None = None
+    ) -> str:
+        """A throwaway user with ``password`` and ``permissions`` on "/" (default: full rights),
+        deleted by close() (never guest: tests change and delete these)."""
         from urllib.parse import quote
 
         name = unique(prefix)
         self.set_password(name, password)
-        self._management(
+        self._users.append(name)
+        self.management(
             f"/api/permissions/%2F/{quote(name, safe='')}",
             "PUT",
-            {"configure": ".*", "write": ".*", "read": ".*"},
+            permissions or {"configure": ".*", "write": ".*", "read": ".*"},
         )
-        self._users.append(name)
         return name
 
     def set_password(self, user: str, password: str) -> None:
         from urllib.parse import quote
 
-        self._management(f"/api/users/{quote(user, safe='')}", "PUT", {"password": password, "tags": ""})
+        self.management(f"/api/users/{quote(user, safe='')}", "PUT", {"password": password, "tags": ""})
 
     def delete_user(self, user: str) -> None:
         from urllib.parse import quote
 
-        self._management(f"/api/users/{quote(user, safe='')}", "DELETE")
+        self.management(f"/api/users/{quote(user, safe='')}", "DELETE")
 
     def queue_info(self, name: str, vhost: str = "/") -> dict[str, Any] | None:
         """The management API's view of a queue (durable, auto_delete, exclusive, arguments,
         type ...), or None if there is no such queue."""
         from urllib.parse import quote
 
-        return self._management(f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}")
+        return self.management(f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}")
 
     def queue_bindings(self, name: str, vhost: str = "/") -> list[dict[str, Any]]:
         from urllib.parse import quote
 
-        result = self._management(f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}/bindings")
+        result = self.management(f"/api/queues/{quote(vhost, safe='')}/{quote(name, safe='')}/bindings")
         return [b for b in (result or []) if b["source"] != ""]  # drop the default-exchange binding
 
     def exchange_bindings(self, exchange: str, vhost: str = "/") -> list[dict[str, Any]]:
         from urllib.parse import quote
 
         path = f"/api/exchanges/{quote(vhost, safe='')}/{quote(exchange, safe='')}/bindings/source"
-        return self._management(path) or []
+        return self.management(path) or []
 
 
 def _quote(name: str) -> str:

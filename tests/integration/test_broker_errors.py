@@ -7,47 +7,29 @@ user with limited permissions is created through the management API for these te
 
 from __future__ import annotations
 
-import base64
-import json
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 
 from tests.support import BrokerProbe, StompClient, unique
 
-MANAGEMENT = "http://127.0.0.1:15672/api"
-
-
-def _management(method: str, path: str, body: dict[str, object] | None = None) -> None:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{MANAGEMENT}{path}", data=data, method=method)
-    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10):
-        pass
-
 
 @pytest.fixture
-def limited_user() -> Iterator[str]:
+def limited_user(broker: BrokerProbe) -> str:
     """A user who may configure only queues named perm-ok-*, and publish to amq.topic only
     with routing keys 'allowed.*'."""
-    user = unique("stomp-limited")
-    quoted = urllib.parse.quote(user, safe="")
-    _management("PUT", f"/users/{quoted}", {"password": "secret", "tags": ""})
-    try:
-        _management(
-            "PUT", f"/permissions/%2F/{quoted}", {"configure": "^perm-ok-.*", "write": ".*", "read": ".*"}
-        )
-        _management(
-            "PUT",
-            f"/topic-permissions/%2F/{quoted}",
-            {"exchange": "amq.topic", "write": "^allowed\\.", "read": ".*"},
-        )
-        yield user
-    finally:
-        _management("DELETE", f"/users/{quoted}")
+    user = broker.create_user(
+        "secret",
+        prefix="stomp-limited",
+        permissions={"configure": "^perm-ok-.*", "write": ".*", "read": ".*"},
+    )
+    broker.management(
+        f"/api/topic-permissions/%2F/{urllib.parse.quote(user, safe='')}",
+        "PUT",
+        {"exchange": "amq.topic", "write": "^allowed\\.", "read": ".*"},
+    )
+    return user
 
 
 def test_declare_without_configure_permission_is_access_refused(adapter, limited_user):

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import socket
 import time
 import urllib.parse
 import urllib.request
 
-from tests.support import AdapterProcess, StompClient, frame_headers, read_frames, unique
+from tests.support import AdapterProcess, BrokerProbe, StompClient, frame_headers, read_frames, unique
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:{hb}\n\n\0"
-MANAGEMENT = "http://127.0.0.1:15672/api"
-
-
-def _management(method: str, path: str) -> object:
-    request = urllib.request.Request(f"{MANAGEMENT}{path}", method=method)
-    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    with urllib.request.urlopen(request, timeout=10) as response:
-        body = response.read()
-    return json.loads(body) if body else None
 
 
 def test_login_timeout_closes_silent_sockets(start_adapter):
@@ -71,10 +60,10 @@ def test_client_heart_beats_keep_the_connection(raw_socket):
     assert frame_headers(frames[0])[1]["receipt-id"] == "done"
 
 
-def _amqp_connection_of(client_port: int) -> str:
+def _amqp_connection_of(broker: BrokerProbe, client_port: int) -> str:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        for connection in _management("GET", "/connections") or []:  # type: ignore[union-attr]
+        for connection in broker.management("/api/connections") or []:
             name = (connection.get("client_properties") or {}).get("connection_name", "")
             if name.endswith(f":{client_port}"):
                 return connection["name"]
@@ -89,8 +78,8 @@ def test_broker_forced_close_reaches_the_client_and_spares_others(stomp_client, 
     broker.track_queue(queue)
     other.conn.subscribe(f"/queue/{queue}", id="s")
     victim_port = victim.conn.transport.socket.getsockname()[1]
-    name = _amqp_connection_of(victim_port)
-    _management("DELETE", "/connections/" + urllib.parse.quote(name, safe=""))
+    name = _amqp_connection_of(broker, victim_port)
+    broker.management("/api/connections/" + urllib.parse.quote(name, safe=""), "DELETE")
     error = victim.next("ERROR", timeout=10)
     assert error.headers["message"] == "connection_forced"
     assert "CONNECTION_FORCED" in error.body

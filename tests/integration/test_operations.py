@@ -7,7 +7,6 @@ parser, so the exposition format is checked as Prometheus reads it, not as the a
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -18,7 +17,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stomp.exception import ConnectFailedException
 from websockets.sync.client import connect
 
-from tests.support import StompClient, TcpRelay, free_port, unique, wait_for_port
-
-MANAGEMENT = "http://127.0.0.1:15672/api"
+from tests.support import BrokerProbe, StompClient, TcpRelay, free_port, unique, wait_for_port
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -268,26 +264,11 @@ def test_readiness_follows_the_broker(start_adapter, broker_host_port) -> None:
         relay.stop()
 
 
-def _management(method: str, path: str, body: dict[str, object] | None = None) -> None:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{MANAGEMENT}{path}", data=data, method=method)
-    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10):
-        pass
-
-
 @pytest.fixture
-def secret_user() -> Iterator[tuple[str, str]]:
+def secret_user(broker: BrokerProbe) -> tuple[str, str]:
     """A broker user whose passcode appears nowhere else, so any trace of it in a log is a leak."""
-    user, passcode = unique("stomp-ops"), unique("passcode-never-logged")
-    quoted = urllib.parse.quote(user, safe="")
-    _management("PUT", f"/users/{quoted}", {"password": passcode, "tags": ""})
-    try:
-        _management("PUT", f"/permissions/%2F/{quoted}", {"configure": ".*", "write": ".*", "read": ".*"})
-        yield user, passcode
-    finally:
-        _management("DELETE", f"/users/{quoted}")
+    passcode = unique("passcode-never-logged")
+    return broker.create_user(passcode, prefix="stomp-ops"), passcode
 
 
 def test_json_logs_of_a_real_process(amqp_url, secret_user, tmp_path: Path) -> None:
