@@ -748,7 +748,7 @@ class Session:
             if subscription.dispatched:
                 # leave first: nothing more is routed to it while its cancel is on the way, and
                 # what still arrives on its channel goes back to the queue
-                self._dispatched = {k: d for k, d in self._dispatched.items() if k[0] != tag}
+                self._forget_dispatched(tag)
                 yield LeaveDispatch(tag)
             yield BasicCancel(tag)
             self._subscriptions.pop(tag, None)
@@ -859,14 +859,17 @@ class Session:
             yield op
         yield from self._receipt(frame)
 
-    def _forget_dispatched(self, consumer_tag: str, number: int, multiple: bool) -> None:
-        """A dispatched message is settled (a committed ACK or NACK): a later NACK must not copy
-        it to the dead-letter queue."""
-        if multiple:
-            for key in [key for key in self._dispatched if key[0] == consumer_tag and key[1] <= number]:
-                del self._dispatched[key]
-        else:
-            self._dispatched.pop((consumer_tag, number), None)
+    def _forget_dispatched(self, consumer_tag: str, number: int | None = None, multiple: bool = True) -> None:
+        """Dispatched messages of ``consumer_tag`` are settled (a committed ACK or NACK: message
+        ``number``, with ``multiple`` every earlier one too; None: all, the subscription ended),
+        so a later NACK must not copy them to the dead-letter queue."""
+        if not multiple:
+            self._dispatched.pop((consumer_tag, number or 0), None)
+            return
+        for key in [
+            key for key in self._dispatched if key[0] == consumer_tag and (number is None or key[1] <= number)
+        ]:
+            del self._dispatched[key]
 
     def render_dispatched(self, delivery: Delivery) -> bytes:
         """A message the dispatcher gives one of this session's dispatched subscriptions
@@ -1203,7 +1206,7 @@ class Session:
         if subscription is None:
             return b""
         if subscription.dispatched:  # the shell takes it out of its dispatcher (is_dispatched)
-            self._dispatched = {k: d for k, d in self._dispatched.items() if k[0] != consumer_tag}
+            self._forget_dispatched(consumer_tag)
         if subscription.id is not None:
             header, description = subscription.id, f"id='{subscription.id}'"
         else:
