@@ -111,8 +111,8 @@ def server_properties(payload: bytes) -> dict[str, object]:
     return properties
 
 
-# Where the connection is: logging in, opening the vhost, opening the channel, or open ("").
-Phase = Literal["auth", "vhost", "channel", ""]
+# Where the connection is: logging in, opening the vhost, or open ("").
+Phase = Literal["auth", "vhost", ""]
 
 
 class AmqpError(Exception):
@@ -154,6 +154,13 @@ class AmqpConnection(asyncio.Protocol):
         # after the other, each on a channel of its own (recycle_channel)
         self._reusable = reusable
         self.channel = CHANNEL
+        # The channel is opened by the first frame written on it, not at login: channel.open
+        # costs the broker about a quarter of a login (a channel process, a limiter, stats),
+        # and a client that connects, sends nothing that needs it and leaves (a health check,
+        # a script that lost its work) never pays it.  channel.open goes in the same write as
+        # the first method on the channel: the broker handles a connection's frames in order.
+        self._channel_unopened = False  # set at open-ok; cleared by _open_channel
+        self._open_ok_due: int | None = None  # the channel whose lazy channel.open-ok is due
         self.channel_max = 1  # negotiated in tune-ok: one channel unless reusable
         # set when a session declared an exclusive or auto-delete queue: it belongs to the
         # connection, not the channel, so the connection must not serve another session
@@ -172,9 +179,8 @@ class AmqpConnection(asyncio.Protocol):
         self._out_large = False  # _out holds a large body: write it with writelines, unjoined
         self._publish_methods: dict[tuple[str, str], bytes] = {}
         self._flush_handle: asyncio.Handle | None = None
-        # the call waiting: the replies that end it, its future, and whether it needs all of
-        # them (recycle_channel) rather than one
-        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[str | None], bool] | None = None
+        # the call waiting: the replies that end it, and its future
+        self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[str | None]] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
         self._phase: Phase = "auth"
         self.server_properties: dict[str, object] = {}
@@ -254,20 +260,16 @@ class AmqpConnection(asyncio.Protocol):
             self._reader.frame_max = self.frame_max
             wanted = self._requested_heartbeat
             self.heartbeat = min(server_hb, wanted) if server_hb and wanted else 0
-            # tune-ok, connection.open and channel.open in one write: the broker handles a
-            # connection's frames in order, so channel.open needs no wait for open-ok, and a
-            # refused open (no such vhost, no access) closes the connection before the channel
-            # frame is looked at.  One round trip and one read and write per login fewer.
+            # tune-ok and connection.open in one write (AMQP lets a client send open without
+            # waiting), one round trip per login fewer; the channel is opened lazily
             self._phase = "vhost"
             self._write(
                 wire.connection_tune_ok(self.channel_max, self.frame_max, self.heartbeat)
                 + wire.connection_open(vhost)
-                + wire.channel_open(CHANNEL)
             )
         elif method == wire.CONNECTION_OPEN_OK:
-            self._phase = "channel"
-        elif method == wire.CHANNEL_OPEN_OK:
             self._phase = ""
+            self._channel_unopened = True
             if self.heartbeat:
                 self._schedule_heartbeat()
             if not self._handshake.done():
@@ -346,14 +348,14 @@ class AmqpConnection(asyncio.Protocol):
         if self._phase:
             self._on_handshake_method(method, payload)
             return
+        if method == wire.CHANNEL_OPEN_OK and channel == self._open_ok_due:
+            self._open_ok_due = None  # the lazy open's reply: nobody waits for it
+            return
         rpc = self._rpc
         if rpc is not None and method in rpc[0]:
             # decode before taking the call off: a reply that does not decode fails the link
             # (data_received), and _fail then rejects the call still waiting for it
             reply = wire.decode_reply(method, payload)
-            if rpc[2] and len(rpc[0]) > 1:  # more replies to come
-                self._rpc = (rpc[0] - {method}, rpc[1], True)
-                return
             self._rpc = None
             if not rpc[1].done():
                 rpc[1].set_result(reply)
@@ -436,7 +438,15 @@ class AmqpConnection(asyncio.Protocol):
     # publish, ack, nack and declare_nowait only buffer: the client connection that owns this link
     # calls flush() after every batch of STOMP frames it handles.  Scheduling a flush per call
     # instead would cost an extra event-loop turn (a zero-timeout poll) for every read.
+    def _open_channel(self) -> None:
+        """Put channel.open before the first frame on the session's channel."""
+        self._channel_unopened = False
+        self._open_ok_due = self.channel
+        self._out.append(wire.channel_open(self.channel))
+
     def publish(self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes) -> None:
+        if self._channel_unopened:
+            self._open_channel()
         # clients publish to a handful of destinations: encode each one's method frame once
         method = self._publish_methods.get((exchange, routing_key))
         if method is None:
@@ -451,21 +461,29 @@ class AmqpConnection(asyncio.Protocol):
             self._out_large = True
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
+        if self._channel_unopened:
+            self._open_channel()
         self._out.append(wire.basic_ack(self.channel, delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
+        if self._channel_unopened:
+            self._open_channel()
         self._out.append(wire.basic_nack(self.channel, delivery_tag, multiple, requeue))
 
     def declare_nowait(self, op: QueueDeclare) -> None:
         """queue.declare with nowait (a /queue on SEND): buffered like a publish, no reply."""
         if op.exclusive or op.auto_delete:
             self.declared_connection_queue = True
+        if self._channel_unopened:
+            self._open_channel()
         self._out.append(_queue_declare(self.channel, op))
 
     async def execute(self, op: BrokerCall) -> str | None:
         """One of the session's synchronous operations as its AMQP method, waiting for the
         reply: the queue name for a QueueDeclare (the server-named one when asked), else None.
         Raises AmqpError."""
+        if self._channel_unopened:
+            self._open_channel()
         if isinstance(op, QueueDeclare):
             if op.exclusive or op.auto_delete:
                 # the queue lives as long as the connection (exclusive) or until its last
@@ -494,15 +512,14 @@ class AmqpConnection(asyncio.Protocol):
             assert_never(op)
         return None
 
-    async def call(self, frame: bytes, *replies: tuple[int, int], every_reply: bool = False) -> str | None:
-        """Send a synchronous method and wait for one of ``replies`` (all of them with
-        ``every_reply``); returns what ``wire.decode_reply`` makes of the last (a declared
-        queue's name).  Raises AmqpError."""
+    async def call(self, frame: bytes, *replies: tuple[int, int]) -> str | None:
+        """Send a synchronous method and wait for one of ``replies``; returns what
+        ``wire.decode_reply`` makes of it (a declared queue's name).  Raises AmqpError."""
         if self._transport is None:
             raise AmqpError(504, "AMQP connection is closed")
         assert self._rpc is None, "synchronous AMQP calls must not overlap"
         future: asyncio.Future[str | None] = self._loop.create_future()
-        self._rpc = (frozenset(replies), future, every_reply)
+        self._rpc = (frozenset(replies), future)
         self._write(frame)
         return await future
 
@@ -525,20 +542,17 @@ class AmqpConnection(asyncio.Protocol):
         self._events = events
 
     async def recycle_channel(self) -> None:
-        """Close the session's channel and open the next session's, in one write, and wait for
-        both replies: after close-ok the broker has cancelled the session's consumers and
-        requeued what it had not acknowledged, and nothing more comes on that channel (the two
-        replies come from different channel processes, in either order).  Raises AmqpError."""
+        """Close the session's channel and wait for close-ok: by then the broker has cancelled
+        the session's consumers and requeued what it had not acknowledged, and nothing more
+        comes on that channel.  The next session's channel has a new number and is opened by
+        its first frame, like a fresh login's.  Raises AmqpError."""
+        if self._channel_unopened:
+            return  # the session wrote nothing on its channel: there is nothing to reset
         if self._reading_paused:
-            self.resume_reading()  # the replies must be read
-        old, new = self.channel, self.channel % self.channel_max + 1
-        await self.call(
-            wire.channel_close(old) + wire.channel_open(new),
-            wire.CHANNEL_CLOSE_OK,
-            wire.CHANNEL_OPEN_OK,
-            every_reply=True,
-        )
-        self.channel = new
+            self.resume_reading()  # the reply must be read
+        await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
+        self.channel = self.channel % self.channel_max + 1
+        self._channel_unopened = True
         self._publish_methods.clear()  # they carry the channel number
 
     @property

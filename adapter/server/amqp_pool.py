@@ -30,7 +30,7 @@ from ..mapping.operations import Delivery
 
 log = logging.getLogger(__name__)
 
-# longest wait for the replies to a session's channel.close and the next one's channel.open
+# longest wait for the reply to a session's channel.close
 _CHANNEL_TIMEOUT = 5.0
 
 
@@ -91,7 +91,7 @@ class AmqpReuse:
         self, node_labels: Iterable[str], user: str, vhost: str, passcode: str, events: BrokerEvents
     ) -> AmqpConnection | None:
         """A pooled connection of ``user`` on ``vhost`` with the same passcode, on the first
-        node of ``node_labels`` that has one, its fresh channel open and its events going to
+        node of ``node_labels`` that has one, with a fresh channel number and its events going to
         ``events`` from now on; None: log in afresh."""
         if self._closed or not len(self.pool):
             return None

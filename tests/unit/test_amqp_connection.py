@@ -69,8 +69,11 @@ def broker(*frames: tuple[Any, int]) -> bytes:
     return b"".join(frame.marshal(value, channel) for value, channel in frames)
 
 
-async def open_connection(heartbeat_seconds: int = 0) -> tuple[AmqpConnection, MemoryTransport, Events]:
-    """An AmqpConnection through the whole handshake, fed by pamqp's broker frames."""
+async def open_connection(
+    heartbeat_seconds: int = 0, *, open_channel: bool = True
+) -> tuple[AmqpConnection, MemoryTransport, Events]:
+    """An AmqpConnection through the whole handshake, fed by pamqp's broker frames; with
+    ``open_channel``, its channel opened too (as the first frame on it would open it)."""
     events = Events()
     connection = AmqpConnection(events, heartbeat=heartbeat_seconds, connection_name="STOMP 127.0.0.1:1")
     connection._credentials = ("guest", "secret", "/vh")
@@ -87,16 +90,21 @@ async def open_connection(heartbeat_seconds: int = 0) -> tuple[AmqpConnection, M
     connection.data_received(
         broker((commands.Connection.Tune(channel_max=0, frame_max=131072, heartbeat=60), 0))
     )
-    # tune-ok, connection.open and channel.open go together, without waiting for open-ok
-    (_, tune_ok), (_, open_vhost), (channel, channel_open) = transport.take_frames()
+    # tune-ok and connection.open go together, without waiting for open-ok; no channel yet
+    (_, tune_ok), (_, open_vhost) = transport.take_frames()
     assert isinstance(tune_ok, commands.Connection.TuneOk) and tune_ok.heartbeat == heartbeat_seconds
     assert isinstance(open_vhost, commands.Connection.Open) and open_vhost.virtual_host == "/vh"
-    assert channel == 1 and isinstance(channel_open, commands.Channel.Open)
+    assert not connection._handshake.done()
     connection.data_received(broker((commands.Connection.OpenOk(), 0)))
-    assert transport.take_frames() == [] and not connection._handshake.done()
-    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
     assert connection._handshake.done() and connection.is_open
+    assert transport.take_frames() == []
     assert connection.server_properties["product"] == "RabbitMQ"
+    if open_channel:
+        connection._open_channel()
+        connection.flush()
+        ((channel, channel_open),) = transport.take_frames()
+        assert channel == 1 and isinstance(channel_open, commands.Channel.Open)
+        connection.data_received(broker((commands.Channel.OpenOk(), 1)))
     return connection, transport, events
 
 
@@ -126,6 +134,78 @@ async def test_refused_login_is_an_auth_error() -> None:
         await connection._handshake
     assert info.value.code == 403 and info.value.phase == "auth"
     assert any(isinstance(value, commands.Connection.CloseOk) for _, value in transport.take_frames())
+
+
+async def test_the_channel_is_opened_by_the_first_frame_on_it() -> None:
+    """channel.open goes out in the same write as the first frame on the channel, once; its
+    open-ok, which nobody waits for, is taken quietly, and a call after it gets its own reply."""
+    connection, transport, events = await open_connection(open_channel=False)
+    connection.flush()
+    assert transport.take_frames() == []  # a login alone opens no channel
+    connection.publish("", "q", MessageProperties(), b"one")
+    connection.publish("", "q", MessageProperties(), b"two")
+    connection.flush()
+    frames = transport.take_frames()
+    assert [type(value) for _, value in frames] == [
+        commands.Channel.Open,
+        commands.Basic.Publish,
+        header.ContentHeader,
+        body.ContentBody,
+        commands.Basic.Publish,
+        header.ContentHeader,
+        body.ContentBody,
+    ]
+    assert {channel for channel, _ in frames} == {1}
+    call = asyncio.ensure_future(connection.execute(BasicQos(prefetch_count=5)))
+    await asyncio.sleep(0)
+    connection.flush()
+    ((_, qos),) = transport.take_frames()  # no second channel.open
+    assert isinstance(qos, commands.Basic.Qos)
+    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+    assert not call.done()  # the lazy open's reply does not end the call
+    connection.data_received(broker((commands.Basic.QosOk(), 1)))
+    assert await call is None
+    assert events.closed == []
+
+
+async def test_a_first_call_goes_out_behind_channel_open() -> None:
+    connection, transport, _events = await open_connection(open_channel=False)
+    call = asyncio.ensure_future(connection.execute(BasicQos(prefetch_count=7)))
+    await asyncio.sleep(0)
+    connection.flush()
+    (channel_open, (_, qos)) = transport.take_frames()
+    assert channel_open[0] == 1 and isinstance(channel_open[1], commands.Channel.Open)
+    assert isinstance(qos, commands.Basic.Qos) and qos.prefetch_count == 7
+    connection.data_received(broker((commands.Channel.OpenOk(), 1), (commands.Basic.QosOk(), 1)))
+    assert await call is None
+
+
+async def test_recycling_an_unused_channel_writes_nothing() -> None:
+    connection, transport, _events = await open_connection(open_channel=False)
+    await connection.recycle_channel()
+    connection.flush()
+    assert transport.take_frames() == [] and connection.channel == 1
+
+
+async def test_recycling_a_used_channel_closes_it_and_the_next_opens_lazily() -> None:
+    connection, transport, _events = await open_connection(open_channel=False)
+    connection.channel_max = 65535  # as a reusable connection negotiates it
+    connection.publish("", "q", MessageProperties(), b"x")
+    connection.flush()
+    transport.take_frames()
+    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+    recycle = asyncio.ensure_future(connection.recycle_channel())
+    await asyncio.sleep(0)
+    connection.flush()
+    ((channel, close),) = transport.take_frames()
+    assert channel == 1 and isinstance(close, commands.Channel.Close)
+    connection.data_received(broker((commands.Channel.CloseOk(), 1)))
+    await recycle
+    assert connection.channel == 2
+    connection.publish("", "q", MessageProperties(), b"y")
+    connection.flush()
+    frames = transport.take_frames()
+    assert isinstance(frames[0][1], commands.Channel.Open) and {channel for channel, _ in frames} == {2}
 
 
 async def test_publish_writes_method_header_and_body_frames_on_flush() -> None:
