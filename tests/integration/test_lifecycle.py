@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -149,3 +150,34 @@ def test_slow_reader_still_gets_its_disconnect_receipt(stomp_client, broker, ada
     assert messages > 100, "the adapter's write buffer never filled up; the test proves nothing"
     assert data.count(b"\0") == messages + 2  # CONNECTED, the MESSAGEs, RECEIPT: none cut off
     assert data.endswith(b"RECEIPT\nreceipt-id:bye\n\n\0\n")
+
+
+def _broker_channels_of(client_port: int) -> int:
+    """The channels RabbitMQ counts now on the adapter's AMQP connection for one STOMP client
+    (rabbitmqctl asks the connection process itself; the management API lags by seconds)."""
+    listing = subprocess.run(
+        ["rabbitmqctl", "list_connections", "client_properties", "channels", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    found = [line for line in listing.splitlines() if f'"STOMP 127.0.0.1:{client_port}"' in line]
+    assert len(found) == 1, f"no single AMQP connection for STOMP client port {client_port}: {listing}"
+    return int(found[0].rsplit("\t", 1)[1])
+
+
+def test_the_amqp_channel_opens_with_the_first_frame_that_needs_it(stomp_client, broker):
+    """A login opens no channel on the broker (it costs RabbitMQ about a quarter of a login);
+    the first SUBSCRIBE opens it, with its queue.declare in the same write."""
+    client = stomp_client("1.2")
+    client.next("CONNECTED")
+    port = client.conn.transport.socket.getsockname()[1]
+    assert _broker_channels_of(port) == 0
+    queue = unique("lazy-channel")
+    broker.track_queue(queue)
+    client.conn.subscribe(f"/queue/{queue}", id="s", headers={"receipt": "sub"})
+    assert client.next("RECEIPT").headers["receipt-id"] == "sub"
+    assert _broker_channels_of(port) == 1
+    client.conn.send(f"/queue/{queue}", "through the lazily opened channel")
+    assert client.next("MESSAGE").body == "through the lazily opened channel"
