@@ -246,6 +246,8 @@ def _ws_path(value: object) -> str:
 
 def _origins(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
+        if value.strip().lower() == "none":
+            return ()  # the plugin's "no list": every origin is allowed
         value = _split_list(value)
     if not isinstance(value, list | tuple):
         raise ValueError("must be a comma-separated list of origins such as https://example.com")
@@ -410,7 +412,8 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "web_stomp_backlog": _int_converter(1),
     "web_stomp_ws_path": _ws_path,
     "web_stomp_ws_frame": _one_of("text", "binary"),
-    "web_stomp_max_frame_size": _optional(_int_converter(1), "(or none for no limit)"),
+    # 0 is valid in the plugin's schema: cowboy then refuses every non-empty message with 1009
+    "web_stomp_max_frame_size": _optional(_int_converter(0), "(or none for no limit)"),
     "web_stomp_use_http_auth": _to_bool,
     "web_stomp_compress": _to_bool,
     "web_stomp_idle_timeout": _float_converter(0, inclusive=True),
@@ -535,7 +538,9 @@ class Settings(BaseSettings):
     web_stomp_compress: bool = True
     # seconds (the ini keys are in milliseconds, as in the plugin)
     web_stomp_idle_timeout: float = 60.0
-    web_stomp_request_timeout: float = 60.0
+    # seconds a new connection has for its HTTP request: cowboy's request_timeout, which the
+    # plugin leaves at 5 s (its cowboy_opts.idle_timeout only times request bodies)
+    web_stomp_request_timeout: float = 5.0
     web_stomp_allow_origins: Annotated[tuple[str, ...], NoDecode] = ()
     web_stomp_proxy_protocol: bool = False
     web_stomp_hsts_policy: str | None = None
@@ -657,8 +662,6 @@ _WEB_STOMP_KEYS: dict[str, str] = {
     "web_stomp.ws_opts.max_frame_size": "web_stomp_max_frame_size",
     "web_stomp.max_frame_size": "web_stomp_max_frame_size",  # the name issue #11 uses
     "web_stomp.ws_opts.idle_timeout": "web_stomp_idle_timeout",  # milliseconds
-    "web_stomp.cowboy_opts.idle_timeout": "web_stomp_request_timeout",  # milliseconds
-    "web_stomp.cowboy_opts.timeout": "web_stomp_request_timeout",  # milliseconds
     "web_stomp.ssl.certfile": "web_stomp_ssl_certfile",
     "web_stomp.ssl.keyfile": "web_stomp_ssl_keyfile",
     "web_stomp.ssl.cacertfile": "web_stomp_ssl_cacertfile",
@@ -668,9 +671,11 @@ _WEB_STOMP_KEYS: dict[str, str] = {
 _MILLISECOND_KEYS = {
     "stomp.login_timeout",
     "web_stomp.ws_opts.idle_timeout",
-    "web_stomp.cowboy_opts.idle_timeout",
-    "web_stomp.cowboy_opts.timeout",
 }
+# cowboy's HTTP idle timeout: in cowboy 2.8 it runs only while a request body is read, and a
+# WebSocket upgrade has none, so it changes nothing the plugin's clients see.  Checked as the
+# plugin's schema checks it (milliseconds, >= 0), then ignored with a warning.
+_WEB_COWBOY_TIMEOUT_KEYS = {"web_stomp.cowboy_opts.idle_timeout", "web_stomp.cowboy_opts.timeout"}
 # web_stomp.tcp.* / web_stomp.ssl.* listener parts, combined after the whole file is read
 _WEB_LISTENER_KEYS = {
     "web_stomp.port": ("tcp", "port"),
@@ -740,6 +745,7 @@ _SUGGESTIONS = sorted(
         "stomp.listeners.tcp.<name>",
         "stomp.num_acceptors.tcp",
         *_IGNORED_KEYS,
+        *_WEB_COWBOY_TIMEOUT_KEYS,
     ]
 )
 
@@ -838,6 +844,26 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         if key.startswith(_WEB_ALLOW_ORIGINS_PREFIX) and len(key) > len(_WEB_ALLOW_ORIGINS_PREFIX):
             web_origins[key] = raw
             continue
+        if key in _WEB_COWBOY_TIMEOUT_KEYS:
+            try:
+                _int_converter(0, what="an integer >= 0 (milliseconds)")(raw)
+            except ValueError as exc:
+                raise fail(str(exc)) from None
+            log.warning(
+                "%s: key %r has no effect on WebSocket connections (as in the plugin, whose cowboy "
+                "applies it to request bodies only) and is ignored",
+                where,
+                key,
+            )
+            continue
+        if key == "web_stomp.max_connections" and raw.strip().lower() == "infinity":
+            continue  # the plugin's default, and the adapter's: no limit of its own
+        if key == "web_stomp.ssl.password" and raw.strip().lower().startswith("encrypted:"):
+            raise ConfigError(
+                f"{where}: {key} = 'encrypted:…': values encrypted with "
+                "rabbitmqctl encode need the broker's config_entry_decoder passphrase, which the "
+                "adapter does not read; write the password itself (and protect the file)"
+            )
         if key.startswith("web_stomp.ssl.ciphers."):
             raise ConfigError(
                 f"{where}: key {key!r} is not supported: cipher suites use Erlang's names in the plugin; "
@@ -969,10 +995,22 @@ def _web_listener(
     kind: str, parts: dict[tuple[str, str], tuple[str, _Origin]], default_port: int | None
 ) -> str | None:
     """One web_stomp listener from its .listener, .ip and .port keys (as the plugin's schema
-    combines them: .listener wins)."""
+    combines them: .listener wins, and ``.listener = none`` means no such listener)."""
     listener = parts.get((kind, "listener"))
     if listener is not None:
         raw, origin = listener
+        if raw.strip().lower() == "none":
+            for part in ("ip", "port"):
+                ignored = parts.get((kind, part))
+                if ignored is not None:
+                    log.warning(
+                        "%s: %s is ignored because of %s = none (%s)",
+                        ignored[1].where,
+                        ignored[1].key,
+                        origin.key,
+                        origin.where,
+                    )
+            return None
         try:
             return _normalise_listener(raw)
         except ValueError as exc:
@@ -1004,9 +1042,10 @@ def _web_listeners(
 ) -> None:
     """The WebSocket listeners the web_stomp.* keys of one file ask for."""
     tcp = _web_listener("tcp", parts, _WEB_STOMP_DEFAULT_PORT)
-    assert tcp is not None
-    ini.values["web_stomp_listeners"] = (tcp,)
-    ini.origins["web_stomp_listeners"] = parts.get(("tcp", "port"), (None, first))[1]
+    ini.values["web_stomp_listeners"] = (tcp,) if tcp is not None else ()  # None: wss:// only
+    ini.origins["web_stomp_listeners"] = parts.get(
+        ("tcp", "listener"), parts.get(("tcp", "port"), (None, first))
+    )[1]
     ssl_listener = _web_listener("ssl", parts, None)
     if ssl_listener is not None:
         ini.values["web_stomp_ssl_listeners"] = (ssl_listener,)
@@ -1021,7 +1060,17 @@ def _web_listeners(
             raise ConfigError(f"{shown_path}: {keys[0]}: {exc}") from None
         ini.origins["web_stomp_ssl_versions"] = _Origin(shown_path, keys[0], ssl_versions[keys[0]])
     if origins:
-        if "web_stomp_allow_origins" in ini.values:
+        whole = ini.origins.get("web_stomp_allow_origins")
+        if whole is not None and whole.raw.strip().lower() == "none":
+            # as in the plugin's schema: "web_stomp.allow_origins = none" wins over the list
+            log.warning(
+                "%s: web_stomp.allow_origins.<n> keys are ignored because of %s = none (%s)",
+                shown_path,
+                whole.key,
+                whole.where,
+            )
+            return
+        if whole is not None:
             raise ConfigError(
                 f"{shown_path}: web_stomp.allow_origins and web_stomp.allow_origins.<name> both set the "
                 "allowed origins; keep one form"

@@ -16,7 +16,10 @@ unless docs/compatibility.md says otherwise:
   message 1007 (wsproto's check), no input for ``ws_opts.idle_timeout`` 1000;
 - plain HTTP: a GET on the WebSocket path without an upgrade gets 426, the web console is
   served under ``/console``, anything else 404; an ``Origin`` outside
-  ``web_stomp.allow_origins`` gets 403.
+  ``web_stomp.allow_origins`` gets 403; a request not complete in time 408 (nothing at all: a
+  plain close);
+- ``use_http_auth``: the Basic credentials of the request replace CONNECT's, no header means the
+  default user, and any other header closes the new WebSocket with 1011 before a session opens.
 
 Why wsproto (docs/architecture.md, "WebSocket"): it is sans-IO like the STOMP and AMQP cores, so
 it runs inside this protocol's own ``data_received`` with no second event loop or task per
@@ -65,6 +68,9 @@ log = logging.getLogger("adapter.websocket")
 CLOSE_NORMAL = 1000
 STOMP_DIED = "STOMP died"
 CLOSE_TOO_BIG = 1009
+# The plugin's close code when its handler fails while opening the session (a bad Authorization
+# header with use_http_auth): cowboy answers a crash with 1011.
+CLOSE_INTERNAL_ERROR = 1011
 # How long the adapter waits for the client's answer to its Close before dropping the socket.
 _CLOSE_WAIT_SECONDS = 2.0
 # Bound on the HTTP request head (request line and headers), as cowboy bounds them.
@@ -89,8 +95,8 @@ class WebStompSettings:
     compress: bool = True
     # seconds without any input on an open WebSocket before it is closed (cowboy's 60 s)
     idle_timeout: float = 60.0
-    # seconds the client has to send its HTTP request (cowboy_opts.idle_timeout)
-    request_timeout: float = 60.0
+    # seconds the client has to send its HTTP request (cowboy's request_timeout, 5 s in the plugin)
+    request_timeout: float = 5.0
     # Origin header values allowed to open a WebSocket; empty: every origin
     allow_origins: tuple[str, ...] = ()
     proxy_protocol: bool = False
@@ -106,21 +112,28 @@ def choose_subprotocol(offered: list[str]) -> str | None:
     return max(known) if known else None
 
 
+class BadAuthorization(ValueError):
+    """An ``Authorization`` header that is not readable Basic credentials."""
+
+
 def basic_credentials(value: str | None) -> tuple[str, str] | None:
-    """login and passcode of an ``Authorization: Basic`` header, or None if there is none or it
-    cannot be read (a client without usable HTTP credentials gets the default user, as with the
-    plugin)."""
-    if not value:
+    """login and passcode of an ``Authorization: Basic`` header; None when there is no header
+    (the default user then, as with the plugin).  Raises BadAuthorization for another scheme or
+    credentials that cannot be read: the plugin's handler fails the connection then, and falling
+    back to the default user would log a client in as someone it did not ask to be."""
+    if value is None:
         return None
     scheme, _, encoded = value.strip().partition(" ")
     if scheme.lower() != "basic":
-        return None
+        raise BadAuthorization("not Basic credentials")
     try:
         decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
-        return None
+        raise BadAuthorization("Basic credentials that cannot be decoded") from None
     login, colon, passcode = decoded.partition(":")
-    return (login, passcode) if colon else None
+    if not colon:
+        raise BadAuthorization("Basic credentials without a colon")
+    return login, passcode
 
 
 def frame_header(opcode: int, length: int, rsv1: bool = False) -> bytes:
@@ -220,6 +233,7 @@ class WebSocketConnection(asyncio.Protocol):
         self._peername: tuple[str, int] | None = None
         self._phase: Literal["proxy", "http", "websocket", "closing", "closed"] = "http"
         self._proxy_buffer = b""
+        self._http_started = False  # some of the HTTP request has arrived
         self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_HEAD)
         self._ws: WSConnection | None = None
         self._session: ClientConnection | None = None
@@ -300,6 +314,7 @@ class WebSocketConnection(asyncio.Protocol):
             self._http_input(rest)
 
     def _http_input(self, data: bytes) -> None:
+        self._http_started = True
         http = self._http
         http.receive_data(data)
         try:
@@ -390,7 +405,14 @@ class WebSocketConnection(asyncio.Protocol):
                 self.peer,
                 self._settings.request_timeout,
             )
-            self.abort()
+            if self._phase == "http" and self._http_started:
+                # cowboy answers a request whose headers do not arrive in time with 408
+                self._respond(408, "Request Timeout: the HTTP request did not arrive in time\n")
+            elif self._phase == "http" and self.raw is not None:
+                self._phase = "closed"  # nothing arrived: a plain close, as cowboy's
+                self.raw.close()
+            else:
+                self.abort()
 
     # ------------------------------------------------------------------ the WebSocket
     def _upgrade(self, request: h11.Request, target: str, headers: dict[str, str]) -> None:
@@ -429,15 +451,23 @@ class WebSocketConnection(asyncio.Protocol):
         self._last_input = self._loop.time()
         if self._settings.idle_timeout:
             self._timer = self._loop.call_later(self._settings.idle_timeout, self._check_idle)
+        credentials: tuple[str, str] | None = None
+        if self._settings.use_http_auth:
+            try:
+                credentials = basic_credentials(headers.get("authorization"))
+            except BadAuthorization as error:
+                # no session is opened: the plugin's handler fails here (close 1011) too
+                log.warning("WebSocket from %s refused: its Authorization header holds %s", self.peer, error)
+                self.close_websocket(CLOSE_INTERNAL_ERROR, "Bad Authorization header")
+                return
+            if credentials is None:
+                defaults = self._server.session_settings
+                credentials = (defaults.default_user or "", defaults.default_pass or "")
         session = ClientConnection(self._server, proxy_protocol=False, label="WebSocket ")
         session.frame_per_write = True
         self._session = session
         session.connection_made(WebSocketTransport(self))  # type: ignore[arg-type]
-        if self._settings.use_http_auth and session.session is not None:
-            credentials = basic_credentials(headers.get("authorization"))
-            if credentials is None:
-                defaults = self._server.session_settings
-                credentials = (defaults.default_user or "", defaults.default_pass or "")
+        if credentials is not None and session.session is not None:
             session.session.forced_credentials = credentials
         if trailing:
             self._websocket_input(trailing)
@@ -589,7 +619,12 @@ def _format_peer(address: tuple[str, int] | None) -> str:
 
 
 def _raw_response(status: int, headers: list[tuple[str, str]]) -> bytes:
-    reasons = {400: "Bad Request", 404: "Not Found", 431: "Request Header Fields Too Large"}
+    reasons = {
+        400: "Bad Request",
+        404: "Not Found",
+        408: "Request Timeout",
+        431: "Request Header Fields Too Large",
+    }
     reason = reasons.get(status, "Error")
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{name}: {value}" for name, value in headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -181,13 +181,30 @@ def test_message_over_the_limit_gets_1009_and_others_are_served(start_adapter):
         assert command(recv(bystander)) == "RECEIPT"
 
 
+def test_message_limit_zero_refuses_every_non_empty_message(start_adapter):
+    # ws_opts.max_frame_size = 0 is valid in the plugin's schema; cowboy then closes with 1009
+    _adapter, port = ws_adapter(start_adapter, web_stomp_max_frame_size=0)
+    with open_ws(port) as ws:
+        ws.send(CONNECT)
+        assert until_closed(ws) == []
+    assert ws.close_code == 1009
+
+
+def assert_still_served(bystander: ClientConnection) -> None:
+    bystander.send(f"SUBSCRIBE\nid:1\ndestination:/topic/{unique('ws')}\nreceipt:still-here\n\n\0")
+    assert command(recv(bystander)) == "RECEIPT"
+
+
 def test_invalid_utf8_in_a_text_message_gets_1007(start_adapter):
     _adapter, port = ws_adapter(start_adapter)
-    with open_ws(port) as ws:
+    with open_ws(port) as bystander, open_ws(port) as ws:
+        bystander.send(CONNECT)
+        assert command(recv(bystander)) == "CONNECTED"
         # the library refuses to send invalid UTF-8 as text: write the frame ourselves
         ws.socket.sendall(client_frame(b"CONNECT\nx:\xff\n\n\0"))
         until_closed(ws)
-    assert ws.close_code == 1007
+        assert ws.close_code == 1007
+        assert_still_served(bystander)
 
 
 def test_binary_frames_when_configured_and_binary_input_in_text_mode(start_adapter):
@@ -326,9 +343,18 @@ def test_garbage_instead_of_http_gets_400_and_others_are_served(start_adapter):
 def test_half_open_request_is_dropped_after_the_request_timeout(start_adapter, caplog):
     caplog.set_level(logging.INFO, logger="adapter.websocket")
     _adapter, port = ws_adapter(start_adapter, web_stomp_request_timeout=0.5)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\n")  # and nothing more
-        assert sock.recv(100) == b""
+    with (
+        open_ws(port) as bystander,
+        socket.create_connection(("127.0.0.1", port), timeout=5) as silent,
+        socket.create_connection(("127.0.0.1", port), timeout=5) as partial,
+    ):
+        bystander.send(CONNECT)
+        assert command(recv(bystander)) == "CONNECTED"
+        partial.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        # as cowboy: 408 for a request that did not arrive whole, a silent close for nothing
+        assert partial.recv(100).startswith(b"HTTP/1.1 408 ")
+        assert silent.recv(100) == b""
+        assert_still_served(bystander)
     assert any("no complete HTTP request in 0.5 s" in r.getMessage() for r in caplog.records)
 
 
@@ -358,6 +384,23 @@ def test_http_basic_auth_replaces_connect_credentials(start_adapter):
     with open_ws(port) as ws:  # no Authorization header: the default user (guest)
         ws.send("CONNECT\naccept-version:1.2\nlogin:nobody\npasscode:nothing\n\n\0")
         assert command(recv(ws)) == "CONNECTED"
+
+
+@pytest.mark.parametrize(
+    "authorization", ["Bearer abc", "Basic !!!", "Basic " + base64.b64encode(b"no-colon").decode()]
+)
+def test_unreadable_authorization_header_fails_the_connection(start_adapter, caplog, authorization):
+    """With use_http_auth, only a missing header means the default user; another scheme or
+    unreadable Basic credentials end the WebSocket with 1011 before any login, where the plugin's
+    handler fails (docs/compatibility.md W9)."""
+    _adapter, port = ws_adapter(start_adapter, web_stomp_use_http_auth=True)
+    with open_ws(port) as bystander, open_ws(port, additional_headers={"Authorization": authorization}) as ws:
+        bystander.send(CONNECT)
+        assert command(recv(bystander)) == "CONNECTED"
+        assert until_closed(ws) == []  # no CONNECTED for anyone, not even the default user
+        assert (ws.close_code, ws.close_reason) == (1011, "Bad Authorization header")
+        assert_still_served(bystander)
+    assert any("Authorization header" in r.getMessage() for r in caplog.records)
 
 
 def test_proxy_protocol_gives_the_client_address(start_adapter):

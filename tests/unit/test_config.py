@@ -492,6 +492,7 @@ def test_web_stomp_keys(tmp_path: Path) -> None:
     assert s.web_stomp_ws_path == "/stomp"
     assert s.web_stomp_use_http_auth and s.web_stomp_proxy_protocol and not s.web_stomp_compress
     assert s.web_stomp_max_frame_size == 50000
+    # cowboy_opts.idle_timeout is checked and ignored: the plugin's request timeout stays 5 s
     assert (s.web_stomp_idle_timeout, s.web_stomp_request_timeout) == (30.0, 5.0)
     assert s.web_stomp_allow_origins == ("https://a.example", "https://b.example")
     assert s.web_stomp_ssl_versions == ("tlsv1.3",)
@@ -502,9 +503,64 @@ def test_web_stomp_listener_key_wins_and_ipv6(tmp_path: Path) -> None:
     assert s.web_stomp_listeners == ("[::1]:15700",)
 
 
+def test_web_stomp_allow_origins_none_allows_every_origin_and_wins(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    none = write_ini(tmp_path, "web_stomp.allow_origins = none\n")
+    assert load_settings(none).web_stomp_allow_origins == ()
+    path = write_ini(
+        tmp_path, "web_stomp.allow_origins.1 = https://a.example\nweb_stomp.allow_origins = none\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="adapter.config"):
+        assert load_settings(path).web_stomp_allow_origins == ()
+    assert "allow_origins.<n> keys are ignored because of web_stomp.allow_origins = none" in caplog.text
+    both = "web_stomp.allow_origins = https://b.example\nweb_stomp.allow_origins.1 = https://a.example\n"
+    assert "keep one form" in config_error(tmp_path, both)
+
+
+def test_web_stomp_allow_origins_none_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOMP_ADAPTER_WEB_STOMP_ALLOW_ORIGINS", "none")
+    assert load_settings().web_stomp_allow_origins == ()
+
+
+def test_web_stomp_listener_none(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # wss:// only, as the plugin's guide writes it
+    path = write_ini(
+        tmp_path,
+        "web_stomp.tcp.listener = none\nweb_stomp.tcp.port = 15999\n"
+        "web_stomp.ssl.port = 15673\nweb_stomp.ssl.certfile = /etc/cert.pem\n",
+    )
+    with caplog.at_level(logging.WARNING, logger="adapter.config"):
+        s = load_settings(path)
+    assert (s.web_stomp_listeners, s.web_stomp_ssl_listeners) == ((), ("0.0.0.0:15673",))
+    assert "web_stomp.tcp.port is ignored because of web_stomp.tcp.listener = none" in caplog.text
+    s = load_settings(write_ini(tmp_path, "web_stomp.ssl.listener = none\nweb_stomp.ssl.port = 15673\n"))
+    assert (s.web_stomp_listeners, s.web_stomp_ssl_listeners) == (("0.0.0.0:15674",), ())
+
+
+def test_web_stomp_values_the_plugin_schema_allows(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write_ini(
+        tmp_path,
+        "web_stomp.max_connections = infinity\n"
+        "web_stomp.ws_opts.max_frame_size = 0\n"
+        "web_stomp.ws_opts.idle_timeout = 0\n"
+        "web_stomp.cowboy_opts.timeout = 0\n"
+        "web_stomp.cowboy_opts.idle_timeout = 0\n",
+    )
+    with caplog.at_level(logging.WARNING, logger="adapter.config"):
+        s = load_settings(path)
+    assert (s.web_stomp_max_frame_size, s.web_stomp_idle_timeout) == (0, 0.0)
+    assert s.web_stomp_request_timeout == 5.0  # cowboy's request_timeout, not the keys above
+    assert "max_connections" not in caplog.text  # the default: accepted silently
+    assert caplog.text.count("has no effect on WebSocket connections") == 2
+
+
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
+        ("web_stomp.max_connections = 100\n", "not supported"),
+        ("web_stomp.cowboy_opts.timeout = -1\n", "an integer >= 0 (milliseconds)"),
+        ("web_stomp.ssl.password = encrypted:abc\n", "web_stomp.ssl.password = 'encrypted:…'"),
         ("web_stomp.ws_frame = json\n", "must be one of text, binary"),
         ("web_stomp.ws_path = ws\n", "must be a path starting with /"),
         ("web_stomp.tcp.port = http\n", "must be a port"),

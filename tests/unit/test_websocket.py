@@ -12,7 +12,13 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Request, TextMessage
 from wsproto.extensions import PerMessageDeflate
 
-from adapter.server.websocket import _Deflater, basic_credentials, choose_subprotocol, frame_header
+from adapter.server.websocket import (
+    BadAuthorization,
+    _Deflater,
+    basic_credentials,
+    choose_subprotocol,
+    frame_header,
+)
 
 
 @pytest.mark.parametrize(
@@ -35,9 +41,9 @@ def test_basic_credentials() -> None:
     assert basic_credentials(f"Basic {token}") == ("gü", "pa:ss")
     assert basic_credentials(f"basic  {token} ") == ("gü", "pa:ss")
     assert basic_credentials(None) is None
-    assert basic_credentials("Bearer abc") is None
-    assert basic_credentials("Basic !!!") is None
-    assert basic_credentials("Basic " + base64.b64encode(b"no-colon").decode()) is None
+    for unreadable in ("Bearer abc", "Basic !!!", "Basic " + base64.b64encode(b"no-colon").decode(), ""):
+        with pytest.raises(BadAuthorization):
+            basic_credentials(unreadable)
 
 
 def _client_after_handshake(
