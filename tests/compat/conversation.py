@@ -38,7 +38,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tests.support import run_amqp
 
@@ -99,6 +99,17 @@ def connect(
 AMQP_VIEW = -1  # pseudo connection holding what an AMQP 0-9-1 client observed in a Step.amqp
 
 
+@dataclass(frozen=True)
+class WsMessages:
+    """``Step.data`` sent as these WebSocket messages, one per part (each part a template as
+    ``Step.data`` is): several frames in one message, one frame over several.  ``opcode``: "auto"
+    (text, binary if the part is not UTF-8), "text" (even when it is not UTF-8) or "binary".
+    Over plain TCP the parts are simply sent one after the other."""
+
+    parts: tuple[bytes | str, ...]
+    opcode: Literal["auto", "text", "binary"] = "auto"
+
+
 @dataclass
 class Step:
     """Send ``data`` on connection ``conn`` (opened on first use), then read.
@@ -116,7 +127,7 @@ class Step:
     recorded as received on the pseudo connection ``AMQP_VIEW`` and compared like STOMP frames.
     """
 
-    data: bytes | str | Callable[[dict[str, str]], bytes | str] | None = None
+    data: bytes | str | Callable[[dict[str, str]], bytes | str] | WsMessages | None = None
     expect: int | Mapping[int, int] = 0
     conn: int = 0
     settle: float = 0.05
@@ -158,6 +169,9 @@ class Conversation:
     keep_random_names: bool = False
     final_settle: float = 0.25
     state_after_close: bool = False
+    # over WebSocket: the sub-protocols every connection offers (empty: no
+    # Sec-WebSocket-Protocol header at all)
+    subprotocols: tuple[str, ...] = ("v12.stomp",)
     # also count as this run's: new stomp-subscription-… queues without any binding (a
     # subscription queue declared but never bound cannot be attributed otherwise; on a broker
     # shared with other test runs this is a heuristic, so it is opt-in)
@@ -208,6 +222,9 @@ class Transcript:
     state: list[dict[str, Any]] = field(default_factory=list)
     state_after_close: list[dict[str, Any]] | None = None
     names: dict[str, str] = field(default_factory=dict)
+    # over WebSocket, per connection: the sub-protocol the server chose and the message types
+    # (text, binary) it sent, e.g. "v12.stomp; server messages: text"
+    websocket: dict[int, str] = field(default_factory=dict)
 
     # helpers for Difference implementations
     def frames(self, conn: int = 0, command: str | None = None) -> list[Frame]:
@@ -243,6 +260,8 @@ class Transcript:
                 if result.closed:
                     close = f": {result.close_frame}" if result.close_frame is not None else ""
                     out.append(f"(connection closed by server{close})")
+        for conn, summary in sorted(self.websocket.items()):
+            out.append(f"--- conn {conn} WebSocket sub-protocol: {summary}")
         out.append("--- broker state:")
         out += [json.dumps(q, sort_keys=True) for q in self.state]
         if self.state_after_close is not None:
@@ -468,6 +487,7 @@ class WebSocketStream:
     plugin's) is on both sides.  ``close_frame`` is the server's Close ("code reason")."""
 
     def __init__(self, port: int, path: str = "/ws", subprotocols: tuple[str, ...] = ("v12.stomp",)) -> None:
+        """``subprotocols``: offered in Sec-WebSocket-Protocol (empty: the header is left out)."""
         from websockets.client import ClientProtocol
         from websockets.http11 import Response
         from websockets.protocol import State
@@ -475,7 +495,9 @@ class WebSocketStream:
 
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.protocol = ClientProtocol(
-            parse_uri(f"ws://127.0.0.1:{port}{path}"), subprotocols=list(subprotocols), max_size=None
+            parse_uri(f"ws://127.0.0.1:{port}{path}"),
+            subprotocols=list(subprotocols) or None,
+            max_size=None,
         )
         self.protocol.send_request(self.protocol.connect())
         self._send_pending()
@@ -488,6 +510,11 @@ class WebSocketStream:
                 if isinstance(event, Response) and event.status_code != 101:
                     raise ConnectionError(f"the WebSocket handshake failed: HTTP {event.status_code}")
         self.close_frame: str | None = None
+        self.subprotocol: str | None = self.protocol.subprotocol
+        self.message_types: set[str] = set()  # "text", "binary": what the server sent
+        # every server message so far held exactly one frame (NUL, then the plugin's LF) or one
+        # heart-beat EOL
+        self.one_frame_per_message = True
         self._eof = False
 
     def _send_pending(self) -> None:
@@ -514,6 +541,23 @@ class WebSocketStream:
             self.protocol.send_binary(data)
         self._send_pending()
 
+    def send_messages(self, parts: list[bytes], opcode: str = "auto") -> None:
+        """Each part as one message; "text" sends it as text even when it is not UTF-8 (the
+        library checks nothing on the way out), to see what the server does with it."""
+        from websockets.protocol import State
+
+        for part in parts:
+            if self.protocol.state is not State.OPEN:
+                raise BrokenPipeError("the WebSocket is closed")
+            if opcode == "binary":
+                self.protocol.send_binary(part)
+            elif opcode == "text":
+                self.protocol.send_text(part)
+            else:
+                self.sendall(part)
+                continue
+            self._send_pending()
+
     def recv(self, size: int) -> bytes:
         from websockets.frames import Opcode
 
@@ -527,6 +571,11 @@ class WebSocketStream:
         payload = b""
         for frame in self.protocol.events_received():
             if frame.opcode in (Opcode.TEXT, Opcode.BINARY, Opcode.CONT):
+                if frame.opcode is not Opcode.CONT:
+                    self.message_types.add(frame.opcode.name.lower())
+                whole = frame.data == b"\n" or (frame.data.endswith(b"\0\n") and frame.data.count(b"\0") == 1)
+                if not (frame.fin and frame.opcode is not Opcode.CONT and whole):
+                    self.one_frame_per_message = False
                 payload += frame.data
             elif frame.opcode is Opcode.CLOSE and self.protocol.close_rcvd is not None:
                 close = self.protocol.close_rcvd
@@ -563,7 +612,7 @@ def run(
 
     def open_conn(conn: int) -> Any:
         sock: Any = (
-            WebSocketStream(port)
+            WebSocketStream(port, subprotocols=conversation.subprotocols)
             if transport == "ws"
             else socket.create_connection(("127.0.0.1", port), timeout=5)
         )
@@ -618,7 +667,9 @@ def run(
                 if seen_by_amqp is not None:  # what an AMQP client saw, recorded as "connection" -1
                     results[AMQP_VIEW] = ConnResult(frames=list(seen_by_amqp))
             if step.data is not None:
-                data = _render(step.data, ctx)
+                messages = step.data if isinstance(step.data, WsMessages) else None
+                parts = [_render(part, ctx) for part in messages.parts] if messages else []
+                data = b"".join(parts) if messages else _render(step.data, ctx)
                 sent[step.conn] = data
                 sock = sockets.get(step.conn) or open_conn(step.conn)
                 if step.conn in closed:
@@ -626,7 +677,13 @@ def run(
                 else:
                     try:
                         sock.setblocking(True)
-                        sock.sendall(data)
+                        if messages is not None and isinstance(sock, WebSocketStream):
+                            sock.send_messages(parts, messages.opcode)
+                        elif messages is not None:
+                            for part in parts:
+                                sock.sendall(part)
+                        else:
+                            sock.sendall(data)
                     except OSError:
                         results[step.conn] = ConnResult(send_failed=True)
                     finally:
@@ -639,6 +696,13 @@ def run(
             if step.capture is not None:
                 step.capture([f for r in results.values() for f in r.frames], ctx)
         transcript.state = broker.snapshot(_ours(broker, before, marker, transcript, claim))
+        for conn, sock in sockets.items():
+            if isinstance(sock, WebSocketStream):
+                types = ", ".join(sorted(sock.message_types)) or "none"
+                shape = "one frame each" if sock.one_frame_per_message else "not one frame each"
+                transcript.websocket[conn] = (
+                    f"{sock.subprotocol or '(none)'}; server messages: {types}, {shape}"
+                )
     finally:
         for sock in sockets.values():
             with contextlib.suppress(KeyError, ValueError):
@@ -790,6 +854,7 @@ def normalise(transcript: Transcript, keep_random_names: bool) -> Transcript:
             )
         )
     out.state = n.state(transcript.state)
+    out.websocket = dict(transcript.websocket)
     if transcript.state_after_close is not None:
         out.state_after_close = n.state(transcript.state_after_close)
     return out

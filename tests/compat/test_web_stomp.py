@@ -5,6 +5,8 @@ docs/compatibility.md ("Web STOMP")."""
 
 from __future__ import annotations
 
+import http.client
+
 import pytest
 
 from tests.compat.conversation import (
@@ -14,6 +16,7 @@ from tests.compat.conversation import (
     NoFrameControlHeaders,
     Step,
     Transcript,
+    WsMessages,
     capture,
     connect,
     disconnect,
@@ -186,3 +189,113 @@ def test_parse_error(web_compat):
         ),
         expect=[closed_with_1011_without_error("Bad content-length")],
     )
+
+
+@pytest.mark.parametrize(
+    "offered",
+    [
+        ("v10.stomp", "v11.stomp"),
+        ("v12.stomp", "v10.stomp"),
+        ("stomp",),
+        ("mqtt",),  # no STOMP sub-protocol: the handshake succeeds without one
+        (),
+    ],
+)
+def test_subprotocol_choice(web_compat, offered):
+    web_compat(Conversation([Step(connect("1.2"), 1)], names=(), subprotocols=offered))
+
+
+def test_several_frames_in_one_message(web_compat):
+    joined = (
+        connect("1.2"),
+        subscribe("/queue/{q}", ("id", "1"), ("receipt", "r")),
+        send("/queue/{q}", body="joined"),
+    )
+    web_compat(Conversation([Step(WsMessages(("".join(joined),)), 3)]))
+
+
+def test_one_frame_over_several_messages(web_compat):
+    web_compat(
+        Conversation(
+            [
+                Step(
+                    WsMessages(("CONN", "ECT\naccept-version:1.2\nlogin:guest\n", "passcode:guest\n\n\0")), 1
+                ),
+                Step(subscribe("/queue/{q}", ("id", "1"), ("receipt", "r")), 1),
+                # split inside the command, a header, the body, and before the NUL; heart-beat
+                # EOLs in a message of their own between two frames
+                Step(WsMessages(("SE", "ND\ndestination:/queue/{q}\n\nsp", "lit", "\0", "\n\n")), 1),
+                Step(WsMessages(("SEND\ndestination:/queue/{q}\n\nlast\0",)), 1),
+            ]
+        )
+    )
+
+
+def test_binary_messages_on_a_text_listener(web_compat):
+    """A client may send binary messages; both servers answer in text (web_stomp.ws_frame)."""
+    web_compat(
+        Conversation(
+            [
+                Step(WsMessages((connect("1.2"),), opcode="binary"), 1),
+                Step(
+                    WsMessages((subscribe("/queue/{q}", ("id", "1"), ("receipt", "r")),), opcode="binary"), 1
+                ),
+                Step(WsMessages((send("/queue/{q}", body="binary in"),), opcode="binary"), 1),
+            ]
+        )
+    )
+
+
+def close_1007_with_reason(conn: int = 0) -> Custom:
+    """Both close with 1007 for invalid UTF-8 in a text message; the adapter says why
+    (docs/compatibility.md W4), the plugin gives no reason."""
+
+    def check(plugin: Transcript, adapter: Transcript) -> None:
+        step = plugin.closed_at(conn)
+        assert step is not None and adapter.closed_at(conn) == step
+        p_result, a_result = plugin.steps[step].received[conn], adapter.steps[step].received[conn]
+        assert p_result.close_frame == "1007", p_result
+        assert a_result.close_frame == "1007 Invalid UTF-8 in a text message", a_result
+        a_result.close_frame = p_result.close_frame
+
+    return Custom(check, "a reason with close 1007")
+
+
+def test_invalid_utf8_in_a_text_message(web_compat):
+    web_compat(
+        Conversation(
+            [
+                Step(connect("1.2"), 1),
+                Step(WsMessages((b"SEND\ndestination:/queue/x\n\n\xff\0",), opcode="text"), 1),
+            ],
+            names=(),
+        ),
+        expect=[close_1007_with_reason()],
+    )
+
+
+def http_get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, str | None]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        response.read()
+        return response.status, response.getheader("upgrade")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/ws", None),  # a plain GET on the WebSocket path: 426 with Upgrade: websocket
+        ("/ws?x=1", None),
+        ("/ws", {"Upgrade": "h2c", "Connection": "Upgrade"}),
+        ("/nothing-here", None),  # 404
+    ],
+)
+def test_plain_http_status(web_plugin_port, web_adapter, path, headers):
+    """The status and Upgrade header of non-WebSocket requests, from both servers (their bodies
+    and Connection headers differ: docs/compatibility.md W6)."""
+    adapter_port = web_adapter.server.web_addresses[0][1]
+    assert http_get(adapter_port, path, headers) == http_get(web_plugin_port, path, headers)
