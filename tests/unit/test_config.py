@@ -71,6 +71,20 @@ def test_example_config_loads_to_defaults() -> None:
     assert load_settings(REPO / "config" / "adapter.ini") == Settings()
 
 
+def test_example_config_web_stomp_defaults_are_the_defaults(tmp_path: Path) -> None:
+    """The commented web_stomp.* defaults in config/adapter.ini, uncommented, give the same settings
+    as the listener started with nothing else set (they cannot be left uncommented there: any
+    web_stomp.* key starts the listener)."""
+    text = (REPO / "config" / "adapter.ini").read_text()
+    block = text[text.index("# Defaults (ws://") : text.index("# Examples, not defaults:")]
+    keys = [line[2:] for line in block.splitlines() if line.startswith("# web_stomp.") and " = " in line]
+    assert len(keys) >= 20
+    listed = load_settings(write_ini(tmp_path, "\n".join(keys) + "\n"))
+    plain = load_settings(write_ini(tmp_path, "web_stomp.tcp.port = 15674\n"))
+    assert listed.web_stomp_ssl_versions == ("tlsv1.2", "tlsv1.3")  # what () means
+    assert listed.model_copy(update={"web_stomp_ssl_versions": ()}) == plain
+
+
 # ------------------------------------------------------------------------------------------- ini file
 
 
