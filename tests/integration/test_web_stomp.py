@@ -465,12 +465,12 @@ def test_wss_listener(start_adapter, tmp_path: Path):
         assert command(recv(ws)) == "CONNECTED"
 
 
-def test_config_file_contract(tmp_path: Path, amqp_url: str):
-    """`--config FILE` with web_stomp.tcp.port (and web_stomp.tcp.ip) starts the WebSocket
-    listener beside --listen, path /ws (the issue's contract), in a real adapter process."""
-    ws_port, tcp_port = free_port(), free_port()
+def run_adapter_with_config(
+    tmp_path: Path, amqp_url: str, config_text: str, tcp_port: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A real adapter process: ``--config`` with ``config_text``, ``--listen`` on ``tcp_port``."""
     config = tmp_path / "adapter.ini"
-    config.write_text(f"web_stomp.tcp.port = {ws_port}\nweb_stomp.tcp.ip = 127.0.0.1\n")
+    config.write_text(config_text)
     log_path = tmp_path / "adapter.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -488,12 +488,41 @@ def test_config_file_contract(tmp_path: Path, amqp_url: str):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+    return process, log_path
+
+
+def test_config_file_contract(tmp_path: Path, amqp_url: str):
+    """`--config FILE` with web_stomp.tcp.port (and web_stomp.tcp.ip) starts the WebSocket
+    listener beside --listen, path /ws (the issue's contract), in a real adapter process."""
+    ws_port, tcp_port = free_port(), free_port()
+    process, log_path = run_adapter_with_config(
+        tmp_path, amqp_url, f"web_stomp.tcp.port = {ws_port}\nweb_stomp.tcp.ip = 127.0.0.1\n", tcp_port
+    )
     try:
         wait_for_port(ws_port, process, "the WebSocket listener", log_path)
         wait_for_port(tcp_port, process, "the TCP listener", log_path)
         with open_ws(ws_port) as ws:
             ws.send(CONNECT)
             assert command(recv(ws)) == "CONNECTED"
+        assert f"listening on 127.0.0.1:{ws_port} (WebSocket)" in log_path.read_text()
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+def test_config_file_without_web_stomp_keys_opens_no_websocket_listener(tmp_path: Path, amqp_url: str):
+    """The other half of the contract: no web_stomp.* key, no WebSocket listener (the TCP one
+    serves, and of the listeners the process logs none is a WebSocket one)."""
+    tcp_port = free_port()
+    process, log_path = run_adapter_with_config(tmp_path, amqp_url, "stomp.default_vhost = /\n", tcp_port)
+    try:
+        wait_for_port(tcp_port, process, "the TCP listener", log_path)
+        with socket.create_connection(("127.0.0.1", tcp_port), timeout=5) as sock:
+            sock.sendall(CONNECT.encode())
+            frames, _closed = read_frames(sock, count=1)
+            assert frames[0].startswith(b"CONNECTED\n")  # started and serving
+        listening = [line for line in log_path.read_text().splitlines() if "listening on" in line]
+        assert listening and not any("WebSocket" in line for line in listening), listening
     finally:
         process.terminate()
         process.wait(15)
