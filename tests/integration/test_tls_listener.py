@@ -163,3 +163,20 @@ def test_failed_handshake_is_logged_with_its_reason(start_adapter, pki, caplog):
         r.levelno == logging.INFO for r in caplog.records if "TLS handshake" in r.getMessage()
     )
     assert any("CERTIFICATE" in line.upper() for line in lines), lines
+
+
+def test_no_tls13_session_tickets_as_with_the_plugin(start_adapter, pki):
+    """Like the plugin's Erlang TLS server (session tickets off unless configured), a TLS 1.3
+    listener sends no session tickets; the STOMP conversation is unchanged."""
+    _, port = tls_adapter(start_adapter, pki)
+    context = ssl.create_default_context(cafile=str(pki["ca"]))
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    with context.wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="localhost"
+    ) as sock:
+        sock.sendall(CONNECT + b"DISCONNECT\nreceipt:bye\n\n\0")
+        frames, _ = read_frames(sock, timeout=5, count=2)
+        assert frames[0].startswith(b"CONNECTED") and b"receipt-id:bye" in frames[1]
+        # tickets come after the handshake, before the first application data: read by now
+        assert sock.version() == "TLSv1.3"
+        assert sock.session is not None and not sock.session.has_ticket
