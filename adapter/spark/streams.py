@@ -37,6 +37,9 @@ from .messages import MessageRenderer, Row, stream_offset
 PROBE_FIRST_WAIT: Final = 2.0
 # After the last chunk, how long the end probe keeps listening for newer messages.
 PROBE_QUIET: Final = 0.2
+# The end probe's whole budget from its first delivery: a stream that keeps growing never goes
+# quiet for PROBE_QUIET, and the probe then ends here with the newest offset it has seen.
+PROBE_LIMIT: Final = 1.0
 # Deliveries acknowledged together (a stream consumer needs acks to get more credit).
 ACK_EVERY: Final = 256
 
@@ -193,15 +196,26 @@ def offset_at(broker: BlockingBroker, queue: str, seconds: int) -> int | None:
 
 
 def next_offset(broker: BlockingBroker, queue: str) -> int | None:
-    """One past the newest offset the broker delivers, None when the stream is empty."""
+    """One past the newest offset the broker delivers, None when the stream is empty.
+
+    The probe ends at the first pause of PROBE_QUIET between deliveries, or PROBE_LIMIT after
+    the first one, whichever comes first: on a stream that keeps growing, "the end" is the
+    newest message delivered by then (every offset below it is in the stream), and whatever
+    arrives later belongs to the next probe."""
     consumer = _Consumer(broker, queue, ("longstr", "last"), 1000)
     highest = None
     try:
         deadline = time.monotonic() + PROBE_FIRST_WAIT
+        limit: float | None = None
         while (delivery := consumer.next(deadline)) is not None:
             offset = stream_offset(delivery)
             highest = offset if highest is None else max(highest, offset)
-            deadline = time.monotonic() + PROBE_QUIET
+            now = time.monotonic()
+            if limit is None:
+                limit = now + PROBE_LIMIT
+            elif now >= limit:
+                break
+            deadline = min(now + PROBE_QUIET, limit)
     finally:
         consumer.close()
     return None if highest is None else highest + 1

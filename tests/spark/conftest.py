@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -84,3 +86,50 @@ def publish(
             "", queue, MessageProperties(headers=dict(headers or {}), delivery_mode=2), body, mandatory=True
         )
     broker.drain_confirms()
+
+
+class SteadyPublisher:
+    """A thread publishing to a queue every ``interval`` seconds (confirmed, one at a time)
+    until stopped; ``confirmed`` counts the messages the broker has confirmed.  The stream
+    then never pauses long enough for a "wait until it is quiet" end probe."""
+
+    def __init__(self, amqp_url: str, queue: str, interval: float) -> None:
+        self._url = parse_broker_url(amqp_url)
+        self._queue = queue
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"publisher {queue}", daemon=True)
+        self.confirmed = 0
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            with BlockingBroker(self._url, connection_name="spark tests steady publisher") as connection:
+                while not self._stop.is_set():
+                    publish(connection, self._queue, [b"steady %d" % self.confirmed])
+                    self.confirmed += 1
+                    self._stop.wait(self._interval)
+        except BaseException as error:  # reported by stop(), the test's own thread
+            self.error = error
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.confirmed < count and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.error is None, self.error
+        assert self.confirmed >= count, f"only {self.confirmed} of {count} messages published"
+
+    def __enter__(self) -> SteadyPublisher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def stop(self) -> int:
+        """Stop publishing; the number of messages the broker confirmed."""
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the publisher thread did not stop"
+        assert self.error is None, self.error
+        return self.confirmed
