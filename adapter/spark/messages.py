@@ -21,6 +21,7 @@ from typing import Final
 
 from ..errors import StompError
 from ..mapping.destinations import (
+    AMQ_TOPIC,
     Destination,
     DestinationError,
     DestinationKind,
@@ -34,7 +35,6 @@ from ..mapping.destinations import (
 )
 from ..mapping.operations import Delivery
 from ..mapping.properties import MessageProperties, message_headers, properties_from_send
-from ..session import SessionSettings
 from ..stomp.codec import FrameLimits
 
 # The headers of a MESSAGE that describe the Spark side's own subscription, not the message: a
@@ -172,7 +172,7 @@ class PublishPlanner:
         self,
         *,
         max_body_size: int = FrameLimits().max_frame_size,
-        default_topic_exchange: str = SessionSettings().default_topic_exchange,
+        default_topic_exchange: str = AMQ_TOPIC,
     ) -> None:
         self.max_body_size = max_body_size
         self.default_topic_exchange = default_topic_exchange

@@ -22,13 +22,13 @@ from itertools import count
 from typing import Final
 
 from ..mapping.destinations import (
+    AMQ_TOPIC,
     DestinationError,
     DestinationKind,
     parse_destination,
     subscribe_target,
 )
 from ..mapping.operations import Delivery
-from ..session import SessionSettings
 from .broker import BlockingBroker, BrokerError, BrokerUrl
 from .messages import MessageRenderer, Row, stream_offset
 
@@ -112,7 +112,7 @@ def prepare_streams(
                 "x-queue-type": "stream",
                 "x-queue-name": ref.queue,
             }
-            target = subscribe_target(dest, headers, ref.queue, SessionSettings().default_topic_exchange)
+            target = subscribe_target(dest, headers, ref.queue, AMQ_TOPIC)
             params = target.declare
             assert params is not None and target.bind_exchange is not None
             try:
