@@ -10,9 +10,11 @@ What it runs, with one command (`.venv/bin/python -m examples.spark_readings`):
 3. a STOMP client sending readings of three sensors, and a STOMP subscriber on
    /topic/averages.* printing the results as they arrive.
 
-It stops after --seconds (default 30).  On a cluster the same job runs unchanged through
-spark-submit: `spark-submit --py-files adapter.zip examples/spark_readings.py --job-only
---amqp-url amqp://user:pass@broker:5672/` (docs/spark.md, "On a cluster").
+It stops after --seconds (default 30).  The STOMP clients are stomp.py, which the ``spark``
+extra installs (``pip install '.[spark]'``); run it from the repository's root.  On a cluster
+the same job runs unchanged through spark-submit: `spark-submit --py-files adapter.zip
+examples/spark_readings.py --job-only --amqp-url amqp://user:pass@broker:5672/`
+(docs/spark.md, "On a cluster").
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ READINGS = "/topic/readings.*"
 STREAM = "readings"
 
 
-def spark_job(spark: Any, amqp_url: str, checkpoint: str) -> Any:
+def spark_job(spark: Any, amqp_url: str, checkpoint: str, stream: str = STREAM) -> Any:
     """The streaming query: readings -> averages per sensor and window -> STOMP."""
     from pyspark.sql import functions as F
 
@@ -39,7 +41,7 @@ def spark_job(spark: Any, amqp_url: str, checkpoint: str) -> Any:
         spark.readStream.format("stomp")
         .option("url", amqp_url)
         .option("destination", READINGS)
-        .option("stream", STREAM)  # capture the topic into this stream queue
+        .option("stream", stream)  # capture the topic into this stream queue
         .option("x-max-age", "1h")  # its retention, as a SUBSCRIBE header would set it
         .option("startingOffsets", "latest")
         .load()
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stomp", help="HOST:PORT of a running adapter (default: start one)")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--checkpoint", default="/tmp/stomp-readings-checkpoint")
+    parser.add_argument("--stream", default=STREAM, help="the stream queue the readings are kept in")
     parser.add_argument("--job-only", action="store_true", help="only the Spark job (spark-submit)")
     args = parser.parse_args(argv)
 
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    query = spark_job(spark, args.amqp_url, args.checkpoint)
+    query = spark_job(spark, args.amqp_url, args.checkpoint, args.stream)
     if args.job_only:
         query.awaitTermination()
         return 0
