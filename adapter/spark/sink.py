@@ -20,7 +20,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from ..stomp.codec import FrameLimits
 from .broker import BlockingBroker, BrokerUrl
 from .messages import PublishPlanner, RowError
-from .source import DEFAULT_TIMEOUT, broker_url
+from .source import DEFAULT_TIMEOUT, broker_url, positive_option, seconds_option
 
 # Publishes in flight before the task waits for confirms: bounds memory and the work a failed
 # task has to redo, while keeping the socket busy.
@@ -75,11 +75,10 @@ class SinkSettings:
 
 
 def sink_settings(options: Mapping[str, str], schema: StructType) -> SinkSettings:
-    raw_limit = options.get("maxFrameSize")
-    max_body = FrameLimits().max_frame_size if raw_limit is None else int(raw_limit)
-    return SinkSettings(
-        broker_url(options), sink_columns(schema), max_body, float(options.get("timeout", DEFAULT_TIMEOUT))
-    )
+    max_body = positive_option(options, "maxFrameSize", FrameLimits().max_frame_size)
+    assert max_body is not None
+    timeout = seconds_option(options, "timeout", DEFAULT_TIMEOUT)
+    return SinkSettings(broker_url(options), sink_columns(schema), max_body, timeout)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ executors need this package installed, nothing else.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -92,7 +93,7 @@ def _required(options: Mapping[str, str], name: str, example: str) -> str:
     return value
 
 
-def _positive(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+def positive_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
     raw = options.get(name)
     if raw is None:
         return default
@@ -102,6 +103,20 @@ def _positive(options: Mapping[str, str], name: str, default: int | None) -> int
         value = 0
     if value <= 0:
         raise StreamOptionError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+def seconds_option(options: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds (``timeout``), refused with the option's name otherwise."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise StreamOptionError(f"option {name!r} must be a positive number of seconds, got {raw!r}")
     return value
 
 
@@ -212,13 +227,13 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
     streams = stream_refs(
         _required(options, "destination", "/amq/queue/events"), options.get("stream"), capture_arguments
     )
-    timeout = float(options.get("timeout", DEFAULT_TIMEOUT))
+    timeout = seconds_option(options, "timeout", DEFAULT_TIMEOUT)
     fail_on_data_loss = options.get("failOnDataLoss", "true").strip().lower() != "false"
-    prefetch = _positive(options, "prefetch", DEFAULT_PREFETCH)
+    prefetch = positive_option(options, "prefetch", DEFAULT_PREFETCH)
     assert prefetch is not None
     if prefetch > 65535:
         raise StreamOptionError(f"option 'prefetch' is at most 65535 (an AMQP short), got {prefetch}")
-    partition_size = _positive(options, "partitionSize", DEFAULT_PARTITION_SIZE)
+    partition_size = positive_option(options, "partitionSize", DEFAULT_PARTITION_SIZE)
     assert partition_size is not None
     return SourceOptions(
         url=url,
@@ -227,7 +242,7 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
         starting=_position(options, streams, "starting"),
         ending=_position(options, streams, "ending")
         or dict.fromkeys([ref.queue for ref in streams], _LATEST),
-        max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger", None),
+        max_offsets_per_trigger=positive_option(options, "maxOffsetsPerTrigger", None),
         partition_size=partition_size,
         read=ReadSettings(url, prefetch, timeout, fail_on_data_loss),
     )

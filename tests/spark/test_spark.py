@@ -288,6 +288,14 @@ def test_sink_refuses_a_body_over_the_frame_limit(spark, amqp_url, queues):
     assert "over the frame limit" in failure_text(failure.value)
 
 
+def test_a_bad_frame_size_option_fails_the_write_naming_it(spark, amqp_url):
+    with pytest.raises(Exception) as failure:
+        write_rows(
+            spark, amqp_url, [("/queue/x", b"x")], "destination string, body binary", maxFrameSize="4 MiB"
+        )
+    assert "option 'maxFrameSize' must be a positive integer, got '4 MiB'" in failure_text(failure.value)
+
+
 def test_sink_needs_a_destination_column(spark, amqp_url):
     with pytest.raises(Exception) as failure:
         write_rows(spark, amqp_url, [("x",)], "body string")

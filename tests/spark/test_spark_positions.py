@@ -95,6 +95,7 @@ def test_json_offsets_per_stream(spark, amqp_url, queues, broker):
         ({"startingTimestamp": "yesterday"}, "milliseconds since the epoch"),
         ({"endingOffsets": "earliest"}, "must be latest, an offset number"),
         ({"endingOffsetsByTimestamp": "[1]"}, "must be a JSON object"),
+        ({"timeout": "soon"}, "option 'timeout' must be a positive number of seconds, got 'soon'"),
     ],
 )
 def test_bad_positions_fail_naming_the_option(spark, amqp_url, queues, options, text):
