@@ -123,9 +123,21 @@ def test_streaming_restart_from_checkpoint_loses_and_duplicates_nothing(
     )
 
 
-def test_streaming_captures_a_topic_into_a_stream(spark, amqp_url, queues, start_adapter, tmp_path):
+@pytest.mark.parametrize(
+    ("captured", "delivered"),
+    [
+        ("/topic/{key}", "/topic/{key}"),
+        # the topic exchange named: bound the same way, and a subscriber is told /topic/<key>
+        ("/exchange/amq.topic/{key}", "/topic/{key}"),
+        ("/exchange/amq.direct/{key}", "/exchange/amq.direct/{key}"),
+    ],
+)
+def test_streaming_captures_a_topic_into_a_stream(
+    spark, amqp_url, queues, start_adapter, tmp_path, captured, delivered
+):
     stream = queues("spark-capture", declare=False)
-    topic = f"/topic/{stream}.readings"
+    key = f"{stream}.readings"
+    topic, delivered = captured.format(key=key), delivered.format(key=key)
     query = (
         spark.readStream.format("stomp")
         .option("url", amqp_url)
@@ -159,8 +171,8 @@ def test_streaming_captures_a_topic_into_a_stream(spark, amqp_url, queues, start
     finally:
         query.stop()
     assert [row.body for row in rows] == [b"reading 0", b"reading 1", b"reading 2"]
-    assert {row.destination for row in rows} == {topic}
-    assert {row.headers["destination"] for row in rows} == {topic}
+    assert {row.destination for row in rows} == {delivered}
+    assert {row.headers["destination"] for row in rows} == {delivered}
 
 
 def test_sink_rows_reach_stomp_subscribers(spark, amqp_url, queues, start_adapter):
