@@ -222,7 +222,8 @@ class AmqpConnection(asyncio.Protocol):
         server_hostname: str | None = None,
         reusable: bool = False,
     ) -> AmqpConnection:
-        """Connect, authenticate, open the vhost and channel 1.  Raises AmqpError or OSError."""
+        """Connect, authenticate and open the vhost (the channel opens with its first frame).
+        Raises AmqpError or OSError."""
         loop = asyncio.get_running_loop()
         protocol = cls(events, heartbeat=heartbeat, connection_name=connection_name, reusable=reusable)
         protocol._credentials = (user, password, vhost)
@@ -546,10 +547,12 @@ class AmqpConnection(asyncio.Protocol):
         the session's consumers and requeued what it had not acknowledged, and nothing more
         comes on that channel.  The next session's channel has a new number and is opened by
         its first frame, like a fresh login's.  Raises AmqpError."""
+        if self._reading_paused:
+            # a slow client paused the broker's socket; the next session must read it (and the
+            # channel's close-ok must be read first)
+            self.resume_reading()
         if self._channel_unopened:
             return  # the session wrote nothing on its channel: there is nothing to reset
-        if self._reading_paused:
-            self.resume_reading()  # the reply must be read
         await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
         self.channel = self.channel % self.channel_max + 1
         self._channel_unopened = True
@@ -558,8 +561,8 @@ class AmqpConnection(asyncio.Protocol):
     @property
     def reusable(self) -> bool:
         """Fit to serve another session: open, never failed, not blocked by the broker nor
-        with its socket full, not closing, no call waiting, no connection-bound queue left by a
-        session."""
+        with its socket full or its reading paused, not closing, no call waiting, no
+        connection-bound queue left by a session."""
         return (
             self._reusable
             and self._transport is not None
@@ -569,6 +572,7 @@ class AmqpConnection(asyncio.Protocol):
             and not self.declared_connection_queue
             and not self._blocked
             and not self._paused_writing
+            and not self._reading_paused
             and self._rpc is None
         )
 

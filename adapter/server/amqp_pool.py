@@ -1,17 +1,17 @@
 """AMQP connection reuse between STOMP sessions (``adapter.amqp_connection_reuse``, off by
 default): the asyncio side of adapter/amqp/pool.py.
 
-A STOMP session that ends cleanly gives its AMQP connection back: its channel is closed (the
-broker cancels its consumers, requeues what it had not acknowledged, and forgets its qos and
-confirm mode) and a channel with a new number is opened for the next session, both in one write
-and one round trip; then the connection waits for the next CONNECT of the same user, vhost and
-broker node with the same passcode.  That CONNECT takes it at once, without any I/O, instead of
-a TCP connection and a six-method handshake, so the login needs no task either
-(ClientConnection._execute).  What is never pooled: a connection that had any error, that the
-broker blocked or closed, that a session declared an exclusive or auto-delete queue on
-(temp-queues, /topic/ subscriptions: such queues belong to the connection), that has
-subscription queues to delete, or whose session ended with an ERROR frame.  Idle connections
-close after
+A STOMP session that ends cleanly gives its AMQP connection back: its channel, if the session
+used it, is closed in one round trip (the broker cancels its consumers, requeues what it had not
+acknowledged, and forgets its qos and confirm mode), and the next session's channel gets a new
+number and opens with its first frame; then the connection waits for the next CONNECT of the
+same user, vhost and broker node with the same passcode.  That CONNECT takes it at once,
+without any I/O, instead of a TCP connection and a six-method handshake, so the login needs no
+task either (ClientConnection._execute).  What is never pooled: a connection that had any
+error, that the broker blocked or closed, whose reading a slow client paused, that a session
+declared an exclusive or auto-delete queue on (temp-queues, /topic/ subscriptions: such queues
+belong to the connection), that has subscription queues to delete, or whose session ended with
+an ERROR frame.  Idle connections close after
 ``idle_seconds``, every one ``max_age_seconds`` after the broker last authenticated it; the pool
 is per process (per worker under --workers).  docs/configuration.md says what changes for the
 broker and for security.

@@ -776,7 +776,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _pooled_amqp(self, op: ops.OpenConnection) -> AmqpConnection | None:
         """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
-        passcode, its new channel already open (adapter/server/amqp_pool.py); None: log in
+        passcode, with a fresh channel number (adapter/server/amqp_pool.py); None: log in
         afresh, and the broker decides, as without reuse."""
         reuse = self._server.amqp_reuse
         if reuse is None:

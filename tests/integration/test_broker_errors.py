@@ -99,3 +99,22 @@ def test_failed_bind_deletes_the_subscription_queue(adapter, broker):
     assert error.body.startswith(f"NOT_FOUND - no exchange '{exchange}'")
     assert client.wait_disconnected(5)
     assert broker.wait_gone(queue), f"subscription queue {queue} left behind"
+
+
+def test_a_user_at_its_channel_limit_gets_the_error_at_its_first_channel_frame(adapter, broker):
+    """The AMQP channel opens with the first frame that needs it (docs/compatibility.md), so a
+    user at RabbitMQ's max-channels limit gets CONNECTED, then ERROR not_allowed for that frame,
+    and no RECEIPT; the plugin refuses the CONNECT instead."""
+    user = broker.create_user("secret", prefix="stomp-no-channels")
+    broker.management(
+        f"/api/user-limits/{urllib.parse.quote(user, safe='')}/max-channels", "PUT", {"value": 0}
+    )
+    queue = unique("no-channel")
+    broker.track_queue(queue)
+    client = StompClient(adapter.port, login=user, passcode="secret")
+    client.conn.send(f"/queue/{queue}", "x", headers={"receipt": "never"})
+    error = client.next("ERROR")
+    assert error.headers["message"] == "not_allowed"
+    assert "number of channels opened" in error.body
+    assert client.wait_disconnected(5)
+    assert all(f.command != "RECEIPT" for f in client._pending)

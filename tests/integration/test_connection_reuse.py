@@ -305,3 +305,49 @@ def test_a_client_that_just_closes_its_socket_leaves_a_pooled_connection(start_a
     again = Session(adapter.port)
     assert again.command == "CONNECTED" and reused(adapter) == 1
     again.disconnect()
+
+
+def test_a_slow_reader_that_wrote_nothing_on_its_channel_leaves_no_paused_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """A client that stops reading makes the adapter pause its AMQP socket; when it leaves
+    without having used its channel, the next session of the same user must still be served (a
+    review found the connection pooled with its reading paused: the next SUBSCRIBE never got its
+    RECEIPT)."""
+    adapter = reuse_adapter(start_adapter)
+    slow = socket.socket()
+    Session.opened.append(slow)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", adapter.port))
+    slow.settimeout(5)
+    slow.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+    frames, _ = read_frames(slow, timeout=5, count=1)
+    assert frames and frames[0].startswith(b"CONNECTED"), frames
+    # BEGIN/ABORT with long receipt ids: RECEIPTs that fill the client's socket, no AMQP frame
+    receipted = b"".join(
+        f"BEGIN\ntransaction:t{i}\nreceipt:{'r' * 1000}{i}\n\n\0ABORT\ntransaction:t{i}\n\n\0".encode()
+        for i in range(40)
+    )
+
+    async def amqp_reading_paused() -> bool:
+        return any(
+            connection._amqp is not None and connection._amqp._reading_paused
+            for connection in adapter.server.connections
+        )
+
+    slow.setblocking(False)
+    deadline = time.monotonic() + 10
+    while not adapter.run(amqp_reading_paused()):
+        assert time.monotonic() < deadline, "the adapter never paused the AMQP socket"
+        try:
+            slow.send(receipted)
+        except BlockingIOError:
+            time.sleep(0.01)
+    slow.close()
+    queue = unique("reuse-after-pause")
+    broker.track_queue(queue)
+    next_session = Session(adapter.port)
+    assert next_session.command == "CONNECTED"
+    got = next_session.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nreceipt:sub\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    next_session.disconnect()

@@ -346,3 +346,21 @@ async def test_a_bad_frame_end_closes_with_501() -> None:
     closes = [value for _, value in transport.take_frames() if isinstance(value, commands.Connection.Close)]
     assert closes and closes[0].reply_code == 501
     assert events.confirms == []
+
+
+async def test_recycling_resumes_reading_the_next_session_needs() -> None:
+    """A slow client paused the broker's socket and wrote nothing on its channel: the recycled
+    connection must read again, or the next session's first call never gets its reply (a
+    review found it pooled still paused)."""
+    connection, transport, _events = await open_connection(open_channel=False)
+    connection.channel_max = 65535
+    connection._reusable = True
+    connection.pause_reading()
+    assert not connection.reusable  # a paused connection is never handed out
+    await connection.recycle_channel()
+    assert transport.reading and connection.reusable
+    call = asyncio.ensure_future(connection.execute(BasicQos(prefetch_count=1)))
+    await asyncio.sleep(0)
+    connection.flush()
+    connection.data_received(broker((commands.Channel.OpenOk(), 1), (commands.Basic.QosOk(), 1)))
+    assert await call is None
