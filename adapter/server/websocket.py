@@ -330,7 +330,12 @@ class WebSocketConnection(asyncio.Protocol):
         self._handle_request(event)
 
     def _handle_request(self, request: h11.Request) -> None:
-        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers}
+        # a header sent twice is one comma-separated value, as HTTP reads it and cowboy joins it:
+        # two Authorization headers are then unreadable credentials, not the last one's
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in request.headers:
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
         target = request.target.decode("latin-1")
         path = target.split("?", 1)[0]
         method = request.method.decode("latin-1")

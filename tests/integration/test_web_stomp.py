@@ -403,6 +403,16 @@ def test_unreadable_authorization_header_fails_the_connection(start_adapter, cap
     assert any("Authorization header" in r.getMessage() for r in caplog.records)
 
 
+def test_two_authorization_headers_fail_the_connection(start_adapter):
+    """Two Authorization headers are one unreadable value (cowboy joins them with ", "), never
+    the last one's credentials."""
+    _adapter, port = ws_adapter(start_adapter, web_stomp_use_http_auth=True)
+    guest = "Basic " + base64.b64encode(b"guest:guest").decode()
+    with open_ws(port, additional_headers=[("Authorization", guest), ("Authorization", guest)]) as ws:
+        assert until_closed(ws) == []
+        assert (ws.close_code, ws.close_reason) == (1011, "Bad Authorization header")
+
+
 def test_proxy_protocol_gives_the_client_address(start_adapter):
     _adapter, port = ws_adapter(start_adapter, web_stomp_proxy_protocol=True)
 
