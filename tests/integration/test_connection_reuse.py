@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -351,3 +352,51 @@ def test_a_slow_reader_that_wrote_nothing_on_its_channel_leaves_no_paused_connec
     got = next_session.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nreceipt:sub\n\n")
     assert got[-1][0] == "RECEIPT", got
     next_session.disconnect()
+
+
+def test_revoked_write_permission_applies_to_the_next_session_on_a_pooled_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """Every session has a channel of its own, and RabbitMQ caches permission checks per
+    channel: a permission revoked between two sessions applies to the second at once."""
+    adapter = reuse_adapter(start_adapter)
+    user = broker.create_user("pw", prefix="reuse-revoke")
+    queue = unique("reuse-revoke")
+    broker.track_queue(queue)
+    first = Session(adapter.port, user, "pw")
+    assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
+    first.disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    broker.management(
+        f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}",
+        "PUT",
+        {"configure": ".*", "write": "^$", "read": ".*"},
+    )
+    second = Session(adapter.port, user, "pw")
+    assert second.command == "CONNECTED" and reused(adapter) == 1
+    command, headers, body = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
+    assert (command, headers["message"]) == ("ERROR", "access_refused")
+    assert b"ACCESS_REFUSED" in body
+
+
+def test_revoked_vhost_access_connects_on_a_pooled_connection_and_refuses_its_first_resource(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """Vhost access is checked when a connection opens: the next session on a pooled
+    connection still gets CONNECTED, and its first frame that touches a queue or exchange gets
+    ERROR access_refused (a fresh login would get the CONNECT refused)."""
+    adapter = reuse_adapter(start_adapter)
+    user = broker.create_user("pw", prefix="reuse-revoke")
+    queue = unique("reuse-revoke")
+    broker.track_queue(queue)
+    first = Session(adapter.port, user, "pw")
+    assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
+    first.disconnect()
+    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    broker.management(f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}", "DELETE")
+    second = Session(adapter.port, user, "pw")
+    assert second.command == "CONNECTED" and reused(adapter) == 1
+    command, headers, _ = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
+    assert (command, headers["message"]) == ("ERROR", "access_refused")
+    fresh = Session(adapter.port, user, "pw")  # the failed session's connection was not pooled
+    assert fresh.command == "ERROR"
