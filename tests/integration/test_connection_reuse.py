@@ -354,11 +354,11 @@ def test_a_slow_reader_that_wrote_nothing_on_its_channel_leaves_no_paused_connec
     next_session.disconnect()
 
 
-def test_revoked_write_permission_applies_to_the_next_session_on_a_pooled_connection(
-    start_adapter: Any, broker: BrokerProbe
-) -> None:
-    """Every session has a channel of its own, and RabbitMQ caches permission checks per
-    channel: a permission revoked between two sessions applies to the second at once."""
+def pooled_after_a_send(
+    start_adapter: Callable[..., AdapterProcess], broker: BrokerProbe
+) -> tuple[AdapterProcess, str, str]:
+    """A reuse adapter, a throwaway user and a queue it sent to in one session that used its
+    channel and left its AMQP connection pooled."""
     adapter = reuse_adapter(start_adapter)
     user = broker.create_user("pw", prefix="reuse-revoke")
     queue = unique("reuse-revoke")
@@ -367,6 +367,15 @@ def test_revoked_write_permission_applies_to_the_next_session_on_a_pooled_connec
     assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
     first.disconnect()
     assert wait_for(lambda: pooled(adapter) == 1, 5)
+    return adapter, user, queue
+
+
+def test_revoked_write_permission_applies_to_the_next_session_on_a_pooled_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """Every session has a channel of its own, and RabbitMQ caches permission checks per
+    channel: a permission revoked between two sessions applies to the second at once."""
+    adapter, user, queue = pooled_after_a_send(start_adapter, broker)
     broker.management(
         f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}",
         "PUT",
@@ -385,14 +394,7 @@ def test_revoked_vhost_access_connects_on_a_pooled_connection_and_refuses_its_fi
     """Vhost access is checked when a connection opens: the next session on a pooled
     connection still gets CONNECTED, and its first frame that touches a queue or exchange gets
     ERROR access_refused (a fresh login would get the CONNECT refused)."""
-    adapter = reuse_adapter(start_adapter)
-    user = broker.create_user("pw", prefix="reuse-revoke")
-    queue = unique("reuse-revoke")
-    broker.track_queue(queue)
-    first = Session(adapter.port, user, "pw")
-    assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
-    first.disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    adapter, user, queue = pooled_after_a_send(start_adapter, broker)
     broker.management(f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}", "DELETE")
     second = Session(adapter.port, user, "pw")
     assert second.command == "CONNECTED" and reused(adapter) == 1
