@@ -272,6 +272,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="FILE",
         help="the --adapter-port side is a TLS listener whose certificate this CA signed (bench/tls.py)",
     )
+    parser.add_argument(
+        "--plugin-tls-ca",
+        metavar="FILE",
+        help="the --plugin-port side is a TLS listener whose certificate this CA signed, e.g. the "
+        "plugin's stomp.listeners.ssl (docs/performance.md, 'TLS')",
+    )
     args = parser.parse_args(argv)
     names = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [n for n in names if n not in SCENARIOS]
@@ -333,9 +339,11 @@ async def background_load(seconds: float = 2.0) -> float | None:
     return None if before is None or after is None else round((after - before) / seconds, 2)
 
 
-async def server_header(host: str, port: int, websocket: str | None = None) -> str:
+async def server_header(
+    host: str, port: int, websocket: str | None = None, tls: ssl.SSLContext | None = None
+) -> str:
     try:
-        client = await connect(host, port, "probe", timeout=10, websocket=websocket)
+        client = await connect(host, port, "probe", timeout=10, tls=tls, websocket=websocket)
     except (StompError, OSError) as error:
         return f"? ({error})"
     value = header(client.connected.result(), b"server")
@@ -612,21 +620,29 @@ async def main_async(args: argparse.Namespace) -> int:
         )
 
     tls = ssl.create_default_context(cafile=args.adapter_tls_ca) if args.adapter_tls_ca else None
+    plugin_tls = ssl.create_default_context(cafile=args.plugin_tls_ca) if args.plugin_tls_ca else None
     ws_path = args.ws_path if args.websocket else None
     sides = {"adapter": Side("adapter", adapter_port, tls, websocket=ws_path)}
     if plugin:
         sides["plugin"] = Side(
-            "plugin", args.plugin_port, websocket=ws_path if args.websocket == "both" else None
+            "plugin", args.plugin_port, plugin_tls, websocket=ws_path if args.websocket == "both" else None
         )
     conditions: dict[str, Any] = {
         **environment(),
         "date": started_at.isoformat(timespec="seconds"),
         "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
-        "adapter_server_header": await server_header(args.host, adapter_port, sides["adapter"].websocket),
-        "plugin_server_header": (
-            await server_header(args.host, args.plugin_port, sides["plugin"].websocket) if plugin else None
+        "adapter_server_header": await server_header(
+            args.host, adapter_port, sides["adapter"].websocket, sides["adapter"].tls
         ),
-        "transport": {name: "websocket" if side.websocket else "tcp" for name, side in sides.items()},
+        "plugin_server_header": (
+            await server_header(args.host, args.plugin_port, sides["plugin"].websocket, sides["plugin"].tls)
+            if plugin
+            else None
+        ),
+        "transport": {
+            name: ("websocket" if side.websocket else "tcp") + (" over TLS" if side.tls else "")
+            for name, side in sides.items()
+        },
         "adapter": f"{args.host}:{adapter_port}" + (" (started by the bench)" if adapter else " (external)"),
         "adapter_pid": adapter_pid,
         "broker_pid": broker_pid,

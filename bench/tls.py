@@ -1,13 +1,19 @@
 """TLS scenarios: what TLS on either side of the adapter costs, against plain TCP in the same run.
 
-``python -m bench.tls`` (needs Debian's stunnel4 and trustme, both installed by ``scripts/test``
-and ``.ci/run``) sets up, with certificates made for the run:
+``python -m bench.tls`` (needs trustme, from the project's dev extras, and Debian's haproxy, or
+stunnel4 with ``--terminator stunnel``; ``.ci/run`` installs both packages) sets up, with
+certificates made for the run:
 
 1. **TLS listener vs plain listener**: one adapter with both; the bench compares them as its two
    sides (``--adapter-port`` = the TLS listener with ``--adapter-tls-ca``, ``--plugin-port`` = the
    plain one), alternating rounds, so "A/P" is TLS/plain.
-2. **amqps:// vs amqp:// to the broker**: two adapters, one reaching the broker through stunnel
-   (TLS terminated in front of RabbitMQ's plain port), one directly; "A/P" is amqps/amqp.
+2. **amqps:// vs amqp:// to the broker**: two adapters, one reaching the broker through a TLS
+   terminator in front of RabbitMQ's plain port, one directly; "A/P" is amqps/amqp.
+
+The terminator is HAProxy (one thread, event-driven, as TLS is commonly terminated in front of a
+RabbitMQ cluster) unless ``--terminator stunnel`` is given.  stunnel runs a thread per connection
+and costs several milliseconds of CPU per connection on the bench's own CPUs, so with it the
+``connect`` ratio measures stunnel more than the adapter (docs/performance.md, "TLS").
 
 Arguments after ``--`` go to ``python -m bench`` (default: ``--scenarios queue,persistent,connect
 --rounds 2 --duration 4``).  Results land in bench/results/ like every bench run.
@@ -15,6 +21,7 @@ Arguments after ``--`` go to ``python -m bench`` (default: ``--scenarios queue,p
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -29,11 +36,44 @@ from .services import free_port, wait_port
 DEFAULT_ARGS = ["--scenarios", "queue,persistent,connect", "--rounds", "2", "--duration", "4"]
 
 
-def main(argv: list[str]) -> int:
-    bench_args = argv[argv.index("--") + 1 :] if "--" in argv else DEFAULT_ARGS
+def terminator_command(kind: str, directory: Path, port: int) -> list[str]:
+    """The command line of a TLS server on 127.0.0.1:``port`` that forwards to the broker's plain
+    AMQP port, with the run's certificate; its configuration file goes into ``directory``."""
+    certificate = directory / "server.pem"
+    if kind == "haproxy":
+        haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not Path(haproxy).exists():
+            raise SystemExit("haproxy is needed: apt-get install haproxy")
+        (directory / "haproxy.cfg").write_text(
+            "global\n    maxconn 4000\n    nbthread 1\n"
+            "defaults\n    mode tcp\n    timeout connect 5s\n"
+            "    timeout client 1h\n    timeout server 1h\n"
+            f"frontend amqps\n    bind 127.0.0.1:{port} ssl crt {certificate}\n"
+            "    default_backend broker\n"
+            "backend broker\n    server rabbitmq 127.0.0.1:5672\n"
+        )
+        return [haproxy, "-db", "-f", str(directory / "haproxy.cfg")]
     stunnel = shutil.which("stunnel4") or shutil.which("stunnel")
     if not stunnel:
         raise SystemExit("stunnel4 is needed: apt-get install stunnel4")
+    (directory / "stunnel.conf").write_text(
+        f"foreground = yes\npid =\n[amqps]\naccept = 127.0.0.1:{port}\n"
+        f"connect = 127.0.0.1:5672\ncert = {certificate}\n"
+    )
+    return [stunnel, str(directory / "stunnel.conf")]
+
+
+def main(argv: list[str]) -> int:
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    bench_args = argv[argv.index("--") + 1 :] if "--" in argv else DEFAULT_ARGS
+    parser = argparse.ArgumentParser(prog="python -m bench.tls", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--terminator",
+        choices=("haproxy", "stunnel"),
+        default="haproxy",
+        help="the TLS server in front of the broker for the amqps:// side (default haproxy)",
+    )
+    options = parser.parse_args(own)
     directory = Path(tempfile.mkdtemp(prefix="bench-tls-"))
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(directory / "ca.pem"))
@@ -49,12 +89,13 @@ def main(argv: list[str]) -> int:
         wait_port(port, process, what)
 
     try:
-        stunnel_port = free_port()
-        (directory / "stunnel.conf").write_text(
-            f"foreground = yes\npid =\n[amqps]\naccept = 127.0.0.1:{stunnel_port}\n"
-            f"connect = 127.0.0.1:5672\ncert = {directory / 'server.pem'}\n"
+        terminator_port = free_port()
+        start(
+            terminator_command(options.terminator, directory, terminator_port),
+            {},
+            terminator_port,
+            options.terminator,
         )
-        start([stunnel, str(directory / "stunnel.conf")], {}, stunnel_port, "stunnel")
         adapter = [sys.executable, "-m", "adapter", "--log-level", "warning"]
         plain, tls = free_port(), free_port()
         start(
@@ -73,7 +114,7 @@ def main(argv: list[str]) -> int:
                 "--listen",
                 f"127.0.0.1:{amqps}",
                 "--amqp-url",
-                f"amqps://guest:guest@localhost:{stunnel_port}/",
+                f"amqps://guest:guest@localhost:{terminator_port}/",
             ],
             {"STOMP_ADAPTER_AMQP_TLS_CAFILE": str(directory / "ca.pem")},
             amqps,
@@ -92,7 +133,7 @@ def main(argv: list[str]) -> int:
                 str(directory / "ca.pem"),
             ]
         ).returncode
-        print("== 2. adapter with amqps:// through stunnel (A) vs amqp:// (P)", flush=True)
+        print(f"== 2. adapter with amqps:// through {options.terminator} (A) vs amqp:// (P)", flush=True)
         second = subprocess.run(
             [*bench, "--adapter-port", str(amqps), "--plugin-port", str(plain)]
         ).returncode
