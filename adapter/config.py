@@ -776,8 +776,13 @@ def _suggest(key: str) -> str:
     close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
     if close:
         return f" (did you mean {close[0]!r}?)"
+    if key.startswith("ssl_options."):
+        # rabbitmq.conf has many more TLS options (depth, ciphers, crl_check ...): say which are
+        # honoured, so that a pasted file fails with the list instead of a guess.
+        read = ", ".join(k.removeprefix("ssl_options.") for k in _SSL_OPTION_KEYS)
+        return f" (the ssl_options.* keys read are {read} and versions.<n>)"
     if not key.startswith(("stomp.", "adapter.", "web_stomp.")):
-        return " (only stomp.*, web_stomp.* and adapter.* keys are read)"
+        return " (only stomp.*, web_stomp.*, ssl_options.* and adapter.* keys are read)"
     return ""
 
 

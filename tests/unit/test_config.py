@@ -269,7 +269,13 @@ def test_misspelt_listener_key_suggests_the_same_name(tmp_path: Path) -> None:
 def test_unknown_key_without_close_match(tmp_path: Path) -> None:
     message = config_error(tmp_path, "management.tcp.port = 15672\n")
     assert "unknown key 'management.tcp.port'" in message
-    assert "stomp.* and adapter.*" in message
+    assert "only stomp.*, web_stomp.*, ssl_options.* and adapter.* keys are read" in message
+
+
+def test_unknown_ssl_option_lists_the_ones_read(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "ssl_options.crl_check = true\n")
+    assert "unknown key 'ssl_options.crl_check'" in message
+    assert "cacertfile, certfile, keyfile, password, verify, fail_if_no_peer_cert and versions.<n>" in message
 
 
 def test_bad_bool(tmp_path: Path) -> None:
