@@ -20,7 +20,10 @@ do (both servers accept it by default).  ``--plugin-port`` before ``--`` changes
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,9 +35,21 @@ DEFAULT_ARGS = ["--scenarios", "queue,topic,connect", "--rounds", "2", "--durati
 
 
 def main(argv: list[str]) -> int:
-    own, bench_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    bench_args = bench_args or DEFAULT_ARGS
-    plugin_port = own[own.index("--plugin-port") + 1] if "--plugin-port" in own else "15674"
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    bench_args = argv[argv.index("--") + 1 :] if "--" in argv else DEFAULT_ARGS
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.web",
+        description="The adapter's WebSocket listener against rabbitmq_web_stomp, then against the "
+        "adapter's own TCP listener. Arguments after -- go to python -m bench "
+        f"(default: {' '.join(DEFAULT_ARGS)}).",
+    )
+    parser.add_argument(
+        "--plugin-port",
+        type=int,
+        default=15674,
+        help="rabbitmq_web_stomp's port, path /ws (default 15674)",
+    )
+    plugin_port = str(parser.parse_args(own).plugin_port)
     directory = Path(tempfile.mkdtemp(prefix="bench-web-"))
     tcp, web = free_port(), free_port()
     with (directory / "adapter.log").open("wb") as log:
@@ -60,6 +75,10 @@ def main(argv: list[str]) -> int:
     finally:
         adapter.terminate()
         adapter.wait(15)
+        if adapter.returncode in (0, -signal.SIGTERM):
+            shutil.rmtree(directory, ignore_errors=True)
+        else:  # keep what the adapter said about its failure
+            print(f"the adapter exited with {adapter.returncode}; its log: {directory / 'adapter.log'}")
 
 
 if __name__ == "__main__":
