@@ -812,6 +812,7 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
     ssl_versions: dict[str, str] = {}
     amqp_nodes: dict[str, tuple[str, _Origin]] = {}
     tcp_none: _Origin | None = None
+    ssl_none: _Origin | None = None
     adapter_listeners: _Origin | None = None
     web_parts: dict[tuple[str, str], tuple[str, _Origin]] = {}
     web_ssl_versions: dict[str, str] = {}
@@ -881,7 +882,8 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
             tcp_none = origin
             continue
         if key == "stomp.listeners.ssl" and raw.lower() == "none":
-            continue  # no TLS listeners: exactly what the adapter does
+            ssl_none = origin
+            continue
         if key.startswith(_TCP_LISTENER_PREFIX) and len(key) > len(_TCP_LISTENER_PREFIX):
             try:
                 listener = _normalise_listener(raw)
@@ -944,7 +946,20 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         ini.values[name] = value
         ini.origins[name] = origin
 
-    if ssl_listeners:
+    if ssl_none is not None:
+        # As in the plugin's schema (and as for TCP below), "stomp.listeners.ssl = none" wins over
+        # named TLS listeners.
+        for _listener, origin in ssl_listeners.values():
+            log.warning(
+                "%s: %s is ignored because of %s = none (%s)",
+                origin.where,
+                origin.key,
+                ssl_none.key,
+                ssl_none.where,
+            )
+        ini.values["ssl_listeners"] = ()
+        ini.origins["ssl_listeners"] = ssl_none
+    elif ssl_listeners:
         ini.values["ssl_listeners"] = tuple(listener for listener, _origin in ssl_listeners.values())
         ini.origins["ssl_listeners"] = next(iter(ssl_listeners.values()))[1]
     if ssl_versions:

@@ -149,6 +149,13 @@ def test_listeners_none_wins_over_named_listeners(tmp_path: Path, caplog: pytest
     assert "stomp.listeners.tcp.1 is ignored" in caplog.text
 
 
+def test_ssl_listeners_none_wins_over_named_ones(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write_ini(tmp_path, "stomp.listeners.ssl.default = 61614\nstomp.listeners.ssl = none\n")
+    with caplog.at_level(logging.WARNING, logger="adapter.config"):
+        assert load_settings(path).ssl_listeners == ()
+    assert "stomp.listeners.ssl.default is ignored because of stomp.listeners.ssl = none" in caplog.text
+
+
 def test_empty_default_user_disables_it(tmp_path: Path) -> None:
     s = load_settings(write_ini(tmp_path, "stomp.default_user =\nstomp.default_pass =\n"))
     assert (s.default_user, s.default_pass) == (None, None)
