@@ -733,7 +733,8 @@ _UNSUPPORTED_REASONS = {
     "stomp.ssl_cert_login": (
         "the plugin logs a client in by its certificate's name without a password because it runs "
         "inside the broker; a separate process has no such login (docs/compatibility.md, 'Login by "
-        "certificate'): use passwords, or RabbitMQ's EXTERNAL mechanism on the broker side"
+        "certificate'): give these clients passwords (over a TLS listener), or keep the clients that "
+        "need certificate login on the plugin"
     ),
 }
 
@@ -881,7 +882,9 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
                 raise fail("only 'none' is allowed here; add listeners as stomp.listeners.tcp.<name> = PORT")
             tcp_none = origin
             continue
-        if key == "stomp.listeners.ssl" and raw.lower() == "none":
+        if key == "stomp.listeners.ssl":
+            if raw.lower() != "none":
+                raise fail("only 'none' is allowed here; add listeners as stomp.listeners.ssl.<name> = PORT")
             ssl_none = origin
             continue
         if key.startswith(_TCP_LISTENER_PREFIX) and len(key) > len(_TCP_LISTENER_PREFIX):
@@ -910,7 +913,7 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         if key.startswith(_SSL_VERSIONS_PREFIX) and len(key) > len(_SSL_VERSIONS_PREFIX):
             ssl_versions[key] = raw  # ssl_options.versions.1 = tlsv1.3 and so on, in key order
             continue
-        if key in _UNSUPPORTED_KEYS or key == "stomp.listeners.ssl":
+        if key in _UNSUPPORTED_KEYS:
             if key == "stomp.ssl_cert_login":
                 try:
                     if not _to_bool(raw):

@@ -154,6 +154,8 @@ def test_ssl_listeners_none_wins_over_named_ones(tmp_path: Path, caplog: pytest.
     with caplog.at_level(logging.WARNING, logger="adapter.config"):
         assert load_settings(path).ssl_listeners == ()
     assert "stomp.listeners.ssl.default is ignored because of stomp.listeners.ssl = none" in caplog.text
+    message = config_error(tmp_path, "stomp.listeners.ssl = 61614\n")
+    assert "only 'none' is allowed here; add listeners as stomp.listeners.ssl.<name> = PORT" in message
 
 
 def test_empty_default_user_disables_it(tmp_path: Path) -> None:
