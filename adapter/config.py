@@ -769,6 +769,14 @@ class IniFile:
     origins: dict[str, _Origin] = field(default_factory=dict)
 
 
+def _warn_ignored_listeners(listeners: dict[str, tuple[str, _Origin]], none: _Origin) -> None:
+    """Log each named listener that a "stomp.listeners.<kind> = none" line overrides."""
+    for _listener, origin in listeners.values():
+        log.warning(
+            "%s: %s is ignored because of %s = none (%s)", origin.where, origin.key, none.key, none.where
+        )
+
+
 def _suggest(key: str) -> str:
     if key == "loopback_users" or key.startswith("loopback_users."):
         return " (the adapter's equivalent is adapter.loopback_users, a comma-separated list or none)"
@@ -952,14 +960,7 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
     if ssl_none is not None:
         # As in the plugin's schema (and as for TCP below), "stomp.listeners.ssl = none" wins over
         # named TLS listeners.
-        for _listener, origin in ssl_listeners.values():
-            log.warning(
-                "%s: %s is ignored because of %s = none (%s)",
-                origin.where,
-                origin.key,
-                ssl_none.key,
-                ssl_none.where,
-            )
+        _warn_ignored_listeners(ssl_listeners, ssl_none)
         ini.values["ssl_listeners"] = ()
         ini.origins["ssl_listeners"] = ssl_none
     elif ssl_listeners:
@@ -993,14 +994,7 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         )
     if tcp_none is not None:
         # As in the plugin's schema, "stomp.listeners.tcp = none" wins over named listeners.
-        for _listener, origin in tcp_listeners.values():
-            log.warning(
-                "%s: %s is ignored because of %s = none (%s)",
-                origin.where,
-                origin.key,
-                tcp_none.key,
-                tcp_none.where,
-            )
+        _warn_ignored_listeners(tcp_listeners, tcp_none)
         if adapter_listeners is not None:
             raise ConfigError(
                 f"{tcp_none.where}: stomp.listeners.tcp = none and adapter.listeners "
