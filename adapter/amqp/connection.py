@@ -618,8 +618,15 @@ class AmqpConnection(asyncio.Protocol):
         self._reader.stop()
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
-        reason = str(exc) if exc else "connection closed by the broker"
-        self._fail(AmqpError(0, reason, phase=self._phase))
+        if isinstance(exc, ssl.SSLError) and not self._handshake.done():
+            # a TLS alert before the login finished, e.g. a broker that wants a client
+            # certificate (TLS 1.3 says so only after the handshake): a TLS problem for the
+            # caller to name, not a refused login
+            self.had_error = True
+            self._handshake.set_exception(exc)
+        else:
+            reason = str(exc) if exc else "connection closed by the broker"
+            self._fail(AmqpError(0, reason, phase=self._phase))
         if not self._closed.done():
             self._closed.set_result(None)
 

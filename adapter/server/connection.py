@@ -750,6 +750,12 @@ class ClientConnection(asyncio.Protocol):
                 problem = f"TLS certificate verification failed for {node.label}: {error.verify_message}"
                 log.warning("peer=%s: %s (%s)", self.peer, problem, error)
                 problems.append(problem)
+            except ssl.SSLError as error:
+                failures["tls"] += 1
+                nodes.failed(node)
+                problem = f"TLS handshake with {node.label} failed: {_tls_failure(error)}"
+                log.warning("peer=%s: %s (%s)", self.peer, problem, error)
+                problems.append(problem)
             except (OSError, TimeoutError) as error:
                 if isinstance(error, OSError) and error.errno in EXHAUSTED:
                     failures["file_descriptors"] += 1
@@ -768,7 +774,7 @@ class ClientConnection(asyncio.Protocol):
                     reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 break
         if amqp is None:
-            tls_problems = [p for p in problems if p.startswith("TLS certificate")]
+            tls_problems = [p for p in problems if p.startswith("TLS ")]
             if tls_problems:
                 return ops.LoginResult(False, "other", "; ".join(tls_problems))
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
@@ -1234,3 +1240,36 @@ def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
+
+
+# OpenSSL's reason codes for a failed handshake with a broker node, in an operator's words
+_TLS_CLIENT_CERTIFICATE_REFUSED = frozenset(
+    {
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
+_TLS_NO_COMMON_VERSION = frozenset(
+    {"TLSV1_ALERT_PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL", "NO_PROTOCOLS_AVAILABLE", "WRONG_SSL_VERSION"}
+)
+
+
+def _tls_failure(error: ssl.SSLError) -> str:
+    """What went wrong in a TLS handshake with a broker node (the log keeps OpenSSL's text)."""
+    reason = error.reason or ""
+    if reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
+        return "the broker requires a client certificate (adapter.amqp_tls_certfile and _keyfile)"
+    if reason in _TLS_CLIENT_CERTIFICATE_REFUSED:
+        return f"the broker refused the adapter's client certificate ({reason.lower()})"
+    if reason in _TLS_NO_COMMON_VERSION:
+        return "no TLS version in common with the broker (adapter.amqp_tls_min_version)"
+    if reason == "SSLV3_ALERT_HANDSHAKE_FAILURE":
+        return "the broker ended the handshake: it may require a client certificate, or share no cipher"
+    if reason == "WRONG_VERSION_NUMBER":
+        return "the node does not answer in TLS (is it a plain amqp:// port?)"
+    return reason.lower().replace("_", " ") or str(error)

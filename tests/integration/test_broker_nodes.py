@@ -31,7 +31,11 @@ def ca() -> trustme.CA:
     return trustme.CA()
 
 
-def start_stunnel(amqp_url: str, cert_pem: bytes, directory: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_stunnel(
+    amqp_url: str, cert_pem: bytes, directory: Path, options: str = ""
+) -> tuple[subprocess.Popen[bytes], int]:
+    """stunnel serving TLS with ``cert_pem`` (key and chain) and relaying to the broker;
+    ``options`` are extra lines of its service section (stunnel.conf syntax)."""
     binary = shutil.which("stunnel4") or shutil.which("stunnel")
     assert binary, "stunnel is not installed: .ci/run installs Debian's stunnel4"
     (directory / "server.pem").write_bytes(cert_pem)
@@ -44,7 +48,7 @@ def start_stunnel(amqp_url: str, cert_pem: bytes, directory: Path) -> tuple[subp
         "[amqps]\n"
         f"accept = 127.0.0.1:{port}\n"
         f"connect = {broker.hostname or '127.0.0.1'}:{broker.port or 5672}\n"
-        f"cert = {directory / 'server.pem'}\n"
+        f"cert = {directory / 'server.pem'}\n" + options
     )
     with (directory / "stunnel.log").open("wb") as log:
         process = subprocess.Popen([binary, str(config)], stdout=log, stderr=subprocess.STDOUT)
@@ -151,7 +155,91 @@ def test_host_name_mismatch_is_a_certificate_problem(start_adapter, amqp_url, st
 
 def test_verification_off_still_encrypts(start_adapter, amqp_url, stunnel, caplog):
     adapter = start_adapter(amqp_url=amqps_url(amqp_url, stunnel), amqp_tls_verify=False)
+    round_trip(adapter.port)  # stunnel's port speaks TLS only
+    assert "the broker's certificate is NOT checked" in caplog.text
+
+
+def test_server_name_names_the_certificate_to_expect(start_adapter, amqp_url, ca, tmp_path):
+    """A node reached by address whose certificate names only its DNS name."""
+    cert = ca.issue_cert("rabbit.example")
+    process, port = start_stunnel(amqp_url, cert.private_key_and_cert_chain_pem.bytes(), tmp_path)
+    try:
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        adapter = start_adapter(
+            amqp_url=amqps_url(amqp_url, port, host="127.0.0.1"),
+            amqp_tls_cafile=str(tmp_path / "ca.pem"),
+            amqp_tls_server_name="rabbit.example",
+        )
+        round_trip(adapter.port)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture
+def mutual_tls_stunnel(amqp_url: str, ca: trustme.CA, tmp_path: Path) -> Iterator[int]:
+    """A TLS front that requires a client certificate signed by ``ca``; its port."""
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert = ca.issue_cert("localhost")
+    process, port = start_stunnel(
+        amqp_url,
+        cert.private_key_and_cert_chain_pem.bytes(),
+        tmp_path,
+        f"CAfile = {tmp_path / 'ca.pem'}\nverifyChain = yes\n",
+    )
+    yield port
+    process.terminate()
+    process.wait(10)
+
+
+def test_mutual_tls_with_a_client_certificate(start_adapter, amqp_url, mutual_tls_stunnel, ca, tmp_path):
+    client_cert = ca.issue_cert("stomp-adapter")
+    client_cert.cert_chain_pems[0].write_to_path(str(tmp_path / "client.pem"))
+    client_cert.private_key_pem.write_to_path(str(tmp_path / "client.key"))
+    adapter = start_adapter(
+        amqp_url=amqps_url(amqp_url, mutual_tls_stunnel),
+        amqp_tls_cafile=str(tmp_path / "ca.pem"),
+        amqp_tls_certfile=str(tmp_path / "client.pem"),
+        amqp_tls_keyfile=str(tmp_path / "client.key"),
+    )
     round_trip(adapter.port)
+
+
+def test_mutual_tls_without_a_client_certificate_is_a_clear_error(
+    start_adapter, amqp_url, mutual_tls_stunnel, tmp_path
+):
+    adapter = start_adapter(
+        amqp_url=amqps_url(amqp_url, mutual_tls_stunnel), amqp_tls_cafile=str(tmp_path / "ca.pem")
+    )
+    headers = connect_error(adapter.port)
+    assert headers["message"] == "Processing error"
+    assert "the broker requires a client certificate" in headers["body"], headers
+
+
+def test_a_broker_below_the_minimum_tls_version_is_refused(start_adapter, amqp_url, ca, tmp_path):
+    cert = ca.issue_cert("localhost")
+    process, port = start_stunnel(
+        amqp_url, cert.private_key_and_cert_chain_pem.bytes(), tmp_path, "sslVersionMax = TLSv1.2\n"
+    )
+    try:
+        ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+        adapter = start_adapter(
+            amqp_url=amqps_url(amqp_url, port),
+            amqp_tls_cafile=str(tmp_path / "ca.pem"),
+            amqp_tls_min_version="tlsv1.3",
+        )
+        body = connect_error(adapter.port)["body"]
+        assert "no TLS version in common with the broker" in body, body
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_amqps_to_a_plain_port_is_named(start_adapter, amqp_url, broker_host_port):
+    host, port = broker_host_port
+    adapter = start_adapter(amqp_url=amqps_url(amqp_url, port, host=host))  # the broker's plain port
+    body = connect_error(adapter.port)["body"]
+    assert "the node does not answer in TLS" in body, body
 
 
 def test_a_node_that_refuses_is_skipped(start_adapter, amqp_url, broker_host_port):
