@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import queue
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import stomp
@@ -657,6 +660,32 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def run_adapter_with_config(
+    tmp_path: Path, amqp_url: str, config_text: str, tcp_port: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A real adapter process: ``--config`` with ``config_text``, ``--listen`` on ``tcp_port``."""
+    config = tmp_path / "adapter.ini"
+    config.write_text(config_text)
+    log_path = tmp_path / "adapter.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "adapter",
+                "--config",
+                str(config),
+                "--listen",
+                f"127.0.0.1:{tcp_port}",
+                "--amqp-url",
+                amqp_url,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    return process, log_path
 
 
 def wait_for_port(port: int, process: Any, what: str, log_path: Any = None, timeout: float = 20) -> None:

@@ -474,6 +474,9 @@ async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
 def _handshake_problem(error: BaseException) -> str:
     if isinstance(error, TimeoutError):
         return "no complete handshake within the login timeout"
+    if isinstance(error, ssl.SSLCertVerificationError) and error.verify_message:
+        # the client's certificate: say which check failed (expired, unknown CA, self-signed)
+        return f"{error.reason}: client certificate: {error.verify_message}"
     if isinstance(error, ssl.SSLError):
         return error.reason or str(error)
     return str(error) or type(error).__name__

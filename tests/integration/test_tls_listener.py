@@ -4,6 +4,7 @@ client certificate; certificates made by trustme for the test run."""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import shutil
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 import stomp
 import trustme
+from cryptography.hazmat.primitives import serialization
 
-from tests.support import read_frames, unique
+from tests.support import free_port, read_frames, run_adapter_with_config, unique, wait_for_port
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
@@ -30,12 +32,21 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     client = ca.issue_cert("stomp-client@example")
     files = {
         "ca": directory / "ca.pem",
+        "ca_cert": directory / "ca.pem",
+        "ca_key": directory / "ca.key",
         "server": directory / "server.pem",
+        "server_cert": directory / "server-cert.pem",
+        "server_key": directory / "server.key",
         "client": directory / "client.pem",
+        "client_cert": directory / "client-cert.pem",
+        "client_key": directory / "client.key",
     }
     ca.cert_pem.write_to_path(str(files["ca"]))
-    server.private_key_and_cert_chain_pem.write_to_path(str(files["server"]))
-    client.private_key_and_cert_chain_pem.write_to_path(str(files["client"]))
+    ca.private_key_pem.write_to_path(str(files["ca_key"]))
+    for name, cert in (("server", server), ("client", client)):
+        cert.private_key_and_cert_chain_pem.write_to_path(str(files[name]))
+        cert.cert_chain_pems[0].write_to_path(str(files[f"{name}_cert"]))
+        cert.private_key_pem.write_to_path(str(files[f"{name}_key"]))
     return files
 
 
@@ -180,3 +191,90 @@ def test_no_tls13_session_tickets_as_with_the_plugin(start_adapter, pki):
         # tickets come after the handshake, before the first application data: read by now
         assert sock.version() == "TLSv1.3"
         assert sock.session is not None and not sock.session.has_ticket
+
+
+@pytest.mark.parametrize("kind", ["self-signed", "expired", "from another CA"])
+def test_a_bad_client_certificate_is_refused_and_named(start_adapter, pki, tmp_path, caplog, kind):
+    """verify_peer with fail_if_no_peer_cert: a client certificate the CA file does not vouch
+    for ends the handshake (no CONNECTED), the log names why, and others are still served."""
+    caplog.set_level(logging.INFO, logger="adapter.server")
+    _adapter, port = tls_adapter(start_adapter, pki, ssl_verify="verify_peer", ssl_fail_if_no_peer_cert=True)
+    other = trustme.CA()
+    if kind == "self-signed":  # a CA's own certificate is signed by its own key
+        pem = other.private_key_pem.bytes() + other.cert_pem.bytes()
+    elif kind == "expired":
+        ca_of_the_listener = trustme.CA.from_pem(pki["ca_cert"].read_bytes(), pki["ca_key"].read_bytes())
+        pem = ca_of_the_listener.issue_cert(
+            "stomp-client@example",
+            not_before=datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC),
+            not_after=datetime.datetime(2021, 1, 1, tzinfo=datetime.UTC),
+        ).private_key_and_cert_chain_pem.bytes()
+    else:
+        pem = other.issue_cert("stomp-client@example").private_key_and_cert_chain_pem.bytes()
+    (tmp_path / "client.pem").write_bytes(pem)
+    assert "CONNECTED" not in s_client(port, pki, "-cert", str(tmp_path / "client.pem"))
+    assert "CONNECTED" in s_client(port, pki, "-cert", str(pki["client"]))
+    deadline = time.monotonic() + 5
+    lines: list[str] = []
+    while not lines and time.monotonic() < deadline:
+        lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+        time.sleep(0.05)
+    why = {"self-signed": "self-signed", "expired": "expired", "from another CA": "local issuer"}[kind]
+    assert lines and why in lines[0], lines
+
+
+def test_config_file_contract(tmp_path, amqp_url, pki):
+    """The issue's contract in a real adapter process: `--config FILE` with
+    stomp.listeners.ssl.<name> = HOST:PORT and the ssl_options.* keys (here a key encrypted with
+    ssl_options.password, and TLS 1.3 only) starts a TLS listener beside the --listen one."""
+    key = serialization.load_pem_private_key(pki["server_key"].read_bytes(), password=None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"s3cret"),
+    )
+    (tmp_path / "server.key").write_bytes(encrypted)
+    tls_port, tcp_port = free_port(), free_port()
+    process, log_path = run_adapter_with_config(
+        tmp_path,
+        amqp_url,
+        f"stomp.listeners.ssl.default = 127.0.0.1:{tls_port}\n"
+        f"ssl_options.cacertfile = {pki['ca']}\n"
+        f"ssl_options.certfile = {pki['server_cert']}\n"
+        f"ssl_options.keyfile = {tmp_path / 'server.key'}\n"
+        "ssl_options.password = s3cret\n"
+        "ssl_options.verify = verify_peer\n"
+        "ssl_options.fail_if_no_peer_cert = true\n"
+        "ssl_options.versions.1 = tlsv1.3\n",
+        tcp_port,
+    )
+    try:
+        wait_for_port(tls_port, process, "the TLS listener", log_path)
+        wait_for_port(tcp_port, process, "the TCP listener", log_path)
+        conn = stomp.Connection12([("127.0.0.1", tls_port)], vhost="/")
+        conn.set_ssl(
+            for_hosts=[("127.0.0.1", tls_port)],
+            ca_certs=str(pki["ca"]),
+            cert_file=str(pki["client_cert"]),
+            key_file=str(pki["client_key"]),
+        )
+        conn.connect("guest", "guest", wait=True)
+        assert conn.is_connected()
+        conn.disconnect()
+        # TLS 1.2 is not among ssl_options.versions
+        context = ssl.create_default_context(cafile=str(pki["ca"]))
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(str(pki["client"]))
+        with (
+            socket.create_connection(("127.0.0.1", tls_port), timeout=5) as raw,
+            pytest.raises(ssl.SSLError),
+            context.wrap_socket(raw, server_hostname="localhost"),
+        ):
+            pass
+        # the plain --listen listener beside it
+        with socket.create_connection(("127.0.0.1", tcp_port), timeout=5) as sock:
+            sock.sendall(CONNECT)
+            assert read_frames(sock, timeout=5, count=1)[0][0].startswith(b"CONNECTED")
+    finally:
+        process.terminate()
+        process.wait(15)

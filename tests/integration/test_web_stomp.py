@@ -12,8 +12,6 @@ import http.client
 import logging
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +21,7 @@ import trustme
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from tests.support import free_port, read_frames, unique, wait_for_port
+from tests.support import free_port, read_frames, run_adapter_with_config, unique, wait_for_port
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
@@ -473,32 +471,6 @@ def test_wss_listener(start_adapter, tmp_path: Path):
         assert ws.response.headers["Strict-Transport-Security"] == "max-age=31536000"
         ws.send(CONNECT)
         assert command(recv(ws)) == "CONNECTED"
-
-
-def run_adapter_with_config(
-    tmp_path: Path, amqp_url: str, config_text: str, tcp_port: int
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """A real adapter process: ``--config`` with ``config_text``, ``--listen`` on ``tcp_port``."""
-    config = tmp_path / "adapter.ini"
-    config.write_text(config_text)
-    log_path = tmp_path / "adapter.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "adapter",
-                "--config",
-                str(config),
-                "--listen",
-                f"127.0.0.1:{tcp_port}",
-                "--amqp-url",
-                amqp_url,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    return process, log_path
 
 
 def test_config_file_contract(tmp_path: Path, amqp_url: str):
