@@ -606,6 +606,10 @@ class AmqpConnection(asyncio.Protocol):
         if not self._handshake.done():
             self._handshake.set_exception(error)
             return
+        if self._handshake.cancelled() or self._handshake.exception() is not None:
+            # never opened: refused, or given up at the connect timeout while the session went
+            # on to the next node; its late connection_lost is no news for that session
+            return
         rpc, self._rpc = self._rpc, None
         if rpc is not None and not rpc[1].done():
             rpc[1].set_exception(error)

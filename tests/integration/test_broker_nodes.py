@@ -251,6 +251,30 @@ def test_a_node_that_refuses_is_skipped(start_adapter, amqp_url, broker_host_por
         round_trip(adapter.port)
 
 
+def test_a_node_that_never_answers_is_skipped_within_the_login_timeout(start_adapter, amqp_url):
+    silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nothing speaks AMQP
+    try:
+        parts = urlsplit(amqp_url)
+        adapter = start_adapter(
+            amqp_url=f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/,amqp://{parts.netloc}/",
+            amqp_connect_timeout=1,
+        )
+        # round robin: the first login tries the silent node first, gives up after 1 s, and
+        # logs in on the live one (read with a raw socket: stomp.py's CONNECT waits only ~1 s)
+        with socket.create_connection(("127.0.0.1", adapter.port), timeout=10) as sock:
+            sock.sendall(CONNECT)
+            frames, _closed = read_frames(sock, timeout=10, count=1)
+        assert frames and frames[0].startswith(b"CONNECTED"), frames
+        # with only the silent node left, the login timeout (counted from the accept, so before
+        # the node's connect timeout) ends the CONNECT: an ERROR, never a hang
+        lone = start_adapter(
+            amqp_url=f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/", login_timeout=1.5
+        )
+        assert connect_error(lone.port)["message"] == "Login timeout"
+    finally:
+        silent.close()
+
+
 def test_a_session_whose_node_goes_away_gets_an_error_and_reconnects_elsewhere(
     start_adapter, broker_host_port
 ):
