@@ -111,8 +111,9 @@ def server_properties(payload: bytes) -> dict[str, object]:
     return properties
 
 
-# Where the connection is: logging in, opening the vhost, or open ("").
-Phase = Literal["auth", "vhost", ""]
+# Where the connection is: waiting for connection.start ("connect"), logging in ("auth": start-ok
+# sent), opening the vhost ("vhost": tune-ok and open sent), or open ("").
+Phase = Literal["connect", "auth", "vhost", ""]
 
 
 class AmqpError(Exception):
@@ -122,7 +123,7 @@ class AmqpError(Exception):
         super().__init__(f"{code} {text}")
         self.code = code
         self.text = text
-        self.phase = phase  # "auth", "vhost" during the handshake, else ""
+        self.phase = phase  # "connect", "auth", "vhost" during the handshake, else ""
         # the broker closed only the channel: the connection is still open and must be closed
         self.channel_only = channel_only
 
@@ -182,7 +183,9 @@ class AmqpConnection(asyncio.Protocol):
         # the call waiting: the replies that end it, and its future
         self._rpc: tuple[frozenset[tuple[int, int]], asyncio.Future[str | None]] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
-        self._phase: Phase = "auth"
+        self._phase: Phase = "connect"
+        # open() handed this link to its caller; until then no failure is the session's news
+        self._opened = False
         self.server_properties: dict[str, object] = {}
         self.frame_max = 131072
         self.heartbeat = 0
@@ -223,19 +226,26 @@ class AmqpConnection(asyncio.Protocol):
         reusable: bool = False,
     ) -> AmqpConnection:
         """Connect, authenticate and open the vhost (the channel opens with its first frame).
-        Raises AmqpError or OSError."""
+        Raises AmqpError (the broker refused: final for this login) or OSError / TimeoutError
+        (this node failed: try another; ssl.SSLError for TLS problems)."""
         loop = asyncio.get_running_loop()
         protocol = cls(events, heartbeat=heartbeat, connection_name=connection_name, reusable=reusable)
         protocol._credentials = (user, password, vhost)
-        async with asyncio.timeout(timeout):
-            await loop.create_connection(
-                lambda: protocol, host, port, ssl=ssl_context, server_hostname=server_hostname
-            )
-            try:
+        try:
+            async with asyncio.timeout(timeout):
+                await loop.create_connection(
+                    lambda: protocol, host, port, ssl=ssl_context, server_hostname=server_hostname
+                )
                 await protocol._handshake
-            except BaseException:
-                protocol._abort()
-                raise
+        except BaseException:
+            # given up (refused, failed, or timed out, possibly in the very iteration the
+            # handshake finished): the link is dropped, and nothing it reports later reaches
+            # the session, which may have logged in on another node by then
+            if not protocol._handshake.done():
+                protocol._handshake.cancel()  # so a late failure leaves no unretrieved exception
+            protocol._abort()
+            raise
+        protocol._opened = True
         return protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -247,6 +257,7 @@ class AmqpConnection(asyncio.Protocol):
         user, password, vhost = self._credentials
         if method == wire.CONNECTION_START:
             self.server_properties = server_properties(payload)
+            self._phase = "auth"
             self._write(
                 wire.connection_start_ok(user, password, client_properties_table(self._connection_name))
             )
@@ -604,12 +615,15 @@ class AmqpConnection(asyncio.Protocol):
         """The link is unusable: reject the pending call and tell the session once."""
         self.had_error = True
         if not self._handshake.done():
-            self._handshake.set_exception(error)
+            if error.code == 320:  # CONNECTION_FORCED: this node is shutting down, try another
+                self._handshake.set_exception(
+                    ConnectionResetError(f"the node closed the connection: {error.text}")
+                )
+            else:
+                self._handshake.set_exception(error)
             return
-        if self._handshake.cancelled() or self._handshake.exception() is not None:
-            # never opened: refused, or given up at the connect timeout while the session went
-            # on to the next node; its late connection_lost is no news for that session
-            return
+        if not self._opened:
+            return  # open() failed or gave up: the session never had this link
         rpc, self._rpc = self._rpc, None
         if rpc is not None and not rpc[1].done():
             rpc[1].set_exception(error)
@@ -622,12 +636,23 @@ class AmqpConnection(asyncio.Protocol):
         self._reader.stop()
         if self._heartbeat_handle is not None:
             self._heartbeat_handle.cancel()
-        if isinstance(exc, ssl.SSLError) and not self._handshake.done():
-            # a TLS alert before the login finished, e.g. a broker that wants a client
-            # certificate (TLS 1.3 says so only after the handshake): a TLS problem for the
-            # caller to name, not a refused login
+        if not self._handshake.done() and (isinstance(exc, ssl.SSLError) or self._phase != "auth"):
+            # the node failed, the broker refused nothing: open() raises an OSError and the
+            # login tries the next node.  A TLS alert is named as such (e.g. a broker that wants
+            # a client certificate: TLS 1.3 says so only after the handshake).  A close before
+            # connection.start or after connection.open was sent is a node going away:
+            # RabbitMQ refuses a vhost with connection.close.  Only a close right after
+            # start-ok stays a refused login: RabbitMQ reports a bad password with
+            # connection.close (authentication_failure_close), other brokers by closing.
             self.had_error = True
-            self._handshake.set_exception(exc)
+            if isinstance(exc, ssl.SSLError):
+                self._handshake.set_exception(exc)
+            else:
+                step = "before connection.start" if self._phase == "connect" else "opening the vhost"
+                reason = f": {exc}" if exc else ""
+                self._handshake.set_exception(
+                    ConnectionResetError(f"the node closed the connection {step}{reason}")
+                )
         else:
             reason = str(exc) if exc else "connection closed by the broker"
             self._fail(AmqpError(0, reason, phase=self._phase))
@@ -635,8 +660,10 @@ class AmqpConnection(asyncio.Protocol):
             self._closed.set_result(None)
 
     def _abort(self) -> None:
+        """Drop the link now: abort, not close, as close() would keep the socket (and what is
+        buffered for it) until a peer that no longer reads has taken it all."""
         if self._transport is not None:
-            self._transport.close()
+            self._transport.abort()
 
     async def close(self, timeout: float = 5.0) -> None:
         """Close cleanly: the broker cancels consumers and requeues unacknowledged messages."""

@@ -706,6 +706,8 @@ class ClientConnection(asyncio.Protocol):
         amqp: AmqpConnection | None = None
         reuse = self._server.amqp_reuse
         for node in nodes.attempt_order():
+            if self._closed:  # the client left (or the login timeout fired) while a node failed
+                return ops.LoginResult(False, "other", "closed")
             remaining = deadline - self._loop.time()
             if remaining <= 0:
                 problems.append(f"{node.label}: not tried, login timeout reached")

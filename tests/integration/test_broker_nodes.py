@@ -251,6 +251,24 @@ def test_a_node_that_refuses_is_skipped(start_adapter, amqp_url, broker_host_por
         round_trip(adapter.port)
 
 
+def test_a_node_behind_a_proxy_whose_upstream_is_down_is_skipped(start_adapter, amqp_url):
+    """A load balancer or relay that accepts and then closes (its node is down) is a failed
+    node, not a refused login: the next node is tried."""
+    proxy = TcpRelay("127.0.0.1", free_port())  # nothing listens behind it
+    proxy.start()
+    try:
+        parts = urlsplit(amqp_url)
+        adapter = start_adapter(amqp_url=f"amqp://guest:guest@127.0.0.1:{proxy.port}/,amqp://{parts.netloc}/")
+        for _ in range(2):  # round robin: the first login starts with the proxy
+            with socket.create_connection(("127.0.0.1", adapter.port), timeout=10) as sock:
+                sock.sendall(CONNECT)
+                frames, _closed = read_frames(sock, timeout=10, count=1)
+            assert frames and frames[0].startswith(b"CONNECTED"), frames
+        assert proxy.connections == 1
+    finally:
+        proxy.stop()
+
+
 def test_a_node_that_never_answers_is_skipped_within_the_login_timeout(start_adapter, amqp_url):
     silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nothing speaks AMQP
     try:

@@ -97,6 +97,7 @@ async def open_connection(
     assert not connection._handshake.done()
     connection.data_received(broker((commands.Connection.OpenOk(), 0)))
     assert connection._handshake.done() and connection.is_open
+    connection._opened = True  # as open() does when it hands the link to the session
     assert transport.take_frames() == []
     assert connection.server_properties["product"] == "RabbitMQ"
     if open_channel:
@@ -134,6 +135,66 @@ async def test_refused_login_is_an_auth_error() -> None:
         await connection._handshake
     assert info.value.code == 403 and info.value.phase == "auth"
     assert any(isinstance(value, commands.Connection.CloseOk) for _, value in transport.take_frames())
+
+
+def handshake_until(step: str) -> tuple[AmqpConnection, Events]:
+    """A connection part-way through its handshake: after the protocol header ("connect"),
+    start-ok ("auth") or tune-ok and open ("vhost")."""
+    events = Events()
+    connection = AmqpConnection(events, heartbeat=0, connection_name="x")
+    connection.connection_made(MemoryTransport())  # type: ignore[arg-type]
+    if step in ("auth", "vhost"):
+        connection.data_received(broker((commands.Connection.Start(), 0)))
+    if step == "vhost":
+        connection.data_received(broker((commands.Connection.Tune(channel_max=0, frame_max=131072), 0)))
+    return connection, events
+
+
+@pytest.mark.parametrize("step", ["connect", "vhost"])
+async def test_a_node_that_drops_mid_handshake_is_a_node_failure(step: str) -> None:
+    """A close before connection.start, or once connection.open is sent, is the node going
+    away (RabbitMQ refuses a vhost with connection.close): an OSError, so the login tries the
+    next node, not a refused login."""
+    connection, events = handshake_until(step)
+    connection.connection_lost(None)
+    with pytest.raises(ConnectionResetError, match="the node closed the connection"):
+        await connection._handshake
+    assert events.closed == []
+
+
+async def test_a_drop_right_after_start_ok_stays_a_refused_login() -> None:
+    """Brokers without authentication_failure_close refuse a password by closing."""
+    connection, _events = handshake_until("auth")
+    connection.connection_lost(None)
+    with pytest.raises(AmqpError) as info:
+        await connection._handshake
+    assert info.value.code == 0 and info.value.phase == "auth"
+
+
+async def test_connection_forced_during_the_handshake_is_a_node_failure() -> None:
+    connection, _events = handshake_until("vhost")
+    connection.data_received(
+        broker(
+            (
+                commands.Connection.Close(
+                    reply_code=320, reply_text="CONNECTION_FORCED - shutdown", class_id=0, method_id=0
+                ),
+                0,
+            )
+        )
+    )
+    with pytest.raises(ConnectionResetError, match="shutdown"):
+        await connection._handshake
+
+
+async def test_a_link_never_handed_over_reports_nothing_later() -> None:
+    """open() gave up on this link (say, its timeout fired in the iteration open-ok arrived):
+    its late close must not reach a session that has logged in elsewhere since."""
+    connection, events = handshake_until("vhost")
+    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
+    assert connection._handshake.done()
+    connection.connection_lost(ConnectionResetError("gone"))
+    assert events.closed == []
 
 
 async def test_the_channel_is_opened_by_the_first_frame_on_it() -> None:
@@ -334,6 +395,20 @@ async def test_blocked_and_heartbeats() -> None:
     )
     assert events.backpressure == [True, False]
     assert events.closed == []
+
+
+async def test_missed_heartbeats_drop_the_link_at_once() -> None:
+    """Two heart-beat periods of silence: the session is told, and the socket is aborted, not
+    closed (a close would wait to hand the buffered writes to a peer that no longer reads)."""
+    connection, transport, events = await open_connection(heartbeat_seconds=1)
+    # the half-period ticks, called instead of waited for: the first sees the handshake's reads
+    for _ in range(4):
+        connection._heartbeat_tick()
+    assert events.closed == [] and not transport.aborted
+    connection._heartbeat_tick()
+    (error,) = events.closed
+    assert "missed heart-beats" in error.text
+    assert transport.aborted and not transport.closed
 
 
 async def test_a_bad_frame_end_closes_with_501() -> None:
