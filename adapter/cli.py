@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ctypes
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -133,15 +134,64 @@ def session_settings(settings: Settings) -> SessionSettings:
 _TLS_VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_3}
 
 
+def _check_files(*settings: tuple[str, str | None]) -> None:
+    for name, path in settings:
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"{name} = {path}: no such file")
+
+
+def _load_tls_files(
+    context: ssl.SSLContext,
+    *,
+    certfile: tuple[str, str | None],
+    keyfile: tuple[str, str | None],
+    cafile: tuple[str, str | None],
+    password: tuple[str, str | None] | None,
+) -> None:
+    """Load a certificate chain, its key and a CA file into ``context``; each argument is
+    (the setting's name, its value), so that a start-up error names the setting and the file
+    (Python's errors name neither).  An encrypted key without a password is refused: OpenSSL
+    would otherwise ask for one on the terminal and the adapter would wait on its stdin."""
+    _check_files(certfile, keyfile, cafile)
+
+    def no_passphrase() -> bytes:
+        hint = f"set {password[0]}" if password else "this setting takes an unencrypted key"
+        raise ConfigError(
+            f"{keyfile[0] if keyfile[1] else certfile[0]}: the private key is encrypted: {hint}"
+        )
+
+    if certfile[1]:
+        try:
+            context.load_cert_chain(certfile[1], keyfile[1], (password and password[1]) or no_passphrase)
+        except (OSError, ssl.SSLError) as error:
+            where = f"{certfile[0]} = {certfile[1]}" + (
+                f", {keyfile[0]} = {keyfile[1]}" if keyfile[1] else ""
+            )
+            hint = "wrong password, a key that is not the certificate's, or not PEM"
+            raise ConfigError(f"cannot load {where}: {error} ({hint})") from None
+    if cafile[1]:
+        try:
+            context.load_verify_locations(cafile[1])
+        except (OSError, ssl.SSLError) as error:
+            raise ConfigError(f"cannot load {cafile[0]} = {cafile[1]}: {error}") from None
+
+
 def broker_tls_context(settings: Settings) -> ssl.SSLContext:
     """The TLS client context for amqps:// nodes.  Without a CA file the broker is verified
     against Python's default trust store (so SSL_CERT_FILE works as for any Python client)."""
-    try:
+    cafile = ("adapter.amqp_tls_cafile", settings.amqp_tls_cafile)
+    _check_files(cafile)
+    try:  # with a CA file, only that file is trusted (create_default_context's rule)
         context = ssl.create_default_context(cafile=settings.amqp_tls_cafile)
-        if settings.amqp_tls_certfile:
-            context.load_cert_chain(settings.amqp_tls_certfile, settings.amqp_tls_keyfile)
     except (OSError, ssl.SSLError) as error:
-        raise ConfigError(f"TLS to the broker: cannot load certificates: {error}") from None
+        raise ConfigError(f"cannot load {cafile[0]} = {cafile[1]}: {error}") from None
+    _load_tls_files(
+        context,
+        certfile=("adapter.amqp_tls_certfile", settings.amqp_tls_certfile),
+        keyfile=("adapter.amqp_tls_keyfile", settings.amqp_tls_keyfile),
+        cafile=(cafile[0], None),  # loaded above
+        password=None,
+    )
     context.minimum_version = _TLS_VERSIONS[settings.amqp_tls_min_version]
     if not settings.amqp_tls_verify:
         context.check_hostname = False
@@ -173,12 +223,13 @@ def listener_tls_context(settings: Settings) -> ssl.SSLContext | None:
     if not settings.ssl_certfile:
         raise ConfigError("stomp.listeners.ssl.<name> needs ssl_options.certfile (and its key)")
     context = _server_tls_context()
-    try:
-        context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile, settings.ssl_password)
-        if settings.ssl_cacertfile:
-            context.load_verify_locations(settings.ssl_cacertfile)
-    except (OSError, ssl.SSLError) as error:
-        raise ConfigError(f"TLS listeners: cannot load ssl_options certificates: {error}") from None
+    _load_tls_files(
+        context,
+        certfile=("ssl_options.certfile", settings.ssl_certfile),
+        keyfile=("ssl_options.keyfile", settings.ssl_keyfile),
+        cafile=("ssl_options.cacertfile", settings.ssl_cacertfile),
+        password=("ssl_options.password", settings.ssl_password),
+    )
     if settings.ssl_verify == "verify_peer":
         context.verify_mode = ssl.CERT_REQUIRED if settings.ssl_fail_if_no_peer_cert else ssl.CERT_OPTIONAL
     if settings.ssl_versions:
@@ -194,14 +245,13 @@ def web_tls_context(settings: Settings) -> ssl.SSLContext | None:
     if not settings.web_stomp_ssl_certfile:
         raise ConfigError("web_stomp.ssl.port needs web_stomp.ssl.certfile (and its key)")
     context = _server_tls_context()
-    try:
-        context.load_cert_chain(
-            settings.web_stomp_ssl_certfile, settings.web_stomp_ssl_keyfile, settings.web_stomp_ssl_password
-        )
-        if settings.web_stomp_ssl_cacertfile:
-            context.load_verify_locations(settings.web_stomp_ssl_cacertfile)
-    except (OSError, ssl.SSLError) as error:
-        raise ConfigError(f"web_stomp.ssl: cannot load certificates: {error}") from None
+    _load_tls_files(
+        context,
+        certfile=("web_stomp.ssl.certfile", settings.web_stomp_ssl_certfile),
+        keyfile=("web_stomp.ssl.keyfile", settings.web_stomp_ssl_keyfile),
+        cafile=("web_stomp.ssl.cacertfile", settings.web_stomp_ssl_cacertfile),
+        password=("web_stomp.ssl.password", settings.web_stomp_ssl_password),
+    )
     if settings.web_stomp_ssl_versions:
         versions = sorted(_TLS_VERSIONS[v] for v in settings.web_stomp_ssl_versions)
         context.minimum_version, context.maximum_version = versions[0], versions[-1]
