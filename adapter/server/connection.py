@@ -301,13 +301,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             header = parse_proxy_header(buffered)
         except ProxyHeaderError as error:
-            log.warning("closing connection from proxy %s: %s", self.peer, error)
-            self._proxy_header = b""
-            self._enter(Lifecycle.CLOSED)
-            self._close_reason = f"invalid PROXY protocol header: {error}"
-            if self.transport is not None:
-                self.transport.abort()
-            self._finish()
+            self._refuse_proxy(str(error), "invalid PROXY protocol header")
             return None
         if header is None:
             self._proxy_header = buffered
@@ -324,6 +318,15 @@ class ClientConnection(asyncio.Protocol):
         else:
             self._log_opened(" (PROXY header without a client address)")
         return buffered[header.length :]
+
+    def _refuse_proxy(self, problem: str, reason: str) -> None:
+        log.warning("closing connection from proxy %s: %s", self.peer, problem)
+        self._proxy_header = b""
+        self._enter(Lifecycle.CLOSED)
+        self._close_reason = f"{reason}: {problem}"
+        if self.transport is not None:
+            self.transport.abort()
+        self._finish()
 
     def data_received(self, data: bytes) -> None:
         self._read_since_check = True
@@ -894,6 +897,9 @@ class ClientConnection(asyncio.Protocol):
     def _login_timed_out(self) -> None:
         session = self.session
         if self._closed or session is None or session.state is State.CONNECTED:
+            return
+        if self.lifecycle is Lifecycle.PROXY_HEADER:  # no STOMP peer yet to send an ERROR to
+            self._refuse_proxy("no complete PROXY header within the login timeout", "PROXY protocol")
             return
         self._run_all(session.close_with_error("Login timeout", "No successful CONNECT in time\n"))
 

@@ -113,7 +113,9 @@ class Server:
         # STOMP TLS listeners accept by themselves (see _listen_tls)
         self._tls_sockets: list[socket.socket] = []
         self._accept_tasks: list[asyncio.Task[None]] = []
-        self._handshakes: set[asyncio.Task[None]] = set()
+        # PROXY header and TLS handshake tasks of the TLS listeners, with the socket each owns
+        # until its transport takes it over
+        self._handshakes: dict[asyncio.Task[None], socket.socket] = {}
         self.addresses: list[tuple[str, int]] = []
         self.tls_addresses: list[tuple[str, int]] = []
         self.web_addresses: list[tuple[str, int]] = []  # web_stomp listeners, ws:// and wss://
@@ -296,8 +298,14 @@ class Server:
         factory: Callable[[tuple[str, int] | None], asyncio.Protocol],
     ) -> None:
         while True:
+            # accept() itself, not loop.sock_accept: a task cancelled (by shutdown) after
+            # sock_accept had accepted would lose that socket, open; here cancellation can only
+            # land in the wait, before anything is accepted
             try:
-                sock, _address = await loop.sock_accept(listening)
+                sock, _address = listening.accept()
+            except BlockingIOError:
+                await _readable(loop, listening)
+                continue
             except OSError as error:
                 if listening.fileno() == -1:
                     return  # closed by shutdown
@@ -307,9 +315,13 @@ class Server:
                     log.warning("accept() failed on a TLS listener: %s", error)
                 await asyncio.sleep(0.1)  # the kernel keeps the connection queued; try again soon
                 continue
+            sock.setblocking(False)
             handshake = loop.create_task(self._start_tls(loop, sock, tls, proxy_protocol, factory))
-            self._handshakes.add(handshake)
-            handshake.add_done_callback(self._handshakes.discard)
+            self._handshakes[handshake] = sock
+            handshake.add_done_callback(self._forget_handshake)
+
+    def _forget_handshake(self, handshake: asyncio.Task[None]) -> None:
+        self._handshakes.pop(handshake, None)
 
     async def _start_tls(
         self,
@@ -331,8 +343,11 @@ class Server:
         source: tuple[str, int] | None = None
         try:
             if proxy_protocol:
-                async with asyncio.timeout(self.login_timeout):
-                    header = await read_proxy_header(loop, sock)
+                try:
+                    async with asyncio.timeout(self.login_timeout):
+                        header = await read_proxy_header(loop, sock)
+                except TimeoutError:
+                    raise ProxyHeaderError("no complete PROXY header within the login timeout") from None
                 source = header.source
             await loop.connect_accepted_socket(
                 lambda: factory(source),
@@ -345,8 +360,19 @@ class Server:
             sock.close()
         except (OSError, TimeoutError, EOFError) as error:  # ssl.SSLError is an OSError
             client = f"{source[0]}:{source[1]} via proxy {peer}" if source else peer
-            log.info("TLS handshake failed peer=%s: %s", client, _handshake_problem(error))
+            # asyncio and uvloop end a handshake that outlives its timeout with
+            # ConnectionAbortedError("SSL handshake is taking longer than ...")
+            timed_out = isinstance(error, TimeoutError) or (
+                isinstance(error, ConnectionAbortedError) and loop.time() >= deadline - 0.05
+            )
+            problem = (
+                "no complete handshake within the login timeout" if timed_out else _handshake_problem(error)
+            )
+            log.info("TLS handshake failed peer=%s: %s", client, problem)
             sock.close()
+        except BaseException:  # cancelled by shutdown: the socket is still ours to close
+            sock.close()
+            raise
 
     def _report_accept_exhaustion(self, loop: asyncio.AbstractEventLoop) -> None:
         """asyncio's own loop (uvloop stays silent) reports an accept() that failed for lack of
@@ -398,10 +424,20 @@ class Server:
             server.close()
         for task in self._accept_tasks:
             task.cancel()
+        if self._accept_tasks:  # their waits end before their listening sockets close
+            await asyncio.wait(self._accept_tasks, timeout=1.0)
         for listening in self._tls_sockets:
             listening.close()
-        for handshake in list(self._handshakes):
+        handshakes = list(self._handshakes.items())
+        for handshake, _ in handshakes:
             handshake.cancel()
+        if handshakes:
+            # a task cancelled before its first step never runs its own clean-up: close its
+            # socket here (one that finished normally handed its socket to a transport)
+            await asyncio.wait([handshake for handshake, _ in handshakes], timeout=1.0)
+            for handshake, sock in handshakes:
+                if handshake.cancelled() or not handshake.done():
+                    sock.close()
         connections = list(self.connections)
         log.info("shutting down: closing %d connection(s)", len(connections))
         for connection in connections:
@@ -436,24 +472,27 @@ _PROXY_PEEK = 16 + 65535
 
 async def read_proxy_header(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> ProxyHeader:
     """Read exactly the PROXY header from an accepted socket and nothing after it (the TLS
-    handshake that follows belongs to the TLS transport): peek, parse, then consume the
-    header's own length."""
+    handshake that follows belongs to the TLS transport).  Each time the socket is readable:
+    peek, parse what has come so far, and take off the socket only the bytes that belong to the
+    header (all of them while it is incomplete), so that waiting for the rest of a slow header
+    really waits: bytes left in the kernel's buffer would keep the socket readable."""
+    received = b""
     while True:
         await _readable(loop, sock)
         try:
-            peeked = sock.recv(_PROXY_PEEK, socket.MSG_PEEK)
+            peeked = sock.recv(_PROXY_PEEK - len(received), socket.MSG_PEEK)
         except BlockingIOError:
             continue
         if not peeked:
             raise ProxyHeaderError("the connection closed before its PROXY header was complete")
-        header = parse_proxy_header(peeked)
+        header = parse_proxy_header(received + peeked)
+        wanted = len(peeked) if header is None else header.length - len(received)
+        taken = 0
+        while taken < wanted:  # already in the kernel's buffer: no waiting
+            taken += len(sock.recv(wanted - taken))
         if header is not None:
-            consumed = 0
-            while consumed < header.length:  # already in the kernel's buffer: no waiting
-                consumed += len(sock.recv(header.length - consumed))
             return header
-        # incomplete: the socket stays readable, so wait a little instead of spinning
-        await asyncio.sleep(0.01)
+        received += peeked
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -472,8 +511,9 @@ async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
 
 
 def _handshake_problem(error: BaseException) -> str:
-    if isinstance(error, TimeoutError):
-        return "no complete handshake within the login timeout"
+    if isinstance(error, (ConnectionResetError, BrokenPipeError, EOFError)):
+        # e.g. a load balancer's TCP health check: connect, then close
+        return f"the client closed the connection during the handshake ({type(error).__name__})"
     if isinstance(error, ssl.SSLCertVerificationError) and error.verify_message:
         # the client's certificate: say which check failed (expired, unknown CA, self-signed)
         return f"{error.reason}: client certificate: {error.verify_message}"

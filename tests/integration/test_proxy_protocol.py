@@ -110,12 +110,17 @@ def test_without_a_valid_header_the_connection_is_closed_at_once(proxied, caplog
         assert read_frames(sock, timeout=5, count=1)[0][0].startswith(b"CONNECTED")
 
 
-def test_a_header_that_never_completes_ends_at_the_login_timeout(proxied):
+def test_a_header_that_never_completes_ends_at_the_login_timeout(proxied, caplog):
+    """Closed at the login timeout without a STOMP ERROR (the peer is a proxy that has not
+    said whose connection it is), and the log says why."""
     adapter, _v1, _v2, _tls, _ca = proxied
     with socket.create_connection(("127.0.0.1", adapter.port), timeout=5) as sock:
         sock.sendall(b"PROXY TCP4 10.1.2.3")
         frames, closed = read_frames(sock, timeout=6)
-    assert closed
+    assert closed and frames == []
+    assert any(
+        "no complete PROXY header within the login timeout" in r.getMessage() for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
 
 
 def test_haproxy_terminating_tls(proxied, caplog):
@@ -191,3 +196,36 @@ def test_tls_listener_without_a_proxy_header_is_closed(proxied_tls, caplog):
     ):
         sock.sendall(CONNECT)
         assert read_frames(sock, timeout=5, count=1)[0][0].startswith(b"CONNECTED")
+
+
+def tls_listener_with_proxy_protocol(start_adapter, tmp_path: Path):  # type: ignore[no-untyped-def]
+    trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "tls.pem")
+    )
+    adapter = start_adapter(
+        proxy_protocol=True,
+        login_timeout=1,
+        ssl_listeners=["127.0.0.1:0"],
+        ssl_certfile=str(tmp_path / "tls.pem"),
+    )
+    return adapter, adapter.server.tls_addresses[0][1]
+
+
+def test_a_slow_proxy_header_on_a_tls_listener_is_named_at_the_login_timeout(start_adapter, tmp_path, caplog):
+    _adapter, port = tls_listener_with_proxy_protocol(start_adapter, tmp_path)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"PROXY TCP4 10.1.2.3")  # and no more
+        assert sock.recv(64) == b""  # closed by the adapter at the login timeout
+    assert any(
+        "no complete PROXY header within the login timeout" in r.getMessage() for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+
+
+def test_shutdown_closes_a_tls_connection_still_waiting_for_its_proxy_header(start_adapter, tmp_path):
+    adapter, port = tls_listener_with_proxy_protocol(start_adapter, tmp_path)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"PROXY TCP4 10.1.2.3")
+        adapter.stop()  # well before the login timeout
+        sock.settimeout(0.5)
+        with contextlib.suppress(ConnectionResetError):  # a reset if the header was still unread
+            assert sock.recv(64) == b""

@@ -176,6 +176,23 @@ def test_failed_handshake_is_logged_with_its_reason(start_adapter, pki, caplog):
     assert any("CERTIFICATE" in line.upper() for line in lines), lines
 
 
+@pytest.mark.parametrize("sends", [b"", b"\x16\x03\x01"])
+def test_a_handshake_that_never_completes_ends_at_the_login_timeout(start_adapter, pki, caplog, sends):
+    """Nothing, or the first bytes of a ClientHello: closed at the login timeout, logged as such."""
+    caplog.set_level(logging.INFO, logger="adapter.server")
+    _adapter, port = tls_adapter(start_adapter, pki, login_timeout=1)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(sends)
+        assert sock.recv(64) == b""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(
+        "TLS handshake failed" in r.getMessage() for r in caplog.records
+    ):
+        time.sleep(0.05)
+    lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+    assert lines and lines[0].endswith("no complete handshake within the login timeout"), lines
+
+
 def test_no_tls13_session_tickets_as_with_the_plugin(start_adapter, pki):
     """Like the plugin's Erlang TLS server (session tickets off unless configured), a TLS 1.3
     listener sends no session tickets; the STOMP conversation is unchanged."""

@@ -1,13 +1,16 @@
 """PROXY protocol v1 and v2 headers (adapter/server/proxy_protocol.py): whole, byte by byte, with
-the STOMP bytes that follow, and every way a header can be wrong."""
+the STOMP bytes that follow, and every way a header can be wrong; and the TLS listeners' reader
+of the header (read_proxy_header) on a local socket pair."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 
 import pytest
 
+from adapter.server.listener import read_proxy_header
 from adapter.server.proxy_protocol import V2_SIGNATURE, ProxyHeader, ProxyHeaderError, parse_proxy_header
 
 STOMP = b"CONNECT\naccept-version:1.2\n\n\0"
@@ -67,3 +70,59 @@ def test_byte_at_a_time(header: bytes, source: tuple[str, int] | None) -> None:
 def test_invalid_headers_are_refused(data: bytes) -> None:
     with pytest.raises(ProxyHeaderError):
         parse_proxy_header(data)
+
+
+# read_proxy_header (adapter/server/listener.py) on a socket pair: what a TLS listener reads
+# before it hands the socket to the TLS transport.
+
+TLS_HELLO = b"\x16\x03\x01\x02\x00\x01"  # the start of a TLS ClientHello record
+
+
+async def feed_slowly(sock: socket.socket, data: bytes) -> None:
+    for index in range(len(data)):
+        sock.send(data[index : index + 1])
+        await asyncio.sleep(0.002)
+
+
+@pytest.mark.parametrize(("header", "source"), CASES)
+async def test_read_proxy_header_takes_the_header_and_leaves_the_rest(
+    header: bytes, source: tuple[str, int] | None
+) -> None:
+    server, client = socket.socketpair()
+    with server, client:
+        server.setblocking(False)
+        loop = asyncio.get_running_loop()
+        reading = asyncio.create_task(read_proxy_header(loop, server))
+        await feed_slowly(client, header)
+        client.sendall(TLS_HELLO)
+        assert await asyncio.wait_for(reading, 5) == ProxyHeader(source, len(header))
+        await asyncio.sleep(0.01)
+        assert server.recv(64) == TLS_HELLO  # left for the TLS transport
+
+
+async def test_a_partial_header_is_taken_off_the_socket_while_the_rest_is_awaited() -> None:
+    """Bytes that belong to an incomplete header are consumed, so the socket is no longer
+    readable and the reader truly waits (left in the kernel's buffer, they kept the socket
+    readable: the reader re-peeked them in a loop, costing CPU for every slow header)."""
+    server, client = socket.socketpair()
+    with server, client:
+        server.setblocking(False)
+        reading = asyncio.create_task(read_proxy_header(asyncio.get_running_loop(), server))
+        client.sendall(b"PROXY TCP4 10.1.2.3")
+        await asyncio.sleep(0.05)
+        assert not reading.done()
+        with pytest.raises(BlockingIOError):
+            server.recv(64, socket.MSG_PEEK)  # nothing left to look at again
+        client.sendall(b" 10.0.0.1 40000 61613\r\n")
+        assert (await asyncio.wait_for(reading, 5)).source == ("10.1.2.3", 40000)
+
+
+async def test_a_connection_closed_mid_header_is_a_header_error() -> None:
+    server, client = socket.socketpair()
+    with server:
+        server.setblocking(False)
+        reading = asyncio.create_task(read_proxy_header(asyncio.get_running_loop(), server))
+        client.sendall(b"PROXY TCP4 10.1")
+        client.close()
+        with pytest.raises(ProxyHeaderError, match="closed before"):
+            await asyncio.wait_for(reading, 5)
