@@ -162,7 +162,11 @@ def _load_tls_files(
 
     if certfile[1]:
         try:
-            context.load_cert_chain(certfile[1], keyfile[1], (password and password[1]) or no_passphrase)
+            context.load_cert_chain(
+                certfile[1],
+                keyfile[1],
+                password[1] if password and password[1] is not None else no_passphrase,
+            )
         except (OSError, ssl.SSLError) as error:
             where = f"{certfile[0]} = {certfile[1]}" + (
                 f", {keyfile[0]} = {keyfile[1]}" if keyfile[1] else ""

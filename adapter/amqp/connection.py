@@ -186,6 +186,7 @@ class AmqpConnection(asyncio.Protocol):
         self._phase: Phase = "connect"
         # open() handed this link to its caller; until then no failure is the session's news
         self._opened = False
+        self._failed_before_handover: AmqpError | None = None
         self.server_properties: dict[str, object] = {}
         self.frame_max = 131072
         self.heartbeat = 0
@@ -245,6 +246,13 @@ class AmqpConnection(asyncio.Protocol):
                 protocol._handshake.cancel()  # so a late failure leaves no unretrieved exception
             protocol._abort()
             raise
+        if protocol._failed_before_handover is not None:
+            # open-ok and a close (say CONNECTION_FORCED) in one read: the handshake finished,
+            # then the link failed before open() could hand it over; this node failed
+            protocol._abort()
+            raise ConnectionResetError(
+                f"the node closed the connection as it opened: {protocol._failed_before_handover.text}"
+            )
         protocol._opened = True
         return protocol
 
@@ -345,7 +353,7 @@ class AmqpConnection(asyncio.Protocol):
             self._fail(AmqpError(code, text, phase=self._phase, channel_only=method == wire.CHANNEL_CLOSE))
             return
         if method == wire.CONNECTION_CLOSE_OK:
-            self._abort()
+            self._close_transport()
             return
         if method == wire.BASIC_CANCEL:
             consumer_tag, nowait = wire.decode_basic_cancel(payload)
@@ -623,7 +631,11 @@ class AmqpConnection(asyncio.Protocol):
                 self._handshake.set_exception(error)
             return
         if not self._opened:
-            return  # open() failed or gave up: the session never had this link
+            # open() failed or gave up (the session never had this link), or has yet to resume
+            # after the handshake finished: it checks this and tries another node
+            if self._failed_before_handover is None:
+                self._failed_before_handover = error
+            return
         rpc, self._rpc = self._rpc, None
         if rpc is not None and not rpc[1].done():
             rpc[1].set_exception(error)
@@ -660,10 +672,17 @@ class AmqpConnection(asyncio.Protocol):
             self._closed.set_result(None)
 
     def _abort(self) -> None:
-        """Drop the link now: abort, not close, as close() would keep the socket (and what is
-        buffered for it) until a peer that no longer reads has taken it all."""
+        """Drop a link judged dead (missed heart-beats, bad input, a failed open) now: abort,
+        not close, as close() would keep the socket (and what is buffered for it) until a peer
+        that no longer reads has taken it all."""
         if self._transport is not None:
             self._transport.abort()
+
+    def _close_transport(self) -> None:
+        """End a link whose AMQP close is done or overdue: close(), which still hands the broker
+        what is buffered (e.g. SENDs without receipts while a resource alarm blocks us)."""
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self, timeout: float = 5.0) -> None:
         """Close cleanly: the broker cancels consumers and requeues unacknowledged messages."""
@@ -679,7 +698,7 @@ class AmqpConnection(asyncio.Protocol):
             async with asyncio.timeout(timeout):
                 await asyncio.shield(self._closed)
         except TimeoutError:
-            self._abort()
+            self._close_transport()
 
     def close_nowait(self) -> None:
         """Ask the broker to close, without waiting (used when the STOMP side is already gone)."""
@@ -689,7 +708,7 @@ class AmqpConnection(asyncio.Protocol):
         self._close_sent = True
         self._flush()
         self._transport.write(wire.connection_close())
-        self._loop.call_later(5.0, self._abort)
+        self._loop.call_later(5.0, self._close_transport)
 
     @property
     def peer_address(self) -> str | None:

@@ -113,9 +113,11 @@ class Server:
         # STOMP TLS listeners accept by themselves (see _listen_tls)
         self._tls_sockets: list[socket.socket] = []
         self._accept_tasks: list[asyncio.Task[None]] = []
-        # PROXY header and TLS handshake tasks of the TLS listeners, with the socket each owns
-        # until its transport takes it over
-        self._handshakes: dict[asyncio.Task[None], socket.socket] = {}
+        # PROXY header and TLS handshake tasks of the TLS listeners; and the accepted sockets of
+        # those that have not started yet (a task cancelled before it starts never runs the
+        # code that would close its socket)
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self._unstarted: dict[asyncio.Task[None], socket.socket] = {}
         self.addresses: list[tuple[str, int]] = []
         self.tls_addresses: list[tuple[str, int]] = []
         self.web_addresses: list[tuple[str, int]] = []  # web_stomp listeners, ws:// and wss://
@@ -297,6 +299,7 @@ class Server:
         proxy_protocol: bool,
         factory: Callable[[tuple[str, int] | None], asyncio.Protocol],
     ) -> None:
+        accepted = 0
         while True:
             # accept() itself, not loop.sock_accept: a task cancelled (by shutdown) after
             # sock_accept had accepted would lose that socket, open; here cancellation can only
@@ -317,11 +320,12 @@ class Server:
                 continue
             sock.setblocking(False)
             handshake = loop.create_task(self._start_tls(loop, sock, tls, proxy_protocol, factory))
-            self._handshakes[handshake] = sock
-            handshake.add_done_callback(self._forget_handshake)
-
-    def _forget_handshake(self, handshake: asyncio.Task[None]) -> None:
-        self._handshakes.pop(handshake, None)
+            self._handshakes.add(handshake)
+            self._unstarted[handshake] = sock
+            handshake.add_done_callback(self._handshakes.discard)
+            accepted += 1
+            if accepted % _ACCEPTS_PER_TURN == 0:
+                await asyncio.sleep(0)  # a burst: let the handshakes begin, as asyncio's servers do
 
     async def _start_tls(
         self,
@@ -333,6 +337,9 @@ class Server:
     ) -> None:
         """PROXY header (with stomp.proxy_protocol), then the TLS handshake, both within the
         login timeout; then the same ClientConnection as on every listener."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._unstarted.pop(task, None)  # the socket is this coroutine's to close from here
         try:
             host, port = sock.getpeername()[:2]
         except OSError:
@@ -341,6 +348,7 @@ class Server:
         peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         deadline = loop.time() + self.login_timeout
         source: tuple[str, int] | None = None
+        handed_over = False  # once True, the transport owns the socket and closes it on failure
         try:
             if proxy_protocol:
                 try:
@@ -349,6 +357,7 @@ class Server:
                 except TimeoutError:
                     raise ProxyHeaderError("no complete PROXY header within the login timeout") from None
                 source = header.source
+            handed_over = True
             await loop.connect_accepted_socket(
                 lambda: factory(source),
                 sock,
@@ -369,9 +378,11 @@ class Server:
                 "no complete handshake within the login timeout" if timed_out else _handshake_problem(error)
             )
             log.info("TLS handshake failed peer=%s: %s", client, problem)
-            sock.close()
-        except BaseException:  # cancelled by shutdown: the socket is still ours to close
-            sock.close()
+            if not handed_over:
+                sock.close()
+        except BaseException:  # cancelled by shutdown
+            if not handed_over:
+                sock.close()
             raise
 
     def _report_accept_exhaustion(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -428,16 +439,14 @@ class Server:
             await asyncio.wait(self._accept_tasks, timeout=1.0)
         for listening in self._tls_sockets:
             listening.close()
-        handshakes = list(self._handshakes.items())
-        for handshake, _ in handshakes:
+        handshakes = list(self._handshakes)
+        for handshake in handshakes:
             handshake.cancel()
-        if handshakes:
-            # a task cancelled before its first step never runs its own clean-up: close its
-            # socket here (one that finished normally handed its socket to a transport)
-            await asyncio.wait([handshake for handshake, _ in handshakes], timeout=1.0)
-            for handshake, sock in handshakes:
-                if handshake.cancelled() or not handshake.done():
-                    sock.close()
+        if handshakes:  # let them close their sockets (the transport's, once handed over)
+            await asyncio.wait(handshakes, timeout=1.0)
+        for sock in self._unstarted.values():  # cancelled before their first step
+            sock.close()
+        self._unstarted.clear()
         connections = list(self.connections)
         log.info("shutting down: closing %d connection(s)", len(connections))
         for connection in connections:
@@ -465,6 +474,9 @@ class Server:
             await asyncio.sleep(0)
         self._servers.clear()
 
+
+# Connections a TLS listener accepts in a row before it lets the event loop run other work.
+_ACCEPTS_PER_TURN = 64
 
 # Bytes looked at for a PROXY header: v2's largest (16 + 65535), v1's are at most 107.
 _PROXY_PEEK = 16 + 65535

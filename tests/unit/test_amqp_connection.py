@@ -439,3 +439,41 @@ async def test_recycling_resumes_reading_the_next_session_needs() -> None:
     connection.flush()
     connection.data_received(broker((commands.Channel.OpenOk(), 1), (commands.Basic.QosOk(), 1)))
     assert await call is None
+
+
+async def test_open_ok_and_a_close_in_one_read_is_a_failed_node() -> None:
+    """A node that opens the connection and closes it in the same breath (open-ok and
+    CONNECTION_FORCED read together): open() must not hand over the dead link, so the login
+    tries the next node.  The "broker" is a local server speaking pamqp's frames."""
+
+    async def node(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(8)  # protocol header
+        writer.write(broker((commands.Connection.Start(), 0)))
+        await reader.read(4096)  # start-ok
+        writer.write(broker((commands.Connection.Tune(channel_max=0, frame_max=131072), 0)))
+        await reader.read(4096)  # tune-ok and open
+        close = commands.Connection.Close(320, "CONNECTION_FORCED - shutdown", class_id=0, method_id=0)
+        writer.write(broker((commands.Connection.OpenOk(), 0), (close, 0)))
+        await reader.read(4096)
+        writer.close()
+
+    server = await asyncio.start_server(node, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    events = Events()
+    try:
+        with pytest.raises(ConnectionResetError, match="as it opened: CONNECTION_FORCED"):
+            await AmqpConnection.open(
+                events,
+                host="127.0.0.1",
+                port=port,
+                user="guest",
+                password="guest",
+                vhost="/",
+                heartbeat=0,
+                timeout=5,
+                connection_name="x",
+            )
+        assert events.closed == []
+    finally:
+        server.close()
+        await server.wait_closed()
