@@ -301,7 +301,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             header = parse_proxy_header(buffered)
         except ProxyHeaderError as error:
-            self._refuse_proxy(str(error), "invalid PROXY protocol header")
+            self._refuse_proxy(str(error), "invalid PROXY protocol header", "proxy_header")
             return None
         if header is None:
             self._proxy_header = buffered
@@ -319,8 +319,9 @@ class ClientConnection(asyncio.Protocol):
             self._log_opened(" (PROXY header without a client address)")
         return buffered[header.length :]
 
-    def _refuse_proxy(self, problem: str, reason: str) -> None:
+    def _refuse_proxy(self, problem: str, reason: str, counted_as: str) -> None:
         log.warning("closing connection from proxy %s: %s", self.peer, problem)
+        self._server.stats.connections_refused[counted_as] += 1
         self._proxy_header = b""
         self._enter(Lifecycle.CLOSED)
         self._close_reason = f"{reason}: {problem}"
@@ -899,7 +900,9 @@ class ClientConnection(asyncio.Protocol):
         if self._closed or session is None or session.state is State.CONNECTED:
             return
         if self.lifecycle is Lifecycle.PROXY_HEADER:  # no STOMP peer yet to send an ERROR to
-            self._refuse_proxy("no complete PROXY header within the login timeout", "PROXY protocol")
+            self._refuse_proxy(
+                "no complete PROXY header within the login timeout", "PROXY protocol", "proxy_timeout"
+            )
             return
         self._run_all(session.close_with_error("Login timeout", "No successful CONNECT in time\n"))
 

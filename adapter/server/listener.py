@@ -355,7 +355,9 @@ class Server:
                     async with asyncio.timeout(self.login_timeout):
                         header = await read_proxy_header(loop, sock)
                 except TimeoutError:
-                    raise ProxyHeaderError("no complete PROXY header within the login timeout") from None
+                    raise ProxyHeaderError(
+                        "no complete PROXY header within the login timeout", timed_out=True
+                    ) from None
                 source = header.source
             handed_over = True
             await loop.connect_accepted_socket(
@@ -366,6 +368,7 @@ class Server:
             )
         except ProxyHeaderError as error:
             log.warning("closing connection from proxy %s: %s", peer, error)
+            self.stats.connections_refused["proxy_timeout" if error.timed_out else "proxy_header"] += 1
             sock.close()
         except (OSError, TimeoutError, EOFError) as error:  # ssl.SSLError is an OSError
             client = f"{source[0]}:{source[1]} via proxy {peer}" if source else peer
@@ -378,6 +381,7 @@ class Server:
                 "no complete handshake within the login timeout" if timed_out else _handshake_problem(error)
             )
             log.info("TLS handshake failed peer=%s: %s", client, problem)
+            self.stats.connections_refused["tls_timeout" if timed_out else "tls_handshake"] += 1
             if not handed_over:
                 sock.close()
         except BaseException:  # cancelled by shutdown

@@ -188,6 +188,15 @@ class ServerCollector(Collector):
             ),
         )
         yield _by_label(
+            "connections_refused",
+            "connections ended before any STOMP frame, by reason (tls_handshake: a failed TLS "
+            "handshake; tls_timeout: none within the login timeout; proxy_header: a missing or "
+            "invalid PROXY header; proxy_timeout: an incomplete one at the login timeout)",
+            "reason",
+            stats.connections_refused,
+            ("tls_handshake", "tls_timeout", "proxy_header", "proxy_timeout"),
+        )
+        yield _by_label(
             "login_failures",
             "CONNECT frames refused, by reason",
             "reason",

@@ -27,7 +27,11 @@ _V2_HEAD = struct.Struct(">BBH")  # version/command, family/transport, address l
 
 
 class ProxyHeaderError(ValueError):
-    """Not a valid PROXY protocol header."""
+    """Not a valid PROXY protocol header (``timed_out``: not a complete one in time)."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,6 +219,8 @@ class ServerStats:
     connections_closed: Counter[str] = field(default_factory=Counter)
     login_failures: Counter[str] = field(default_factory=Counter)  # by reason
     amqp_connection_failures: Counter[str] = field(default_factory=Counter)  # by reason
+    # connections ended before a STOMP byte could be read (REFUSAL_REASONS)
+    connections_refused: Counter[str] = field(default_factory=Counter)
     confirm_latency: Histogram = field(default_factory=lambda: Histogram(CONFIRM_BUCKETS))
     # receipt latency by the command of the frame that asked for it (a client command: bounded)
     receipt_latency: dict[str, Histogram] = field(default_factory=dict)

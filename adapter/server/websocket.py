@@ -299,6 +299,7 @@ class WebSocketConnection(asyncio.Protocol):
             header = parse_proxy_header(buffered)
         except ProxyHeaderError as error:
             log.warning("closing WebSocket connection from proxy %s: %s", self.peer, error)
+            self._server.stats.connections_refused["proxy_header"] += 1
             self.abort()
             return
         if header is None:
@@ -405,6 +406,8 @@ class WebSocketConnection(asyncio.Protocol):
     def _request_timed_out(self) -> None:
         self._timer = None
         if self._phase in ("proxy", "http"):
+            if self._phase == "proxy":
+                self._server.stats.connections_refused["proxy_timeout"] += 1
             log.info(
                 "closing WebSocket connection from %s: no complete HTTP request in %g s",
                 self.peer,

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import trustme
 from prometheus_client.parser import text_string_to_metric_families
 from stomp.exception import ConnectFailedException
 from websockets.sync.client import connect
@@ -64,6 +65,43 @@ def metered(start_adapter):  # type: ignore[no-untyped-def]
     adapter = start_adapter(http_listen="127.0.0.1:0")
     adapter.http_port = adapter.server.http_addresses[0][1]
     return adapter
+
+
+def test_connections_refused_before_stomp_are_counted(start_adapter, tmp_path: Path) -> None:
+    """stomp_adapter_connections_refused_total: each way a connection can end before its first
+    STOMP byte, with PROXY protocol on a plain and a TLS listener."""
+    trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "tls.pem")
+    )
+    adapter = start_adapter(
+        http_listen="127.0.0.1:0",
+        proxy_protocol=True,
+        login_timeout=1,
+        ssl_listeners=["127.0.0.1:0"],
+        ssl_certfile=str(tmp_path / "tls.pem"),
+    )
+    http_port, tls_port = adapter.server.http_addresses[0][1], adapter.server.tls_addresses[0][1]
+    header = b"PROXY TCP4 10.1.2.3 127.0.0.1 40000 61614\r\n"
+    sends = [
+        (adapter.port, b"GET / HTTP/1.0\r\n\r\n"),  # proxy_header
+        (tls_port, b"PROXY TCP4 10.1.2.3"),  # proxy_timeout
+        (tls_port, header + b"CONNECT\n\n\0"),  # tls_handshake: plain text after the header
+        (tls_port, header),  # tls_timeout: no handshake follows
+    ]
+    sockets = [socket.create_connection(("127.0.0.1", port), timeout=5) for port, _ in sends]
+    try:
+        for sock, (_, data) in zip(sockets, sends, strict=True):
+            sock.sendall(data)
+        expected = {"proxy_header": 1, "proxy_timeout": 1, "tls_handshake": 1, "tls_timeout": 1}
+
+        def counted() -> dict[str, float]:
+            samples = scrape(http_port)
+            return {r: value(samples, "stomp_adapter_connections_refused_total", reason=r) for r in expected}
+
+        wait_for(lambda: counted() == expected, "the four refusals to be counted")
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def test_metrics_count_real_traffic(metered, broker) -> None:
