@@ -218,27 +218,51 @@ def _server_tls_context() -> ssl.SSLContext:
     return context
 
 
+def _configured_server_context(
+    section: str,
+    listener_key: str,
+    *,
+    certfile: str | None,
+    keyfile: str | None,
+    cacertfile: str | None,
+    password: str | None,
+    versions: tuple[str, ...],
+) -> ssl.SSLContext:
+    """A TLS listener's context from one set of rabbitmq.conf-style keys (``section`` is their
+    prefix: "ssl_options." or "web_stomp.ssl.")."""
+    if not certfile:
+        raise ConfigError(f"{listener_key} needs {section}certfile (and its key)")
+    context = _server_tls_context()
+    _load_tls_files(
+        context,
+        certfile=(f"{section}certfile", certfile),
+        keyfile=(f"{section}keyfile", keyfile),
+        cafile=(f"{section}cacertfile", cacertfile),
+        password=(f"{section}password", password),
+    )
+    if versions:
+        ordered = sorted(_TLS_VERSIONS[v] for v in versions)
+        context.minimum_version, context.maximum_version = ordered[0], ordered[-1]
+    return context
+
+
 def listener_tls_context(settings: Settings) -> ssl.SSLContext | None:
     """The server-side TLS context of stomp.listeners.ssl.<name>, from rabbitmq.conf's
     ssl_options.* keys (verify_peer asks for a client certificate; fail_if_no_peer_cert makes it
     mandatory; versions bound the protocol versions offered)."""
     if not settings.ssl_listeners:
         return None
-    if not settings.ssl_certfile:
-        raise ConfigError("stomp.listeners.ssl.<name> needs ssl_options.certfile (and its key)")
-    context = _server_tls_context()
-    _load_tls_files(
-        context,
-        certfile=("ssl_options.certfile", settings.ssl_certfile),
-        keyfile=("ssl_options.keyfile", settings.ssl_keyfile),
-        cafile=("ssl_options.cacertfile", settings.ssl_cacertfile),
-        password=("ssl_options.password", settings.ssl_password),
+    context = _configured_server_context(
+        "ssl_options.",
+        "stomp.listeners.ssl.<name>",
+        certfile=settings.ssl_certfile,
+        keyfile=settings.ssl_keyfile,
+        cacertfile=settings.ssl_cacertfile,
+        password=settings.ssl_password,
+        versions=settings.ssl_versions,
     )
     if settings.ssl_verify == "verify_peer":
         context.verify_mode = ssl.CERT_REQUIRED if settings.ssl_fail_if_no_peer_cert else ssl.CERT_OPTIONAL
-    if settings.ssl_versions:
-        versions = sorted(_TLS_VERSIONS[v] for v in settings.ssl_versions)
-        context.minimum_version, context.maximum_version = versions[0], versions[-1]
     return context
 
 
@@ -246,20 +270,15 @@ def web_tls_context(settings: Settings) -> ssl.SSLContext | None:
     """The TLS context of the wss:// listener, from the web_stomp.ssl.* keys."""
     if not settings.web_stomp_ssl_listeners:
         return None
-    if not settings.web_stomp_ssl_certfile:
-        raise ConfigError("web_stomp.ssl.port needs web_stomp.ssl.certfile (and its key)")
-    context = _server_tls_context()
-    _load_tls_files(
-        context,
-        certfile=("web_stomp.ssl.certfile", settings.web_stomp_ssl_certfile),
-        keyfile=("web_stomp.ssl.keyfile", settings.web_stomp_ssl_keyfile),
-        cafile=("web_stomp.ssl.cacertfile", settings.web_stomp_ssl_cacertfile),
-        password=("web_stomp.ssl.password", settings.web_stomp_ssl_password),
+    return _configured_server_context(
+        "web_stomp.ssl.",
+        "web_stomp.ssl.port",
+        certfile=settings.web_stomp_ssl_certfile,
+        keyfile=settings.web_stomp_ssl_keyfile,
+        cacertfile=settings.web_stomp_ssl_cacertfile,
+        password=settings.web_stomp_ssl_password,
+        versions=settings.web_stomp_ssl_versions,
     )
-    if settings.web_stomp_ssl_versions:
-        versions = sorted(_TLS_VERSIONS[v] for v in settings.web_stomp_ssl_versions)
-        context.minimum_version, context.maximum_version = versions[0], versions[-1]
-    return context
 
 
 def web_listeners(settings: Settings) -> list[WebListener]:

@@ -750,16 +750,13 @@ class ClientConnection(asyncio.Protocol):
                     return ops.LoginResult(False, "vhost", error.text)
                 failures["refused"] += 1
                 return ops.LoginResult(False, "other", error.text)
-            except ssl.SSLCertVerificationError as error:
-                failures["tls"] += 1
-                nodes.failed(node)
-                problem = f"TLS certificate verification failed for {node.label}: {error.verify_message}"
-                log.warning("peer=%s: %s (%s)", self.peer, problem, error)
-                problems.append(problem)
             except ssl.SSLError as error:
                 failures["tls"] += 1
                 nodes.failed(node)
-                problem = f"TLS handshake with {node.label} failed: {_tls_failure(error)}"
+                if isinstance(error, ssl.SSLCertVerificationError):
+                    problem = f"TLS certificate verification failed for {node.label}: {error.verify_message}"
+                else:
+                    problem = f"TLS handshake with {node.label} failed: {_tls_failure(error)}"
                 log.warning("peer=%s: %s (%s)", self.peer, problem, error)
                 problems.append(problem)
             except (OSError, TimeoutError) as error:

@@ -136,10 +136,9 @@ def test_haproxy_terminating_tls(proxied, caplog):
         connected_and_seen_as(sock, sock.getsockname()[1], caplog)
 
 
-@pytest.fixture
-def proxied_tls(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, Path]]:  # type: ignore[no-untyped-def]
-    """The adapter's TLS listener with stomp.proxy_protocol, behind HAProxy passing TLS through
-    (mode tcp, no termination) with a PROXY v1 or v2 header in front of the handshake."""
+def tls_listener_with_proxy_protocol(start_adapter, tmp_path: Path, login_timeout: float = 1):  # type: ignore[no-untyped-def]
+    """An adapter whose TLS listener expects PROXY headers, with a certificate for localhost from
+    a CA written to tmp_path/ca.pem; the adapter and the TLS port."""
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     ca.issue_cert("localhost", "127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
@@ -147,11 +146,18 @@ def proxied_tls(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, in
     )
     adapter = start_adapter(
         proxy_protocol=True,
-        login_timeout=2,
+        login_timeout=login_timeout,
         ssl_listeners=["127.0.0.1:0"],
         ssl_certfile=str(tmp_path / "tls.pem"),
     )
-    tls_port = adapter.server.tls_addresses[0][1]
+    return adapter, adapter.server.tls_addresses[0][1]
+
+
+@pytest.fixture
+def proxied_tls(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int, int, Path]]:  # type: ignore[no-untyped-def]
+    """The adapter's TLS listener with stomp.proxy_protocol, behind HAProxy passing TLS through
+    (mode tcp, no termination) with a PROXY v1 or v2 header in front of the handshake."""
+    adapter, tls_port = tls_listener_with_proxy_protocol(start_adapter, tmp_path, login_timeout=2)
     v1, v2 = free_port(), free_port()
     frontends = (
         f"frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend tls_v1\n"
@@ -196,19 +202,6 @@ def test_tls_listener_without_a_proxy_header_is_closed(proxied_tls, caplog):
     ):
         sock.sendall(CONNECT)
         assert read_frames(sock, timeout=5, count=1)[0][0].startswith(b"CONNECTED")
-
-
-def tls_listener_with_proxy_protocol(start_adapter, tmp_path: Path):  # type: ignore[no-untyped-def]
-    trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(
-        str(tmp_path / "tls.pem")
-    )
-    adapter = start_adapter(
-        proxy_protocol=True,
-        login_timeout=1,
-        ssl_listeners=["127.0.0.1:0"],
-        ssl_certfile=str(tmp_path / "tls.pem"),
-    )
-    return adapter, adapter.server.tls_addresses[0][1]
 
 
 def test_a_slow_proxy_header_on_a_tls_listener_is_named_at_the_login_timeout(start_adapter, tmp_path, caplog):
