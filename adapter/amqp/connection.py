@@ -624,9 +624,7 @@ class AmqpConnection(asyncio.Protocol):
         self.had_error = True
         if not self._handshake.done():
             if error.code == 320:  # CONNECTION_FORCED: this node is shutting down, try another
-                self._handshake.set_exception(
-                    ConnectionResetError(f"the node closed the connection: {error.text}")
-                )
+                self._node_failed(f"the node closed the connection: {error.text}")
             else:
                 self._handshake.set_exception(error)
             return
@@ -643,6 +641,12 @@ class AmqpConnection(asyncio.Protocol):
             self._closing = True
             self._events.on_amqp_closed(error)
 
+    def _node_failed(self, message: str) -> None:
+        """End the handshake as a failure of this node (an OSError for open()'s caller, which
+        tries the next node), not as a refusal by the broker."""
+        self.had_error = True
+        self._handshake.set_exception(ConnectionResetError(message))
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         self._reader.stop()
@@ -656,15 +660,12 @@ class AmqpConnection(asyncio.Protocol):
             # RabbitMQ refuses a vhost with connection.close.  Only a close right after
             # start-ok stays a refused login: RabbitMQ reports a bad password with
             # connection.close (authentication_failure_close), other brokers by closing.
-            self.had_error = True
             if isinstance(exc, ssl.SSLError):
+                self.had_error = True
                 self._handshake.set_exception(exc)
             else:
                 step = "before connection.start" if self._phase == "connect" else "opening the vhost"
-                reason = f": {exc}" if exc else ""
-                self._handshake.set_exception(
-                    ConnectionResetError(f"the node closed the connection {step}{reason}")
-                )
+                self._node_failed(f"the node closed the connection {step}" + (f": {exc}" if exc else ""))
         else:
             reason = str(exc) if exc else "connection closed by the broker"
             self._fail(AmqpError(0, reason, phase=self._phase))

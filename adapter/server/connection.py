@@ -710,7 +710,9 @@ class ClientConnection(asyncio.Protocol):
         amqp: AmqpConnection | None = None
         reuse = self._server.amqp_reuse
         for node in nodes.attempt_order():
-            if self._closed:  # the client left (or the login timeout fired) while a node failed
+            # closed meanwhile (by the login timeout; a client that leaves is not seen yet:
+            # its socket is not read while a broker call is pending)
+            if self._closed:
                 return ops.LoginResult(False, "other", "closed")
             remaining = deadline - self._loop.time()
             if remaining <= 0:

@@ -84,6 +84,16 @@ def round_trip(port: int) -> None:
         client.close()
 
 
+def first_frame(port: int) -> bytes:
+    """The adapter's answer to a raw CONNECT (stomp.py's own CONNECT waits only about 1 s,
+    shorter than a login that first waits out a node's connect timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(CONNECT)
+        frames, _closed = read_frames(sock, timeout=15, count=1)
+    assert frames, "no answer to CONNECT"
+    return frames[0]
+
+
 def connect_error(port: int) -> dict[str, str]:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(CONNECT)
@@ -260,10 +270,8 @@ def test_a_node_behind_a_proxy_whose_upstream_is_down_is_skipped(start_adapter, 
         parts = urlsplit(amqp_url)
         adapter = start_adapter(amqp_url=f"amqp://guest:guest@127.0.0.1:{proxy.port}/,amqp://{parts.netloc}/")
         for _ in range(2):  # round robin: the first login starts with the proxy
-            with socket.create_connection(("127.0.0.1", adapter.port), timeout=10) as sock:
-                sock.sendall(CONNECT)
-                frames, _closed = read_frames(sock, timeout=10, count=1)
-            assert frames and frames[0].startswith(b"CONNECTED"), frames
+            answer = first_frame(adapter.port)
+            assert answer.startswith(b"CONNECTED"), answer
         assert proxy.connections == 1
     finally:
         proxy.stop()
@@ -278,11 +286,9 @@ def test_a_node_that_never_answers_is_skipped_within_the_login_timeout(start_ada
             amqp_connect_timeout=1,
         )
         # round robin: the first login tries the silent node first, gives up after 1 s, and
-        # logs in on the live one (read with a raw socket: stomp.py's CONNECT waits only ~1 s)
-        with socket.create_connection(("127.0.0.1", adapter.port), timeout=10) as sock:
-            sock.sendall(CONNECT)
-            frames, _closed = read_frames(sock, timeout=10, count=1)
-        assert frames and frames[0].startswith(b"CONNECTED"), frames
+        # logs in on the live one
+        answer = first_frame(adapter.port)
+        assert answer.startswith(b"CONNECTED"), answer
         # with only the silent node left, the login timeout (counted from the accept, so before
         # the node's connect timeout) ends the CONNECT: an ERROR, never a hang
         lone = start_adapter(
