@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import socket
+
 import pytest
 
 from adapter.caps import ConnectionCap, worker_share
+from adapter.cli import session_settings, web_listeners
+from adapter.config import load_settings
+from adapter.server.workers import WorkerSpec
 
 
 def test_admits_up_to_the_limit_then_refuses() -> None:
@@ -64,3 +70,34 @@ def test_negative_limit_is_a_bug() -> None:
 )
 def test_worker_share_is_the_ceiling(limit: int | None, workers: int, share: int | None) -> None:
     assert worker_share(limit, workers) == share
+
+
+def test_each_worker_applies_its_share_and_each_web_listener_counts_alone() -> None:
+    """--workers 4 with stomp.max_connections = 10 and web_stomp.max_connections = 5: each
+    process admits 3 STOMP sessions and 2 sockets per web_stomp listener (two ws:// listeners
+    here; a wss:// one is built the same way but needs a certificate)."""
+    settings = load_settings(
+        None,
+        {
+            "max_connections": 10,
+            "web_stomp_max_connections": 5,
+            "web_stomp_listeners": ["127.0.0.1:0", "127.0.0.1:0"],
+        },
+    )
+    cap = session_settings(settings, 4).connection_cap
+    assert cap is not None and cap.limit == 3
+    assert session_settings(settings).connection_cap.limit == 10  # type: ignore[union-attr]
+    first, second = web_listeners(settings, 4)
+    assert first.cap is not None and second.cap is not None and first.cap is not second.cap
+    assert (first.cap.limit, second.cap.limit) == (2, 2)
+    unlimited = load_settings(None, {"web_stomp_listeners": ["127.0.0.1:0"]})
+    assert session_settings(unlimited).connection_cap is None
+    assert web_listeners(unlimited)[0].cap is None
+
+
+def test_the_worker_spec_carries_the_number_of_workers() -> None:
+    with socket.socket() as control:
+        text = json.dumps({"slot": 1, "control": control.fileno(), "listeners": [], "workers": 4})
+        spec = WorkerSpec.parse(text)
+        assert spec.workers == 4
+        spec.control.detach()  # the same descriptor as ``control``
