@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from .caps import ConnectionCap, worker_share
 from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .server.amqp_pool import AmqpReuse
@@ -110,8 +111,12 @@ def add_profile_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def session_settings(settings: Settings) -> SessionSettings:
+def session_settings(settings: Settings, workers: int = 1) -> SessionSettings:
+    """``workers``: the processes of --workers N, each of which applies its share of
+    stomp.max_connections (adapter/caps.py)."""
+    limit = worker_share(settings.max_connections, workers)
     return SessionSettings(
+        connection_cap=ConnectionCap(limit) if limit is not None else None,
         default_user=settings.default_user,
         default_pass=settings.default_pass,
         default_vhost=settings.default_vhost,
@@ -281,7 +286,14 @@ def web_tls_context(settings: Settings) -> ssl.SSLContext | None:
     )
 
 
-def web_listeners(settings: Settings) -> list[WebListener]:
+def web_listeners(settings: Settings, workers: int = 1) -> list[WebListener]:
+    """The web_stomp listeners, each with its own web_stomp.max_connections count (as each of
+    the plugin's ranch listeners has), of which each of ``workers`` processes applies its share."""
+    limit = worker_share(settings.web_stomp_max_connections, workers)
+
+    def cap() -> ConnectionCap | None:
+        return ConnectionCap(limit) if limit is not None else None
+
     web = WebStompSettings(
         path=settings.web_stomp_ws_path,
         frame_type=settings.web_stomp_ws_frame,
@@ -296,12 +308,12 @@ def web_listeners(settings: Settings) -> list[WebListener]:
         console=settings.web_stomp_console,
     )
     listeners = [
-        WebListener(*parse_listener(address), web, backlog=settings.web_stomp_backlog)
+        WebListener(*parse_listener(address), web, backlog=settings.web_stomp_backlog, cap=cap())
         for address in settings.web_stomp_listeners
     ]
     tls = web_tls_context(settings)
     listeners += [
-        WebListener(*parse_listener(address), web, tls=tls, backlog=settings.web_stomp_backlog)
+        WebListener(*parse_listener(address), web, tls=tls, backlog=settings.web_stomp_backlog, cap=cap())
         for address in settings.web_stomp_ssl_listeners
     ]
     return listeners
@@ -315,16 +327,17 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
         tls=broker_tls_context(settings) if any(node.tls for node in nodes) else None,
         tls_server_name=settings.amqp_tls_server_name,
     )
+    workers = worker.workers if worker is not None else 1
     return Server(
         inherited_sockets=worker.sockets if worker is not None else None,
-        session_settings=session_settings(settings),
+        session_settings=session_settings(settings, workers),
         broker=broker,
         nodes=BrokerNodes(nodes, settings.amqp_node_order),
         listeners=[parse_listener(listener) for listener in settings.listeners],
         activemq_listeners=[parse_listener(listener) for listener in settings.activemq_listeners],
         tls_listeners=[parse_listener(listener) for listener in settings.ssl_listeners],
         tls_context=listener_tls_context(settings),
-        web_listeners=web_listeners(settings),
+        web_listeners=web_listeners(settings, workers),
         proxy_protocol=settings.proxy_protocol,
         login_timeout=settings.login_timeout,
         frame_timeout=settings.frame_timeout,

@@ -138,6 +138,17 @@ def _float_converter(minimum: float, *, inclusive: bool, unit: str = "seconds") 
     return convert
 
 
+def _connection_cap(value: object) -> int | None:
+    """stomp.max_connections and web_stomp.max_connections: infinity (None: no cap, the
+    plugin's default) or an integer >= 0, as the plugin's schema allows."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "infinity"):
+        return None
+    try:
+        return _int_converter(0)(value)
+    except ValueError:
+        raise ValueError("must be a non-negative integer or infinity") from None
+
+
 def _non_empty_str(value: object) -> str:
     if isinstance(value, str) and value.strip():
         return value.strip()
@@ -390,6 +401,9 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "amqp_connection_idle_seconds": _float_converter(0, inclusive=False),
     "amqp_connection_max_age_seconds": _float_converter(0, inclusive=False),
     "amqp_connection_pool_size": _int_converter(1),
+    # connection caps (adapter/caps.py): None is infinity
+    "max_connections": _connection_cap,
+    "web_stomp_max_connections": _connection_cap,
     "loopback_users": _user_list,
     "tcp_backlog": _int_converter(1),
     "tcp_nodelay": _to_bool,
@@ -499,6 +513,13 @@ class Settings(BaseSettings):
     amqp_connection_idle_seconds: float = 5.0
     amqp_connection_max_age_seconds: float = 60.0
     amqp_connection_pool_size: int = 100
+    # Connection caps (adapter/caps.py, docs/configuration.md "Connection caps"); None: no cap.
+    # max_connections: STOMP sessions of every listener (TCP, TLS, WebSocket), counted from
+    # CONNECT to close, the CONNECT over it refused; web_stomp_max_connections: the sockets of
+    # each web_stomp listener, the request over it answered 503.  With --workers N each
+    # process applies the ceiling of the value / N.
+    max_connections: int | None = None
+    web_stomp_max_connections: int | None = None
     # Users that may only log in when the STOMP client connects from a loopback address.
     loopback_users: Annotated[tuple[str, ...], NoDecode] = ("guest",)
     tcp_backlog: int = 128
@@ -592,6 +613,7 @@ _STOMP_KEYS: dict[str, str] = {
     "stomp.default_nack_requeue": "default_nack_requeue",
     "stomp.proxy_protocol": "proxy_protocol",
     "stomp.login_timeout": "login_timeout",  # milliseconds, see _read_value
+    "stomp.max_connections": "max_connections",
     "stomp.tcp_listen_options.backlog": "tcp_backlog",
     "stomp.tcp_listen_options.nodelay": "tcp_nodelay",
     "stomp.tcp_listen_options.keepalive": "tcp_keepalive",
@@ -658,6 +680,7 @@ _WEB_STOMP_KEYS: dict[str, str] = {
     "web_stomp.allow_origins": "web_stomp_allow_origins",
     "web_stomp.hsts.policy": "web_stomp_hsts_policy",
     "web_stomp.tcp.backlog": "web_stomp_backlog",
+    "web_stomp.max_connections": "web_stomp_max_connections",
     "web_stomp.ws_opts.compress": "web_stomp_compress",
     "web_stomp.ws_opts.max_frame_size": "web_stomp_max_frame_size",
     "web_stomp.max_frame_size": "web_stomp_max_frame_size",  # the name issue #11 uses
@@ -725,11 +748,22 @@ _IGNORED_KEYS = {
 # Valid plugin keys for features the adapter does not have: refused so nobody believes they are on.
 _UNSUPPORTED_KEYS = {
     "stomp.ssl_cert_login",
-    "stomp.max_connections",
-    "web_stomp.max_connections",
     "web_stomp.ssl.crl_check",
+    "ssl_options.crl_check",
 }
+# CRL checks: the plugin's crl_check (true, peer, best_effort) looks certificates up in Erlang's
+# CRL cache, which rabbitmq.conf cannot fill (the plugin's schema has no CRL file or URL key), so
+# there is no CRL source the adapter could read the same way; false is the default and accepted.
+_CRL_CHECK_VALUES = ("true", "false", "peer", "best_effort")
+_CRL_CHECK_REASON = (
+    "the plugin checks certificates against Erlang's CRL cache, which the adapter has no "
+    "equivalent of; to refuse revoked client certificates, terminate TLS at a proxy that checks "
+    "a CRL (HAProxy crl-file, nginx ssl_crl) in front of a plain listener, with "
+    "stomp.proxy_protocol / web_stomp.proxy_protocol to pass the client's address on"
+)
 _UNSUPPORTED_REASONS = {
+    "web_stomp.ssl.crl_check": _CRL_CHECK_REASON,
+    "ssl_options.crl_check": _CRL_CHECK_REASON,
     "stomp.ssl_cert_login": (
         "the plugin logs a client in by its certificate's name without a password because it runs "
         "inside the broker; a separate process has no such login (docs/compatibility.md, 'Login by "
@@ -786,7 +820,7 @@ def _suggest(key: str) -> str:
     if close:
         return f" (did you mean {close[0]!r}?)"
     if key.startswith("ssl_options."):
-        # rabbitmq.conf has many more TLS options (depth, ciphers, crl_check ...): say which are
+        # rabbitmq.conf has many more TLS options (depth, ciphers, ...): say which are
         # honoured, so that a pasted file fails with the list instead of a guess.
         read = ", ".join(k.removeprefix("ssl_options.") for k in _SSL_OPTION_KEYS)
         return f" (the ssl_options.* keys read are {read} and versions.<n>)"
@@ -871,8 +905,6 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
                 key,
             )
             continue
-        if key == "web_stomp.max_connections" and raw.strip().lower() == "infinity":
-            continue  # the plugin's default, and the adapter's: no limit of its own
         if key == "web_stomp.ssl.password" and raw.strip().lower().startswith("encrypted:"):
             raise ConfigError(
                 f"{where}: {key} = 'encrypted:…': values encrypted with "
@@ -926,6 +958,12 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
                 try:
                     if not _to_bool(raw):
                         continue  # false is the plugin's default and what the adapter does anyway
+                except ValueError as exc:
+                    raise fail(str(exc)) from None
+            if key in ("web_stomp.ssl.crl_check", "ssl_options.crl_check"):
+                try:
+                    if _one_of(*_CRL_CHECK_VALUES)(raw) == "false":
+                        continue  # the plugin's default: no CRL check, as the adapter does
                 except ValueError as exc:
                     raise fail(str(exc)) from None
             if key in _UNSUPPORTED_REASONS:

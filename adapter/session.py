@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any, Literal
 
+from .caps import ConnectionCap
 from .errors import StompError
 from .mapping import dispatch
 from .mapping.destinations import (
@@ -93,6 +94,8 @@ AckMode = Literal["auto", "client", "client-individual"]
 ACK_MODES: tuple[AckMode, ...] = ("auto", "client", "client-individual")
 # Transaction limits of the newer plugin (docs/behaviour.md#limits, [main]); 3.10.8 has none.
 MAX_TRANSACTIONS = 16
+# The ERROR body of a CONNECT over stomp.max_connections (message "Bad CONNECT"), the plugin's words
+NODE_LIMIT_REACHED = "Connection refused: node connection limit reached"
 MAX_TRANSACTION_ACTIONS = 1024
 _QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS)
 # Parsed destinations are cached per session: clients reuse a handful of destinations.
@@ -128,6 +131,8 @@ class SessionSettings:
     client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
     # activemq profile: the dispatchers of selector subscriptions on queues, per process
     dispatchers: dispatch.Dispatchers = field(default_factory=dispatch.Dispatchers, compare=False)
+    # stomp.max_connections: the sessions of every listener of the process, or None (no cap)
+    connection_cap: ConnectionCap | None = field(default=None, compare=False)
 
 
 class State(Enum):
@@ -269,6 +274,9 @@ class Session:
 
     # ------------------------------------------------------------------ CONNECT
     def _connect(self, frame: Frame) -> Steps:
+        if not self._admitted():
+            yield from self._fail("Bad CONNECT", NODE_LIMIT_REACHED, frame)
+            return
         headers = frame.headers
         version = self._negotiate_version(headers.get("accept-version"))
         if version is None:
@@ -286,9 +294,22 @@ class Session:
     def _implicit_connect(self, frame: Frame) -> Steps:
         # docs/behaviour.md#authentication: log in with no headers as a 1.0 client, send no CONNECTED, then
         # process the frame as usual
+        if not self._admitted():
+            yield from self._fail("Bad CONNECT", NODE_LIMIT_REACHED, frame)
+            return
         yield from self._login("1.0", {}, frame, send_connected=False)
         if self.state is State.CONNECTED:
             yield from self._HANDLERS.get(frame.command, Session._bad_command)(self, frame)
+
+    def _admitted(self) -> bool:
+        """stomp.max_connections, checked first as the plugin does: the session takes its slot
+        here (a login in progress counts, so the cap holds however many log in at once) and
+        gives it back in on_closed, whether the login succeeds or not."""
+        cap = self.settings.connection_cap
+        if cap is None or cap.acquire(self):
+            return True
+        self.login_failure = "max_connections"
+        return False
 
     @staticmethod
     def _negotiate_version(accept: str | None) -> str | None:
@@ -1244,9 +1265,13 @@ class Session:
         return list(self._fail("AMQP connection died", f"Reason: {reason}", None))
 
     def on_closed(self) -> None:
-        """The connection is gone (whatever closed it): give back its client id."""
+        """The connection is gone (whatever closed it): give back its client id and its
+        stomp.max_connections slot."""
         if self.client_id is not None:
             self.settings.client_ids.release(self.client_id, self)
+        cap = self.settings.connection_cap
+        if cap is not None:
+            cap.release(self)
 
     def shutdown_notice(self) -> bytes:
         return self._error_frame("Server shutdown", "The server is shutting down\n")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ..caps import ConnectionCap
 from ..session import SessionSettings
 from .amqp_pool import AmqpReuse
 from .brokers import BrokerNodes
@@ -37,13 +38,15 @@ log = logging.getLogger("adapter.server")
 
 @dataclass(frozen=True, slots=True)
 class WebListener:
-    """A web_stomp listener: where, how its WebSockets behave, and TLS for wss:// (or None)."""
+    """A web_stomp listener: where, how its WebSockets behave, TLS for wss:// (or None), and
+    its own web_stomp.max_connections count (or None: no cap)."""
 
     host: str
     port: int
     settings: WebStompSettings
     tls: ssl.SSLContext | None = None
     backlog: int = 1024
+    cap: ConnectionCap | None = None
 
 
 class Server:
@@ -189,7 +192,7 @@ class Server:
                     source: tuple[str, int] | None, web: WebListener = web
                 ) -> asyncio.Protocol:
                     return WebSocketConnection(
-                        self, web.settings, tls=True, proxy_read=True, client_address=source
+                        self, web.settings, tls=True, proxy_read=True, client_address=source, cap=web.cap
                     )
 
                 # wss://: the PROXY header (web_stomp.proxy_protocol) comes before the handshake
@@ -207,7 +210,7 @@ class Server:
                 continue
 
             def factory(web: WebListener = web) -> asyncio.Protocol:
-                return WebSocketConnection(self, web.settings, tls=False)
+                return WebSocketConnection(self, web.settings, tls=False, cap=web.cap)
 
             await self._listen(
                 loop, web.host, web.port, self.web_addresses, factory, web.backlog, "WebSocket"

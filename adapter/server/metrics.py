@@ -191,17 +191,25 @@ class ServerCollector(Collector):
             "connections_refused",
             "connections ended before any STOMP frame, by reason (tls_handshake: a failed TLS "
             "handshake; tls_timeout: none within the login timeout; proxy_header: a missing or "
-            "invalid PROXY header; proxy_timeout: an incomplete one at the login timeout)",
+            "invalid PROXY header; proxy_timeout: an incomplete one at the login timeout; "
+            "web_stomp_max_connections: a web_stomp listener's connection over its cap, answered 503)",
             "reason",
             stats.connections_refused,
-            ("tls_handshake", "tls_timeout", "proxy_header", "proxy_timeout"),
+            ("tls_handshake", "tls_timeout", "proxy_header", "proxy_timeout", "web_stomp_max_connections"),
         )
         yield _by_label(
             "login_failures",
-            "CONNECT frames refused, by reason",
+            "CONNECT frames refused, by reason (max_connections: over stomp.max_connections)",
             "reason",
             stats.login_failures,
-            ("access_refused", "vhost", "loopback_only", "missing_credentials", "broker_unavailable"),
+            (
+                "access_refused",
+                "vhost",
+                "loopback_only",
+                "missing_credentials",
+                "broker_unavailable",
+                "max_connections",
+            ),
         )
         latency = stats.confirm_latency
         histogram = HistogramMetricFamily(

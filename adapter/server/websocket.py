@@ -56,6 +56,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
+from ..caps import ConnectionCap
 from .connection import ClientConnection
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 
@@ -219,10 +220,13 @@ class WebSocketConnection(asyncio.Protocol):
         tls: bool,
         proxy_read: bool = False,
         client_address: tuple[str, int] | None = None,
+        cap: ConnectionCap | None = None,
     ) -> None:
         """``proxy_read``: the PROXY header was already read before the TLS handshake (wss://,
-        adapter/server/listener.py), and ``client_address`` is what it said."""
+        adapter/server/listener.py), and ``client_address`` is what it said.  ``cap``: the
+        listener's web_stomp.max_connections count (None: no cap)."""
         self._server = server
+        self._cap = cap
         self._proxy_read = proxy_read
         self._client_address = client_address
         self._settings = settings
@@ -256,6 +260,10 @@ class WebSocketConnection(asyncio.Protocol):
             self._peername = self._client_address
         self.peer = _format_peer(self._peername)
         # socket options and the descriptor watch are applied by ClientConnection, after the upgrade
+        if self._cap is not None and not self._cap.acquire(self):
+            # over web_stomp.max_connections: the request is read as any other (so that the
+            # answer is not lost to a reset) and answered 503 in _handle_request
+            self._server.stats.connections_refused["web_stomp_max_connections"] += 1
         if self._settings.proxy_protocol and not self._proxy_read:
             self._phase = "proxy"
         # the request (and a PROXY header before it) must arrive in time
@@ -274,6 +282,8 @@ class WebSocketConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.open_sockets.discard(self)
+        if self._cap is not None:
+            self._cap.release(self)  # held from connection_made to here, as ranch counts
         self.raw = None
         self._phase = "closed"
         self.closing = True
@@ -341,6 +351,16 @@ class WebSocketConnection(asyncio.Protocol):
         path = target.split("?", 1)[0]
         method = request.method.decode("latin-1")
         settings = self._settings
+        if self._cap is not None and not self._cap.holds(self):
+            log.info(
+                "WebSocket connection from %s refused: web_stomp.max_connections (%s) reached",
+                self.peer,
+                self._cap.limit,
+            )
+            self._respond(
+                503, f"Service Unavailable: web_stomp.max_connections ({self._cap.limit}) reached\n"
+            )
+            return
         if path == settings.path:
             upgrade = headers.get("upgrade", "").lower()
             if method != "GET" or "websocket" not in upgrade:
@@ -631,6 +651,7 @@ def _raw_response(status: int, headers: list[tuple[str, str]]) -> bytes:
         400: "Bad Request",
         404: "Not Found",
         408: "Request Timeout",
+        503: "Service Unavailable",
         431: "Request Header Fields Too Large",
     }
     reason = reasons.get(status, "Error")

@@ -301,7 +301,12 @@ class Supervisor:
             (host, port, [sock.fileno() for sock in sockets])
             for (host, port), sockets in slot.sockets.items()
         ]
-        spec = {"slot": slot.index, "control": theirs.fileno(), "listeners": listeners}
+        spec = {
+            "slot": slot.index,
+            "control": theirs.fileno(),
+            "listeners": listeners,
+            "workers": self.workers,  # each applies its share of the connection caps (adapter/caps.py)
+        }
         descriptors = [theirs.fileno(), *(fd for _host, _port, fds in listeners for fd in fds)]
         try:
             process = await asyncio.create_subprocess_exec(
@@ -471,11 +476,13 @@ class SupervisorEndpoints:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
-    """What the supervisor hands a worker: its slot, the control socket, the listening sockets."""
+    """What the supervisor hands a worker: its slot, the control socket, the listening sockets,
+    and how many workers there are (for each one's share of the connection caps)."""
 
     slot: int
     control: socket.socket
     sockets: dict[tuple[str, int], list[socket.socket]]
+    workers: int = 1
 
     @classmethod
     def parse(cls, text: str) -> WorkerSpec:
@@ -485,7 +492,7 @@ class WorkerSpec:
             (str(host), int(port)): [socket.socket(fileno=int(fd)) for fd in fds]
             for host, port, fds in spec["listeners"]
         }
-        return cls(int(spec["slot"]), control, sockets)
+        return cls(int(spec["slot"]), control, sockets, int(spec.get("workers", 1)))
 
 
 class WorkerLink:

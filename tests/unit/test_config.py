@@ -282,8 +282,8 @@ def test_unknown_key_without_close_match(tmp_path: Path) -> None:
 
 
 def test_unknown_ssl_option_lists_the_ones_read(tmp_path: Path) -> None:
-    message = config_error(tmp_path, "ssl_options.crl_check = true\n")
-    assert "unknown key 'ssl_options.crl_check'" in message
+    message = config_error(tmp_path, "ssl_options.honor_cipher_order = true\n")
+    assert "unknown key 'ssl_options.honor_cipher_order'" in message
     assert "cacertfile, certfile, keyfile, password, verify, fail_if_no_peer_cert and versions.<n>" in message
 
 
@@ -587,13 +587,13 @@ def test_web_stomp_values_the_plugin_schema_allows(tmp_path: Path, caplog: pytes
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("web_stomp.max_connections = 100\n", "not supported"),
+        ("web_stomp.max_connections = -1\n", "must be a non-negative integer or infinity"),
         ("web_stomp.cowboy_opts.timeout = -1\n", "an integer >= 0 (milliseconds)"),
         ("web_stomp.ssl.password = encrypted:abc\n", "web_stomp.ssl.password = 'encrypted:…'"),
         ("web_stomp.ws_frame = json\n", "must be one of text, binary"),
         ("web_stomp.ws_path = ws\n", "must be a path starting with /"),
         ("web_stomp.tcp.port = http\n", "must be a port"),
-        ("web_stomp.max_connections = 10\n", "not supported"),
+        ("web_stomp.max_connections = many\n", "must be a non-negative integer or infinity"),
         ("web_stomp.ssl.ciphers.1 = ECDHE-ECDSA-AES256-GCM-SHA384\n", "not supported"),
         ("web_stomp.ws_opts.idle_timeout = -1\n", "milliseconds"),
         ("web_stomp.ws_pth = /ws\n", "did you mean 'web_stomp.ws_path'"),
@@ -609,3 +609,59 @@ def test_web_stomp_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     s = load_settings()
     assert s.web_stomp_listeners == ("127.0.0.1:15674",)
     assert s.web_stomp_allow_origins == ("https://a.example", "https://b.example")
+
+
+# ----------------------------------------------------------------------------------------------- caps
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value"),
+    [
+        ("stomp.max_connections = 10\n", "max_connections", 10),
+        ("stomp.max_connections = 0\n", "max_connections", 0),
+        ("stomp.max_connections = infinity\n", "max_connections", None),
+        ("web_stomp.max_connections = 2\n", "web_stomp_max_connections", 2),
+        ("web_stomp.max_connections = infinity\n", "web_stomp_max_connections", None),
+    ],
+)
+def test_connection_caps_from_the_ini_file(tmp_path: Path, text: str, field: str, value: int | None) -> None:
+    assert getattr(load_settings(write_ini(tmp_path, text)), field) == value
+
+
+def test_connection_caps_default_to_no_limit() -> None:
+    s = load_settings()
+    assert (s.max_connections, s.web_stomp_max_connections) == (None, None)
+
+
+@pytest.mark.parametrize("text", ["stomp.max_connections = -1\n", "stomp.max_connections = lots\n"])
+def test_connection_cap_errors_name_the_key(tmp_path: Path, text: str) -> None:
+    message = config_error(tmp_path, text)
+    assert "line 1: stomp.max_connections = " in message
+    assert "must be a non-negative integer or infinity" in message
+
+
+def test_connection_caps_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOMP_ADAPTER_MAX_CONNECTIONS", "5")
+    monkeypatch.setenv("STOMP_ADAPTER_WEB_STOMP_MAX_CONNECTIONS", "infinity")
+    s = load_settings()
+    assert (s.max_connections, s.web_stomp_max_connections) == (5, None)
+    monkeypatch.setenv("STOMP_ADAPTER_MAX_CONNECTIONS", "-3")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert "STOMP_ADAPTER_MAX_CONNECTIONS = '-3': must be a non-negative integer or infinity" in str(
+        info.value
+    )
+
+
+@pytest.mark.parametrize("key", ["web_stomp.ssl.crl_check", "ssl_options.crl_check"])
+@pytest.mark.parametrize("value", ["true", "peer", "best_effort"])
+def test_crl_check_is_refused_naming_the_alternative(tmp_path: Path, key: str, value: str) -> None:
+    message = config_error(tmp_path, f"{key} = {value}\n")
+    assert f"key {key!r} is not supported" in message
+    assert "proxy" in message and "CRL" in message
+
+
+@pytest.mark.parametrize("key", ["web_stomp.ssl.crl_check", "ssl_options.crl_check"])
+def test_crl_check_false_is_the_default_and_accepted(tmp_path: Path, key: str) -> None:
+    load_settings(write_ini(tmp_path, f"{key} = false\n"))
+    assert "must be one of" in config_error(tmp_path, f"{key} = maybe\n")

@@ -14,6 +14,7 @@ PURE = sorted(
         *ROOT.joinpath("stomp").glob("*.py"),
         *ROOT.joinpath("mapping").glob("*.py"),
         ROOT / "session.py",
+        ROOT / "caps.py",
         ROOT / "errors.py",
         ROOT / "codegen.py",
         ROOT / "amqp" / "wire.py",

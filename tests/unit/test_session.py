@@ -13,6 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from adapter.caps import ConnectionCap
 from adapter.mapping import operations as ops
 from adapter.mapping.properties import MessageProperties
 from adapter.session import Session, SessionSettings, State, new_session_id
@@ -689,3 +690,44 @@ def test_ack_with_a_delivery_tag_python_would_read_is_refused():
     out = run(session, Frame("ACK", {"id": "T_s@@x@@1_0", "receipt": "r"}))
     assert not any(isinstance(op, ops.BasicAck) for op in out)
     assert header(frames_of(out)[0], "message") == "Processing error"
+
+
+@pytest.mark.parametrize(
+    "first", [Frame("CONNECT", {"accept-version": "9.9"}), Frame("SEND", {"destination": "/topic/t"})]
+)
+def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(first: Frame):
+    """stomp.max_connections: checked first (before the version, as the plugin does), also for
+    implicit connect; the slot of a session is given back when its connection closes."""
+    cap = ConnectionCap(1)
+    settings = SessionSettings(connection_cap=cap, implicit_connect=True)
+    holder = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
+    run(holder, Frame("CONNECT", {"accept-version": "1.2"}))
+    assert holder.state is State.CONNECTED and cap.in_use == 1
+    refused = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
+    out = run(refused, first)
+    error = frames_of(out)[0]
+    assert (header(error, "message"), error.split(b"\n\n", 1)[1]) == (
+        "Bad CONNECT",
+        b"Connection refused: node connection limit reached\0\n",
+    )
+    assert not any(isinstance(op, ops.OpenConnection) for op in out)
+    assert isinstance(out[-1], ops.CloseClient) and refused.login_failure == "max_connections"
+    refused.on_closed()
+    assert cap.in_use == 1  # the refused session had no slot to give back
+    holder.on_closed()
+    holder.on_closed()
+    assert cap.in_use == 0
+    again = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
+    run(again, Frame("CONNECT", {"accept-version": "1.2"}))
+    assert again.state is State.CONNECTED
+
+
+def test_a_failed_login_gives_its_slot_back_when_the_connection_closes():
+    cap = ConnectionCap(1)
+    session = make_session(connection_cap=cap)
+    out = run(
+        session, Frame("CONNECT", {"accept-version": "1.2"}), lambda _op: ops.LoginResult(False, "auth")
+    )
+    assert header(frames_of(out)[0], "message") == "Bad CONNECT" and cap.in_use == 1
+    session.on_closed()
+    assert cap.in_use == 0
