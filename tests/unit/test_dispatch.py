@@ -54,11 +54,10 @@ def execute(actions: list[dispatch.Action]) -> None:
 def join(
     dispatcher: QueueDispatcher, colour: str, *, auto_ack: bool = False, credit: int | None = None
 ) -> tuple[Member, Channel]:
+    """Join and activate (the broker accepted the consume)."""
     channel = Channel(colour)
-    member, actions = dispatcher.join(
-        channel, f"T_{colour}", colour_is(colour), auto_ack=auto_ack, credit=credit
-    )
-    execute(actions)
+    member = dispatcher.join(channel, f"T_{colour}", colour_is(colour), auto_ack=auto_ack, credit=credit)
+    execute(dispatcher.activate(member))
     return member, channel
 
 
@@ -228,7 +227,7 @@ def test_registry_keys_by_vhost_and_queue_and_forgets_empty_dispatchers() -> Non
     first = dispatchers.get("/", "q")
     assert dispatchers.get("/", "q") is first
     assert dispatchers.get("other", "q") is not first
-    member, _ = first.join(Channel("x"), "T_x", colour_is("x"), auto_ack=True, credit=None)
+    member = first.join(Channel("x"), "T_x", colour_is("x"), auto_ack=True, credit=None)
     dispatchers.forget_if_empty("/", "q")
     assert len(dispatchers) == 2
     first.leave(member, channel_open=False)
@@ -394,9 +393,11 @@ def test_a_resubscription_with_the_same_tag_numbers_its_messages_after_the_old_o
         link = DispatchLink(client, dispatch.Dispatchers(), "/", loop)
         subscribe = ops.JoinDispatch("q", "T_1", colour_is("red"), auto_ack=False, credit=None)
         link.execute(subscribe)
+        link.execute(ops.ActivateDispatch("T_1"))
         link.execute(ops.DispatchDelivery(message(7, "red", "T_1")))
         link.execute(ops.LeaveDispatch("T_1"))
         link.execute(subscribe)
+        link.execute(ops.ActivateDispatch("T_1"))
         link.execute(ops.DispatchDelivery(message(8, "red", "T_1")))
         assert [delivery.delivery_tag for delivery in client.rendered] == [1, 2]
         link.execute(ops.DispatchSettle("T_1", 1, multiple=True, ack=True))  # the old message's id
