@@ -49,6 +49,7 @@ from .mapping.destinations import (
     stream_offset_argument,
 )
 from .mapping.operations import (
+    ActivateDispatch,
     AwaitConfirms,
     BasicAck,
     BasicCancel,
@@ -157,6 +158,20 @@ class Subscription:
     # lines, and the escaped message-id up to its delivery tag
     message_head: str = ""
     message_id_prefix: str = ""
+
+
+def _match_all(_properties: MessageProperties) -> bool:
+    """The selector of a subscription without one (a member of a queue's dispatcher)."""
+    return True
+
+
+def _selector_matcher(selector: Selector) -> Callable[[MessageProperties], bool]:
+    """A selector as the dispatcher asks it (adapter/mapping/dispatch.py)."""
+
+    def matches(properties: MessageProperties) -> bool:
+        return selector.matches(selector_lookup(properties))
+
+    return matches
 
 
 def new_session_id(random16: bytes) -> str:
@@ -636,8 +651,15 @@ class Session:
                 if not queue and isinstance(declared, str):
                     queue = declared  # an empty x-queue-name lets the broker name the queue
                 self._unfinished_subscription_queue = queue
-        if selector is not None and dest.kind in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE):
-            # activemq profile: a selector on a shared queue (competing consumers)
+        if dest.kind in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE) and (
+            selector is not None
+            or (
+                rules.plain_joins_dispatcher(headers)
+                and self.settings.dispatchers.has(self.vhost or "", queue)
+            )
+        ):
+            # activemq profile: a selector on a shared queue (competing consumers), or a plain
+            # subscription on a queue whose selector subscriptions may hold messages for it
             yield from self._subscribe_dispatched(frame, queue, tag, dest, ack_mode, selector, prefetch_count)
             return
         if prefetch_count is not None:
@@ -669,11 +691,14 @@ class Session:
         tag: str,
         dest: Destination,
         ack_mode: AckMode,
-        selector: Selector,
+        selector: Selector | None,
         credit: int | None,
     ) -> Steps:
-        """activemq profile: a selector subscription on a queue (competing consumers).  It joins
-        the process's dispatcher of the queue before it consumes; it always consumes with acks
+        """activemq profile: a selector subscription on a queue (competing consumers), or one
+        without a selector on a queue that has a dispatcher (it matches everything).  It joins
+        the process's dispatcher of the queue before it consumes and is activated once the
+        broker accepted the consume, after its RECEIPT: until then nothing is delivered to it, so
+        a refused consume takes no held message with it.  It always consumes with acks
         (``auto`` is acked by the adapter as each message is sent, so a message no selector
         matches can be held), with a prefetch that leaves room for those held messages; the
         STOMP prefetch is enforced by the dispatcher (adapter/mapping/dispatch.py)."""
@@ -685,12 +710,11 @@ class Session:
         )
         self.quick_ack = self._quick_ack_undispatched  # type: ignore[method-assign]
 
-        def matches(properties: MessageProperties) -> bool:
-            return selector.matches(selector_lookup(properties))
-
+        matches = _match_all if selector is None else _selector_matcher(selector)
         yield JoinDispatch(queue, tag, matches, auto_ack, None if auto_ack else credit)
         yield BasicConsume(queue, tag, no_ack=False, exclusive=self._rules.exclusive_consumer(headers))
         yield from self._receipt(frame)
+        yield ActivateDispatch(tag)
 
     def _quick_ack_undispatched(self, frame: Frame) -> BasicAck | None:
         """``quick_ack`` once the session has a dispatched subscription: their ACKs take the

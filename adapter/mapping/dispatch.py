@@ -4,8 +4,9 @@ JMS selectors on a queue filter competing consumers: a message goes to a consume
 matches it, and a message no consumer matches stays on the queue.  RabbitMQ has no broker-side
 filter, so the broker hands each message to any consumer of the queue.  One ``QueueDispatcher``
 per (vhost, queue) per adapter process groups that process's selector subscriptions on the
-queue (each still consumes on its own client's AMQP channel, with that client's credentials)
-and decides, for each message the broker delivers on one of their channels (its *origin*):
+queue, and the subscriptions without a selector made while it exists (they match everything;
+each still consumes on its own client's AMQP channel, with that client's credentials) and
+decides, for each message the broker delivers on one of their channels (its *origin*):
 
 * **deliver** it to a member whose selector matches and that has credit (the STOMP prefetch,
   enforced here): the origin member first, then the others in the order they joined.  The
@@ -22,6 +23,13 @@ and decides, for each message the broker delivers on one of their channels (its 
   time doubles, from ``HOLD_MIN`` up to ``HOLD_MAX``, each time an origin releases messages
   with none of its messages delivered in between, so a backlog that no consumer matches comes
   back at most once per hold time per channel: never a tight loop.
+
+Membership is two steps: a subscription joins (``join``) before its ``basic.consume`` (the
+broker may deliver on its channel right after consume-ok, and those deliveries must find the
+dispatcher) but is only *confirmed* by ``activate``, after the broker accepted the consume.
+Until then it is an origin only: nothing is delivered to it, so nothing is settled on another
+client's channel for it.  A consume the broker refuses (no read permission, a queue held by an
+exclusive consumer) closes its channel, and the member leaves having taken nothing.
 
 The bound: a member's AMQP prefetch (``basic.qos``, ``window``) is its STOMP credit plus
 ``PARK_LIMIT``, so at most that many of its channel's messages are parked or in flight; once the
@@ -136,6 +144,7 @@ class Member:
     auto_ack: bool
     credit: int | None  # deliveries its client may still take unacknowledged (None: unlimited)
     active: bool = True  # False once it left: it gets nothing more
+    confirmed: bool = False  # the broker accepted its consume (activate): it may be a target
     paused: bool = False  # its client reads slower than it is sent to: it gets nothing for now
     channel_open: bool = True  # False once its channel closed: its tags settle nothing
     last_number: int = 0
@@ -174,8 +183,9 @@ class QueueDispatcher:
         auto_ack: bool,
         credit: int | None,
         last_number: int = 0,
-    ) -> tuple[Member, list[Action]]:
-        """Add a subscription; the parked messages it matches are delivered to it.
+    ) -> Member:
+        """Add a subscription, not yet confirmed: deliveries on its channel are offered to the
+        confirmed members (and parked), nothing is delivered to it until ``activate``.
 
         Its message numbers (the last part of a MESSAGE's ``message-id``) continue after
         ``last_number``: the owner passes the last number an earlier subscription with the same
@@ -186,9 +196,16 @@ class QueueDispatcher:
         member = Member(self._next_ident, owner, consumer_tag, matches, auto_ack, credit)
         member.last_number = last_number
         self._members.append(member)
+        return member
+
+    def activate(self, member: Member) -> list[Action]:
+        """The broker accepted the member's consume: from now on it is a target, and the parked
+        messages it matches are delivered to it."""
         actions: list[Action] = []
-        self._reoffer(member, actions)
-        return member, actions
+        if member.active and not member.confirmed:
+            member.confirmed = True
+            self._reoffer(member, actions)
+        return actions
 
     def leave(self, member: Member, *, channel_open: bool) -> list[Action]:
         """The subscription ends (``channel_open``: UNSUBSCRIBE; else its channel closed).
@@ -236,7 +253,7 @@ class QueueDispatcher:
         properties = delivery.properties
         refused: set[int] = set()
         for member in self._candidates(origin):
-            if member.ident in refused or member.paused:
+            if member.ident in refused or member.paused or not member.confirmed:
                 continue
             if member.credit is not None and member.credit <= 0:
                 continue
@@ -270,7 +287,7 @@ class QueueDispatcher:
 
     def _reoffer(self, target: Member, actions: list[Action]) -> None:
         """Offer the parked messages of every channel, oldest channel first, to ``target``."""
-        if not target.active or target.paused:
+        if not target.active or not target.confirmed or target.paused:
             return
         ident = target.ident
         for origin in list(self._members):
@@ -342,8 +359,10 @@ class QueueDispatcher:
             due = [tag for tag, parked in member.parked.items() if parked.since + member.hold <= now]
             released = False
             for tag in due:
-                parked = member.parked.pop(tag)
-                if self._wanted_here(parked):
+                parked = member.parked[tag]
+                wanted = self._wanted_here(parked)  # before the pop: a selector that raises
+                del member.parked[tag]  # leaves the message parked, not forgotten
+                if wanted:
                     parked.since = now
                     member.parked[tag] = parked  # to the end: the oldest stays first
                     continue
@@ -354,9 +373,9 @@ class QueueDispatcher:
         return actions
 
     def _wanted_here(self, parked: _Parked) -> bool:
-        """Whether an active member matches the parked message (remembering who does not)."""
+        """Whether a confirmed member matches the parked message (remembering who does not)."""
         for member in self._members:
-            if not member.active or member.ident in parked.refused_by:
+            if not member.active or not member.confirmed or member.ident in parked.refused_by:
                 continue
             if member.matches(parked.delivery.properties):
                 return True
@@ -372,6 +391,10 @@ class Dispatchers:
 
     def __init__(self) -> None:
         self._by_queue: dict[tuple[str, str], QueueDispatcher] = {}
+
+    def has(self, vhost: str, queue: str) -> bool:
+        """Whether ``queue`` has a dispatcher in this process (a plain subscription joins it)."""
+        return (vhost, queue) in self._by_queue
 
     def get(self, vhost: str, queue: str) -> QueueDispatcher:
         dispatcher = self._by_queue.get((vhost, queue))

@@ -176,13 +176,22 @@ class AwaitConfirms:
 @dataclass(frozen=True, slots=True)
 class JoinDispatch:
     """Add the subscription ``consumer_tag`` to the process's dispatcher of ``queue`` (in the
-    session's vhost), before its consume: from then on its deliveries go through the dispatcher."""
+    session's vhost), before its consume: from then on its deliveries go through the dispatcher.
+    It gets nothing until ``ActivateDispatch`` (the broker may still refuse the consume)."""
 
     queue: str
     consumer_tag: str
     matches: Callable[[MessageProperties], bool]
     auto_ack: bool
     credit: int | None  # the STOMP prefetch, enforced by the dispatcher (None: unlimited)
+
+
+@dataclass(frozen=True, slots=True)
+class ActivateDispatch:
+    """The broker accepted the consume of ``consumer_tag`` (and its RECEIPT is out): the
+    dispatcher may deliver to it now, the held messages it matches first."""
+
+    consumer_tag: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +224,8 @@ class DispatchSettle:
 # the other synchronous ones (login, close, waiting for confirms) belong to the shell.
 BROKER_CALLS = (ConfirmSelect, QueueDeclare, QueueBind, QueueDelete, BasicQos, BasicConsume, BasicCancel)
 
-DISPATCH_OPS = (JoinDispatch, LeaveDispatch, DispatchDelivery, DispatchSettle)
+DISPATCH_OPS = (JoinDispatch, ActivateDispatch, LeaveDispatch, DispatchDelivery, DispatchSettle)
+DispatchOp = JoinDispatch | ActivateDispatch | LeaveDispatch | DispatchDelivery | DispatchSettle
 
 SYNCHRONOUS_OPS = (
     OpenConnection,
@@ -249,6 +259,7 @@ Operation = (
     | DeleteQueueOnClose
     | AwaitConfirms
     | JoinDispatch
+    | ActivateDispatch
     | LeaveDispatch
     | DispatchDelivery
     | DispatchSettle

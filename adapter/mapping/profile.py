@@ -158,6 +158,11 @@ class RabbitMQRules:
         """Whether the subscription's basic.consume is exclusive; the plugin never asks."""
         return False
 
+    def plain_joins_dispatcher(self, headers: Mapping[str, str]) -> bool:
+        """Whether a queue subscription without a selector joins the queue's dispatcher, when
+        the process has one (adapter/mapping/dispatch.py); the plugin has no dispatchers."""
+        return False
+
 
 class ClientIds:
     """The ``client-id`` values of the connections logged in now, and who holds each.
@@ -444,6 +449,12 @@ class ActiveMQRules(RabbitMQRules):
         the queue has another consumer, and refuses other consumers while it lasts
         (docs/migration-activemq.md: ActiveMQ keeps them waiting instead)."""
         return headers.get("activemq.exclusive", "").strip().lower() == "true"
+
+    def plain_joins_dispatcher(self, headers: Mapping[str, str]) -> bool:
+        """A subscription without a selector matches every message: on a queue whose selector
+        consumers hold messages it must get them at once, as from ActiveMQ, not after the hold
+        time.  Not a stream read from an offset (its deliveries cannot be held or requeued)."""
+        return "x-stream-offset" not in headers
 
 
 # ActiveMQ's ``transformation`` values that need no conversion here: every RabbitMQ message is a

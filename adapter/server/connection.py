@@ -938,9 +938,7 @@ class ClientConnection(asyncio.Protocol):
             self._destinations.count_delivered(destination)
 
     # ------------------------------------------------------------------ queue dispatchers
-    def _dispatch_op(
-        self, op: ops.JoinDispatch | ops.LeaveDispatch | ops.DispatchDelivery | ops.DispatchSettle
-    ) -> None:
+    def _dispatch_op(self, op: ops.DispatchOp) -> None:
         link = self._dispatch
         if link is None:
             assert self.session is not None and self.session.vhost is not None
@@ -956,10 +954,11 @@ class ClientConnection(asyncio.Protocol):
         data = self.session.render_dispatched(delivery)
         if data and self._destinations is not None:
             self._count_delivered(delivery.consumer_tag)
-        if self._steps is not None:
-            self._held.append(data)  # after the current frame's RECEIPT, as in on_deliver
-        else:
-            self._write(data)
+        # written now, even while a frame is being handled: a member is only activated after its
+        # SUBSCRIBE's RECEIPT, so there is no RECEIPT to wait for (on_deliver holds its MESSAGEs
+        # back), and an auto-ack member's message is acknowledged at its origin as it is sent: held
+        # here, it would be lost if the frame being handled ends the connection
+        self._write(data)
 
     def settle_dispatched(self, delivery_tag: int, ack: bool, requeue: bool) -> None:
         """The queue's dispatcher settles a delivery of this connection's channel (acks are

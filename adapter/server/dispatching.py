@@ -11,12 +11,15 @@ Nothing here runs for a connection without a selector subscription on a queue.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from typing import Protocol
 
 from ..mapping import dispatch
 from ..mapping import operations as ops
 from ..mapping.dispatch import Deliver, Dispatchers, Member, Owner, QueueDispatcher
+
+log = logging.getLogger(__name__)
 
 
 def run(actions: Iterable[dispatch.Action]) -> None:
@@ -43,7 +46,15 @@ def arm_release(dispatcher: QueueDispatcher, loop: asyncio.AbstractEventLoop) ->
 
 def _release(dispatcher: QueueDispatcher, loop: asyncio.AbstractEventLoop) -> None:
     dispatcher.timer = None
-    run(dispatcher.release_due(loop.time()))
+    try:
+        run(dispatcher.release_due(loop.time()))
+    except Exception:
+        # a bug in one evaluation must not end the releases of this queue for good (its held
+        # messages would wait for their channels to close); what failed stays parked and is
+        # looked at again a hold time later, not in a busy loop
+        log.exception("queue dispatcher: releasing held messages failed; retrying later")
+        dispatcher.timer = loop.call_later(dispatch.HOLD_MIN, _release, dispatcher, loop)
+        return
     arm_release(dispatcher, loop)
 
 
@@ -94,9 +105,7 @@ class DispatchLink:
         # same tag numbers its messages after it (QueueDispatcher.join)
         self._last_numbers: dict[str, int] = {}
 
-    def execute(
-        self, op: ops.JoinDispatch | ops.LeaveDispatch | ops.DispatchDelivery | ops.DispatchSettle
-    ) -> None:
+    def execute(self, op: ops.DispatchOp) -> None:
         now = self._loop.time()
         if isinstance(op, ops.DispatchDelivery):
             entry = self._members.get(op.delivery.consumer_tag)
@@ -116,8 +125,9 @@ class DispatchLink:
                     dispatcher.settle(member, op.number, multiple=op.multiple, ack=op.ack, requeue=op.requeue)
                 )
         elif isinstance(op, ops.JoinDispatch):
+            # not a target yet: the broker may still refuse the consume (ActivateDispatch)
             dispatcher = self._dispatchers.get(self._vhost, op.queue)
-            member, actions = dispatcher.join(
+            member = dispatcher.join(
                 self._owner,
                 op.consumer_tag,
                 op.matches,
@@ -126,8 +136,12 @@ class DispatchLink:
                 last_number=self._last_numbers.get(op.consumer_tag, 0),
             )
             self._members[op.consumer_tag] = (dispatcher, member, op.queue)
-            run(actions)
-            arm_release(dispatcher, self._loop)
+        elif isinstance(op, ops.ActivateDispatch):
+            entry = self._members.get(op.consumer_tag)
+            if entry is not None:
+                dispatcher, member, _queue = entry
+                run(dispatcher.activate(member))
+                arm_release(dispatcher, self._loop)
         else:
             entry = self._members.pop(op.consumer_tag, None)
             if entry is not None:

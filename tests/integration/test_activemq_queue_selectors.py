@@ -233,3 +233,121 @@ def test_a_plain_amqp_consumer_on_the_queue_gets_what_is_released(
     assert broker.run(consume_one) == b"green-1"
     assert red.nothing_more()
     assert parked(amq, queue) == 0
+
+
+# --- a subscription the broker refuses must not take the held messages with it (issue #24) -----
+
+
+def collect(client: StompClient, count: int, timeout: float = 5.0) -> list[Any]:
+    """Up to ``count`` MESSAGE frames, stopping early when none comes within ``timeout``."""
+    got = []
+    for _ in range(count):
+        try:
+            got.append(client.next("MESSAGE", timeout))
+        except AssertionError:
+            break
+    return got
+
+
+def refused_subscriber_takes_nothing(
+    amq: AdapterProcess,
+    clients: Callable[[], StompClient],
+    queue: str,
+    broker: BrokerProbe,
+    holder: StompClient,
+    refused: StompClient,
+) -> None:
+    """Blue messages are held on ``holder``'s channel (its selector is red); ``refused`` asks
+    for them with a matching selector in ack:auto, and the broker refuses its consume.  Every
+    blue message must still reach an authorised subscriber afterwards; ``holder`` is the
+    bystander that stays served."""
+    total = 5
+    for n in range(total):
+        send(holder, queue, "blue", f"blue-{n}")
+    assert wait_parked(amq, queue, total) == total
+    refused.conn.subscribe(
+        f"/amq/queue/{queue}", "b", ack="auto", headers={"selector": "colour = 'blue'", "receipt": "sb"}
+    )
+    error = refused.next("ERROR")
+    assert error.headers["message"] == "access_refused"
+    assert refused.wait_disconnected(5)
+    assert refused.nothing_more()  # not before the ERROR, not after it
+    # the bystander is still served
+    send(holder, queue, "red", "red-after")
+    red = holder.next("MESSAGE")
+    assert red.body == "red-after"
+    holder.conn.ack(red.headers["ack"])
+    # the blue messages are still held for an authorised subscriber (none acknowledged away),
+    # and go back to the queue when their holder leaves
+    assert parked(amq, queue) == total
+    holder.close()
+    assert broker.idle_depth(queue) == total
+    blue = clients()
+    subscribe(blue, queue, "b", "colour = 'blue'", ack="client-individual")
+    got = collect(blue, total)
+    assert sorted(m.body for m in got) == [f"blue-{n}" for n in range(total)]
+    for message in got:
+        blue.conn.ack(message.headers["ack"])
+    blue.conn.unsubscribe("b", headers={"receipt": "ub"})
+    expect_receipt(blue, "ub")
+    blue.close()
+    assert broker.idle_depth(queue) == 0
+
+
+def test_a_subscriber_without_read_permission_gets_no_held_message_and_loses_none(
+    amq: AdapterProcess, clients: Callable[[], StompClient], queue: str, broker: BrokerProbe
+) -> None:
+    reader = clients()
+    subscribe(reader, queue, "r", "colour = 'red'")
+    user = broker.create_user(
+        "secret", prefix="amq-noread", permissions={"configure": ".*", "write": ".*", "read": "^$"}
+    )
+    refused = StompClient(amq.port, login=user, passcode="secret")
+    try:
+        refused_subscriber_takes_nothing(amq, clients, queue, broker, reader, refused)
+    finally:
+        refused.close()
+
+
+def test_a_subscriber_refused_by_an_exclusive_consumer_gets_no_held_message_and_loses_none(
+    amq: AdapterProcess, clients: Callable[[], StompClient], queue: str, broker: BrokerProbe
+) -> None:
+    holder = clients()
+    holder.conn.subscribe(
+        f"/queue/{queue}",
+        "r",
+        ack="client-individual",
+        headers={"selector": "colour = 'red'", "activemq.exclusive": "true", "receipt": "s-r"},
+    )
+    expect_receipt(holder, "s-r")
+    refused_subscriber_takes_nothing(amq, clients, queue, broker, holder, clients())
+
+
+def test_a_plain_subscription_gets_the_held_messages_at_once(
+    amq: AdapterProcess, clients: Callable[[], StompClient], queue: str, broker: BrokerProbe
+) -> None:
+    """A subscription without a selector matches everything: it is a member of the queue's
+    dispatcher and gets what a selector subscription holds straight from the holding channel,
+    not after the hold time (a released message would come back ``redelivered:true``)."""
+    red = clients()
+    subscribe(red, queue, "r", "colour = 'red'")
+    total = 4
+    for n in range(total):
+        send(red, queue, "green", f"green-{n}")
+    assert wait_parked(amq, queue, total) == total
+    plain = clients()
+    plain.conn.subscribe(f"/queue/{queue}", "p", ack="client", headers={"receipt": "s-p"})
+    first = plain.next(("RECEIPT", "MESSAGE"))  # the RECEIPT first, then what it lets through
+    assert (first.command, first.headers.get("receipt-id")) == ("RECEIPT", "s-p")
+    got = plain.messages(total)
+    assert sorted(m.body for m in got) == [f"green-{n}" for n in range(total)]
+    assert all(m.headers["redelivered"] == "false" for m in got)  # never released in between
+    assert parked(amq, queue) == 0
+    # it also takes new messages of any colour; red keeps getting its own
+    send(red, queue, "green", "green-new")
+    assert plain.next("MESSAGE").body == "green-new"
+    assert red.nothing_more()
+    plain.conn.ack(got[-1].headers["ack"])  # cumulative: every earlier one too
+    plain.close()
+    red.close()
+    assert broker.idle_depth(queue) == 1  # green-new, never acknowledged: back on the queue

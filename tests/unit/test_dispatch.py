@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from adapter.mapping import operations as ops
 from adapter.mapping.dispatch import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
 from adapter.mapping.operations import Delivery
 from adapter.mapping.properties import MessageProperties
+from adapter.server import dispatching
 from adapter.server.dispatching import DispatchLink
 
 
@@ -54,11 +56,10 @@ def execute(actions: list[dispatch.Action]) -> None:
 def join(
     dispatcher: QueueDispatcher, colour: str, *, auto_ack: bool = False, credit: int | None = None
 ) -> tuple[Member, Channel]:
+    """Join and activate (the broker accepted the consume)."""
     channel = Channel(colour)
-    member, actions = dispatcher.join(
-        channel, f"T_{colour}", colour_is(colour), auto_ack=auto_ack, credit=credit
-    )
-    execute(actions)
+    member = dispatcher.join(channel, f"T_{colour}", colour_is(colour), auto_ack=auto_ack, credit=credit)
+    execute(dispatcher.activate(member))
     return member, channel
 
 
@@ -223,12 +224,138 @@ def test_closed_channel_settles_nothing_more() -> None:
     assert blue.credit is None and blue.in_flight == {}
 
 
+def test_an_unconfirmed_member_takes_nothing_and_a_refused_one_leaves_having_settled_nothing() -> None:
+    # issue #24: it joined before its consume; the broker refuses the consume (no read
+    # permission, an exclusive consumer) and closes its channel
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    execute(dispatcher.offer(red, message(1, "blue"), now=0))
+    blue_channel = Channel("blue")
+    blue = dispatcher.join(blue_channel, "T_blue", colour_is("blue"), auto_ack=True, credit=None)
+    execute(dispatcher.offer(red, message(2, "blue"), now=0))
+    assert blue_channel.rendered == [] and red_channel.settled == []
+    assert list(red.parked) == [1, 2]
+    execute(dispatcher.release_due(now=HOLD_MIN))  # nobody confirmed wants them: released
+    assert red_channel.settled == [(1, False, True), (2, False, True)]
+    execute(dispatcher.leave(blue, channel_open=False))
+    assert blue_channel.settled == [] and blue_channel.rendered == []
+    assert dispatcher.members == (red,)
+
+
+def test_an_unconfirmed_members_own_deliveries_wait_for_it_and_activation_gives_them() -> None:
+    # the broker may deliver between consume-ok and the activation: an origin, not a target
+    dispatcher = QueueDispatcher()
+    red_channel = Channel("red")
+    red = dispatcher.join(red_channel, "T_red", colour_is("red"), auto_ack=True, credit=None)
+    execute(dispatcher.offer(red, message(1, "red"), now=0))
+    assert red_channel.rendered == [] and list(red.parked) == [1]
+    execute(dispatcher.activate(red))
+    assert [d.delivery_tag for d in red_channel.rendered] == [1]
+    assert red_channel.settled == [(1, True, True)]  # auto: settled as it is sent, once confirmed
+    assert dispatcher.activate(red) == []  # twice: nothing
+
+
+def test_a_plain_member_takes_what_selector_members_hold_as_soon_as_it_is_confirmed() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    for tag, colour in enumerate(("green", "blue", "green"), start=1):
+        execute(dispatcher.offer(red, message(tag, colour), now=0))
+    plain_channel = Channel("plain")
+    plain = dispatcher.join(plain_channel, "T_plain", lambda _p: True, auto_ack=False, credit=None)
+    assert plain_channel.rendered == []
+    execute(dispatcher.activate(plain))
+    assert [d.consumer_tag for d in plain_channel.rendered] == ["T_plain"] * 3
+    assert red.parked == {}  # nothing waits for the hold time
+    execute(dispatcher.settle(plain, 3, multiple=True, ack=True))
+    assert red_channel.settled == [(1, True, True), (2, True, True), (3, True, True)]
+    # and new messages red does not match go to it at once
+    execute(dispatcher.offer(red, message(4, "green"), now=0))
+    assert len(plain_channel.rendered) == 4 and red.parked == {}
+
+
+def test_a_selector_that_raises_during_a_release_leaves_the_message_parked() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    calls = [0]
+
+    def flaky(_properties: MessageProperties) -> bool:
+        calls[0] += 1
+        raise ValueError("a bug in the evaluation")
+
+    dispatcher.join(Channel("x"), "T_x", flaky, auto_ack=False, credit=None)  # confirmed below
+    execute(dispatcher.offer(red, message(1, "green"), now=0))
+    dispatcher.members[-1].confirmed = True  # so that only the release asks it
+    with pytest.raises(ValueError):
+        dispatcher.release_due(now=HOLD_MIN)
+    assert calls[0] == 1 and list(red.parked) == [1]  # not forgotten: settled later or on close
+    assert red_channel.settled == []
+
+
+class FakeLoop:
+    """Just what the release timer uses of the event loop: a clock and call_at / call_later."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.handles: list[asyncio.TimerHandle] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def get_debug(self) -> bool:
+        return False
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+        handle = asyncio.TimerHandle(when, callback, args, self)  # type: ignore[arg-type]
+        self.handles.append(handle)
+        return handle
+
+    def call_later(self, delay: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+        return self.call_at(self.now + delay, callback, *args)
+
+    @property
+    def pending(self) -> list[float]:
+        return [handle.when() for handle in self.handles if not handle.cancelled()]
+
+    def fire(self) -> None:
+        handle = next(handle for handle in self.handles if not handle.cancelled())
+        self.handles.remove(handle)
+        self.now = max(self.now, handle.when())
+        handle._callback(*handle._args)  # type: ignore[attr-defined]  # an exception propagates
+
+
+def test_the_release_timer_survives_an_exception_and_comes_back_a_hold_time_later() -> None:
+    dispatcher = QueueDispatcher()
+    red, red_channel = join(dispatcher, "red")
+    failing = [False]
+
+    def flaky(properties: MessageProperties) -> bool:
+        if failing[0]:
+            raise ValueError("a bug in the evaluation")
+        return False
+
+    execute(dispatcher.activate(dispatcher.join(Channel("x"), "T_x", flaky, auto_ack=False, credit=None)))
+    execute(dispatcher.offer(red, message(1, "green"), now=0))
+    failing[0] = True
+    # it said no at the offer; a selector's "no" is remembered, so forget it to be asked again
+    next(iter(red.parked.values())).refused_by.clear()
+    loop = FakeLoop()
+    dispatching.arm_release(dispatcher, loop)  # type: ignore[arg-type]
+    assert loop.pending == [HOLD_MIN]
+    loop.fire()  # raises inside: logged, and armed again one hold time later (no busy loop)
+    assert loop.pending == [2 * HOLD_MIN]
+    assert red_channel.settled == [] and list(red.parked) == [1]
+    failing[0] = False
+    loop.fire()
+    assert red_channel.settled == [(1, False, True)]  # released after all
+    assert loop.pending == [] and dispatcher.timer is None
+
+
 def test_registry_keys_by_vhost_and_queue_and_forgets_empty_dispatchers() -> None:
     dispatchers = dispatch.Dispatchers()
     first = dispatchers.get("/", "q")
     assert dispatchers.get("/", "q") is first
     assert dispatchers.get("other", "q") is not first
-    member, _ = first.join(Channel("x"), "T_x", colour_is("x"), auto_ack=True, credit=None)
+    member = first.join(Channel("x"), "T_x", colour_is("x"), auto_ack=True, credit=None)
     dispatchers.forget_if_empty("/", "q")
     assert len(dispatchers) == 2
     first.leave(member, channel_open=False)
@@ -239,49 +366,90 @@ def test_registry_keys_by_vhost_and_queue_and_forgets_empty_dispatchers() -> Non
 # --- the property: nothing lost, nothing misdelivered ------------------------------------------
 
 COLOURS = ("red", "blue", "green")
+PLAIN = "plain"  # a subscription without a selector: it matches everything
 step = st.one_of(
     st.tuples(st.just("offer"), st.integers(0, 3), st.sampled_from(COLOURS)),
     st.tuples(st.just("ack"), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("nack"), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("release"), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("leave"), st.integers(0, 3), st.booleans()),
+    # a subscription joins later, then the broker accepts (activate) or refuses (its channel
+    # closes) its consume
+    st.tuples(st.just("join"), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("consume"), st.integers(0, 3), st.booleans()),
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     members=st.lists(
-        st.tuples(st.sampled_from(COLOURS), st.booleans(), st.one_of(st.none(), st.integers(1, 3))),
+        st.tuples(
+            st.sampled_from((*COLOURS, PLAIN)),
+            st.booleans(),
+            st.one_of(st.none(), st.integers(1, 3)),
+            st.booleans(),  # confirmed at once (else a later "consume" step decides)
+            st.booleans(),  # joins at once (else at a later "join" step)
+        ),
         min_size=1,
         max_size=4,
     ),
     steps=st.lists(step, max_size=60),
 )
 def test_no_message_is_lost_or_misdelivered(
-    members: list[tuple[str, bool, int | None]], steps: list[tuple[str, int, object]]
+    members: list[tuple[str, bool, int | None, bool, bool]], steps: list[tuple[str, int, object]]
 ) -> None:
     """Every delivery on a member's channel ends settled exactly once on that channel (or with
-    the channel closed), and a message is only ever rendered to a member whose selector matches."""
+    the channel closed), a message is only ever rendered to a confirmed member whose selector
+    matches, and nothing is acknowledged on its origin that a client did not get (issue #24:
+    a member whose consume the broker refused never took a message)."""
     dispatcher = QueueDispatcher()
     joined: list[tuple[Member, Channel]] = []
-    for colour, auto_ack, credit in members:
-        joined.append(join(dispatcher, colour, auto_ack=auto_ack, credit=credit))
+    waiting: dict[int, tuple[str, bool, int | None]] = {}  # index -> a member not joined yet
+    accepted: set[int] = set()  # members whose consume the broker accepted (the test's books)
+
+    def join_member(index: int, colour: str, auto_ack: bool, credit: int | None) -> None:
+        matches = (lambda _p: True) if colour == PLAIN else colour_is(colour)
+        member = dispatcher.join(joined[index][1], f"T_{index}", matches, auto_ack=auto_ack, credit=credit)
+        joined[index] = (member, joined[index][1])
+
+    for colour, auto_ack, credit, confirmed, at_once in members:
+        index = len(joined)
+        # a placeholder member until it joins: left, its channel closed, so every step skips it
+        placeholder = Member(-index - 1, Channel(colour), "", colour_is(colour), auto_ack, credit)
+        placeholder.active = placeholder.channel_open = False
+        joined.append((placeholder, Channel(colour)))
+        if not at_once:
+            waiting[index] = (colour, auto_ack, credit)
+            continue
+        join_member(index, colour, auto_ack, credit)
+        if confirmed:
+            accepted.add(index)
+            execute(dispatcher.activate(joined[index][0]))
     colour_of: dict[tuple[int, int], str] = {}  # (channel index, delivery tag) -> colour
     origin_of: dict[tuple[int, int], tuple[int, int]] = {}  # (member index, number) -> origin key
+    got: set[tuple[int, int]] = set()  # origin keys rendered to a confirmed member's client
     next_tag = [0] * len(joined)
     closed: set[int] = set()  # members whose channel closed (the broker requeues what it held)
     now = 0.0
 
+    def index_of(member: Member) -> int:
+        return next(i for i, (m, _c) in enumerate(joined) if m is member)
+
     def apply(actions: list[dispatch.Action]) -> None:
         for action in actions:
             if isinstance(action, Deliver):
-                index = next(i for i, (m, _c) in enumerate(joined) if m is action.target)
-                assert action.target.active
+                index = index_of(action.target)
+                assert action.target.active and action.target.confirmed, "rendered to an unconfirmed member"
                 # the dispatcher's origin for this number, from its books or an auto ack below
                 origin = _origin_key(joined, action, actions)
-                assert colour_of[origin] == joined[index][1].name, "rendered to a member that does not match"
+                wanted = joined[index][1].name
+                assert wanted in (PLAIN, colour_of[origin]), "rendered to a member that does not match"
                 origin_of[index, action.delivery.delivery_tag] = origin
-        execute(actions)
+                got.add(origin)
+            elif action.ack:
+                key = (index_of(action.origin), action.delivery_tag)
+                assert key in got, "acknowledged on its origin but no client got it"
+            execute([action])
 
     for kind, index, flag in steps:
         index %= len(joined)
@@ -301,6 +469,20 @@ def test_no_message_is_lost_or_misdelivered(
         elif kind == "leave" and member.active:
             apply(dispatcher.leave(member, channel_open=bool(flag)))
             if not flag:
+                closed.add(index)
+        elif kind == "join" and index in waiting:
+            join_member(index, *waiting.pop(index))
+            member = joined[index][0]
+            if flag:
+                accepted.add(index)
+                apply(dispatcher.activate(member))
+        elif kind == "consume" and member.active and index not in accepted:
+            if flag:
+                accepted.add(index)
+                apply(dispatcher.activate(member))
+            else:  # refused: the broker closes the channel; the member leaves with it
+                assert channel.rendered == [], "a member the broker refused took messages"
+                apply(dispatcher.leave(member, channel_open=False))
                 closed.add(index)
     for member, _channel in joined:
         if member.active:
@@ -394,9 +576,11 @@ def test_a_resubscription_with_the_same_tag_numbers_its_messages_after_the_old_o
         link = DispatchLink(client, dispatch.Dispatchers(), "/", loop)
         subscribe = ops.JoinDispatch("q", "T_1", colour_is("red"), auto_ack=False, credit=None)
         link.execute(subscribe)
+        link.execute(ops.ActivateDispatch("T_1"))
         link.execute(ops.DispatchDelivery(message(7, "red", "T_1")))
         link.execute(ops.LeaveDispatch("T_1"))
         link.execute(subscribe)
+        link.execute(ops.ActivateDispatch("T_1"))
         link.execute(ops.DispatchDelivery(message(8, "red", "T_1")))
         assert [delivery.delivery_tag for delivery in client.rendered] == [1, 2]
         link.execute(ops.DispatchSettle("T_1", 1, multiple=True, ack=True))  # the old message's id

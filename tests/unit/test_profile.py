@@ -643,7 +643,7 @@ def test_queue_selector_subscription_joins_the_dispatcher_before_it_consumes() -
         ),
     )
     kinds = [type(op) for op in out if not isinstance(op, ops.SendFrame)]
-    assert kinds == [ops.QueueDeclare, ops.BasicQos, ops.JoinDispatch, ops.BasicConsume]
+    assert kinds == [ops.QueueDeclare, ops.BasicQos, ops.JoinDispatch, ops.BasicConsume, ops.ActivateDispatch]
     assert ops.BasicQos(3 + dispatch.PARK_LIMIT) in out  # the STOMP prefetch plus the parking room
     join = next(op for op in out if isinstance(op, ops.JoinDispatch))
     assert (join.queue, join.consumer_tag, join.auto_ack, join.credit) == ("q", "T_1", False, 3)
@@ -651,6 +651,47 @@ def test_queue_selector_subscription_joins_the_dispatcher_before_it_consumes() -
     assert not join.matches(MessageProperties(headers={"n": "1"}))
     consume = next(op for op in out if isinstance(op, ops.BasicConsume))
     assert consume.no_ack is False  # held messages need acks
+
+
+def test_a_dispatched_subscription_is_activated_only_after_its_consume_and_its_receipt() -> None:
+    # the broker may refuse the consume (no read permission, an exclusive consumer): until it
+    # accepted it the member takes no held message, so none is acknowledged away for it
+    out = run(
+        amq_session(),
+        Frame("SUBSCRIBE", {"destination": "/amq/queue/q", "id": "1", "selector": "n > 1", "receipt": "r"}),
+    )
+    kinds = [type(op) for op in out]
+    assert kinds[-4:] == [ops.JoinDispatch, ops.BasicConsume, ops.SendFrame, ops.ActivateDispatch]
+    receipt = out[-2]
+    assert isinstance(receipt, ops.SendFrame) and command_of(receipt.data) == "RECEIPT"
+    assert out[-1] == ops.ActivateDispatch("T_1")
+
+
+def test_a_plain_queue_subscription_joins_the_queues_dispatcher_when_there_is_one() -> None:
+    session = amq_session()
+    plain = {"destination": "/queue/q", "id": "1", "ack": "client"}
+    out = run(session, Frame("SUBSCRIBE", plain))
+    assert not any(isinstance(op, ops.JoinDispatch) for op in out)  # no dispatcher: the broker's way
+    assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is False
+    session.settings.dispatchers.get("/", "q")  # a selector subscription of the process made one
+    out = run(session, Frame("SUBSCRIBE", {**plain, "id": "2", "ack": "auto"}))
+    join = next(op for op in out if isinstance(op, ops.JoinDispatch))
+    assert (join.consumer_tag, join.auto_ack) == ("T_2", True)
+    assert join.matches(MessageProperties()) and join.matches(MessageProperties(headers={"n": "0"}))
+    assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is False  # held: acked
+    assert out[-1] == ops.ActivateDispatch("T_2")
+    # a stream read from an offset is never held: it stays out
+    out = run(session, Frame("SUBSCRIBE", {**plain, "id": "3", "x-stream-offset": "first"}))
+    assert not any(isinstance(op, ops.JoinDispatch) for op in out)
+
+
+def test_the_rabbitmq_profile_never_joins_a_dispatcher() -> None:
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    session.settings.dispatchers.get("/", "q")
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1"}))
+    assert not any(isinstance(op, ops.DISPATCH_OPS) for op in out)
+    assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is True
 
 
 def test_auto_ack_queue_selector_consumes_with_acks_and_unlimited_credit() -> None:
