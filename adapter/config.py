@@ -338,6 +338,28 @@ def _listeners(value: object) -> tuple[str, ...]:
     return tuple(result)
 
 
+def _trusted_peers(value: object) -> tuple[str, ...]:
+    """adapter.proxy_protocol_trusted: addresses and CIDR networks, normalised; none: every peer."""
+    allowed = "must be a comma-separated list of IP addresses and CIDR networks such as 10.0.0.0/8 (or none)"
+    if isinstance(value, str):
+        if value.strip().lower() in ("", "none"):
+            return ()
+        value = _split_list(value)
+    if not isinstance(value, list | tuple):
+        raise ValueError(allowed)
+    result = []
+    for item in value:
+        text = str(item).strip()
+        if not text:
+            continue
+        try:
+            result.append(str(ipaddress.ip_network(text, strict=True)))
+        except ValueError as exc:
+            hint = " (host bits set: write the network's own address)" if "host bits" in str(exc) else ""
+            raise ValueError(f"{text!r} is not an address or network{hint}: {allowed}") from None
+    return tuple(result)
+
+
 def _user_list(value: object) -> tuple[str, ...]:
     allowed = "must be a comma-separated list of user names (or none)"
     if isinstance(value, str):
@@ -374,6 +396,7 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "hide_server_info": _to_bool,
     "default_nack_requeue": _to_bool,
     "proxy_protocol": _to_bool,
+    "proxy_protocol_trusted": _trusted_peers,
     "default_topic_exchange": _non_empty_str,
     "max_frame_size": _int_converter(1),
     "max_frame_size_unauthenticated": _int_converter(1),
@@ -475,6 +498,9 @@ class Settings(BaseSettings):
     hide_server_info: bool = False
     default_nack_requeue: bool = True
     proxy_protocol: bool = False
+    # peers whose PROXY header (stomp. and web_stomp.proxy_protocol) is believed; empty: every
+    # peer, as in the plugins (adapter/server/proxy_protocol.py, ProxyTrust)
+    proxy_protocol_trusted: Annotated[tuple[str, ...], NoDecode] = ()
     default_topic_exchange: str = "amq.topic"
     max_frame_size: int = 4 * 1024 * 1024
     max_frame_size_unauthenticated: int = 65536
@@ -638,6 +664,7 @@ _ADAPTER_KEYS: dict[str, str] = {
         "amqp_connection_max_age_seconds",
         "amqp_connection_pool_size",
         "loopback_users",
+        "proxy_protocol_trusted",
         "log_level",
         "log_format",
         "http_listen",

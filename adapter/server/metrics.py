@@ -191,10 +191,11 @@ class ServerCollector(Collector):
             "connections_refused",
             "connections ended before any STOMP frame, by reason (tls_handshake: a failed TLS "
             "handshake; tls_timeout: none within the login timeout; proxy_header: a missing or "
-            "invalid PROXY header; proxy_timeout: an incomplete one at the login timeout)",
+            "invalid PROXY header; proxy_timeout: an incomplete one at the login timeout; "
+            "proxy_untrusted: a peer outside adapter.proxy_protocol_trusted)",
             "reason",
             stats.connections_refused,
-            ("tls_handshake", "tls_timeout", "proxy_header", "proxy_timeout"),
+            ("tls_handshake", "tls_timeout", "proxy_header", "proxy_timeout", "proxy_untrusted"),
         )
         yield _by_label(
             "login_failures",

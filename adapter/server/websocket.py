@@ -56,7 +56,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from .connection import ClientConnection
+from .connection import ClientConnection, refuse_untrusted_proxy
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 
 if TYPE_CHECKING:
@@ -260,6 +260,9 @@ class WebSocketConnection(asyncio.Protocol):
             self._phase = "proxy"
         # the request (and a PROXY header before it) must arrive in time
         self._timer = self._loop.call_later(self._settings.request_timeout, self._request_timed_out)
+        if self._phase == "proxy" and not self._server.proxy_trust.trusts(peername[0] if peername else "?"):
+            refuse_untrusted_proxy(self._server, self.peer)
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._phase in ("websocket", "closing"):
