@@ -723,7 +723,6 @@ class ClientConnection(asyncio.Protocol):
         nodes = self._server.nodes
         failures = self._server.stats.amqp_connection_failures
         deadline = self._loop.time() + self._server.login_timeout
-        problems: list[str] = []
         amqp: AmqpConnection | None = None
         reuse = self._server.amqp_reuse
         for node in nodes.attempt_order():
@@ -733,7 +732,6 @@ class ClientConnection(asyncio.Protocol):
                 return ops.LoginResult(False, "other", "closed")
             remaining = deadline - self._loop.time()
             if remaining <= 0:
-                problems.append(f"{node.label}: not tried, login timeout reached")
                 break
             target = node.resolver.target()
             try:
@@ -768,7 +766,9 @@ class ClientConnection(asyncio.Protocol):
                     failures["vhost"] += 1
                     return ops.LoginResult(False, "vhost", error.text)
                 failures["refused"] += 1
-                return ops.LoginResult(False, "other", error.text)
+                # the broker's text may name its node or the adapter's internals: logged above,
+                # and the client gets the plugin's body for a login that failed otherwise
+                return ops.LoginResult(False, "other")
             except ssl.SSLError as error:
                 failures["tls"] += 1
                 nodes.failed(node)
@@ -777,7 +777,6 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     problem = f"TLS handshake with {node.label} failed: {_tls_failure(error)}"
                 log.warning("peer=%s: %s (%s)", self.peer, problem, error)
-                problems.append(problem)
             except (OSError, TimeoutError) as error:
                 if isinstance(error, OSError) and error.errno in EXHAUSTED:
                     failures["file_descriptors"] += 1
@@ -789,16 +788,14 @@ class ClientConnection(asyncio.Protocol):
                 nodes.failed(node)
                 reason = str(error) or type(error).__name__
                 log.warning("broker node unreachable for peer=%s: %s: %s", self.peer, node.label, reason)
-                problems.append(f"{node.label}: {reason}")
             else:
                 nodes.connected(node, target, amqp.peer_address)
                 if reuse is not None:
                     reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 break
         if amqp is None:
-            tls_problems = [p for p in problems if p.startswith("TLS ")]
-            if tls_problems:
-                return ops.LoginResult(False, "other", "; ".join(tls_problems))
+            # the client has not logged in: it learns no node, address, certificate problem or
+            # setting (the log above has them all), only what an unreachable broker tells it
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
         return self._logged_in(amqp)
 
