@@ -167,7 +167,12 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         if parts.password is None:
-            return url
+            if "@" not in url or "@" in parts.netloc or "://" not in url:
+                return url  # no user, or a user without a password
+            # an unencoded / ? # in the password ends the user part early: hide all up to the last @
+            scheme, _, rest = url.partition("://")
+            user = re.split(r"[:@/?#]", rest, maxsplit=1)[0]
+            return f"{scheme}://{user}:***@{rest.rpartition('@')[2]}"
         userinfo, _, hostport = parts.netloc.rpartition("@")
         user = userinfo.partition(":")[0]
         return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
@@ -203,6 +208,9 @@ def _amqp_url(value: object) -> str:
             raise ValueError(allowed) from None
         if parts.scheme.lower() not in ("amqp", "amqps") or not parts.hostname or port == 0:
             raise ValueError(allowed)
+        if "@" in url and "@" not in parts.netloc:
+            # "amqp://user:12345/secret@host/" reads as host "user", port 12345
+            raise ValueError(f"{allowed}; percent-encode / ? # @ in the user and password")
         urls.append(url)
     return ",".join(urls)
 

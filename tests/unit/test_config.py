@@ -360,6 +360,16 @@ def test_bad_url_does_not_show_the_password(tmp_path: Path) -> None:
     assert "'https://user:***@host/'" in message
 
 
+@pytest.mark.parametrize("password", ["hunter2/x", "hunter2?x", "hunter2#x", "12345/hunter2"])
+def test_a_password_that_breaks_the_url_is_not_shown(tmp_path: Path, password: str) -> None:
+    """An unencoded / ? # ends the user part early: the URL does not parse as one with a
+    password, and every piece of it up to the last @ must still be hidden."""
+    url = f"amqp://user:{password}@host:5672/"
+    assert "hunter2" not in redact_url(url)
+    message = config_error(tmp_path, f"adapter.amqp_url = {url}\n")
+    assert "hunter2" not in message and "'amqp://user:***@host:5672/'" in message
+
+
 def test_bad_log_level(tmp_path: Path) -> None:
     message = config_error(tmp_path, "adapter.log_level = verbose\n")
     assert "adapter.log_level = 'verbose': must be one of DEBUG, INFO, WARNING, ERROR" in message
