@@ -30,7 +30,7 @@ from .http import OperatorHttp, ServerEndpoints
 from .metrics import add_connection, build_registry
 from .proxy_protocol import ProxyHeader, ProxyHeaderError, ProxyTrust, parse_proxy_header
 from .stats import DestinationCounts, ServerStats
-from .websocket import WebSocketConnection, WebStompSettings
+from .websocket import WebSocketConnection, WebStompSettings, warn_open_origins
 
 log = logging.getLogger("adapter.server")
 
@@ -215,6 +215,11 @@ class Server:
             await self._listen(
                 loop, web.host, web.port, self.web_addresses, factory, web.backlog, "WebSocket"
             )
+        warn_open_origins(
+            [web.settings for web in self.web_listeners],
+            self.web_addresses,
+            self.session_settings.default_user,
+        )
         if self.http_listen is not None:
             host, port = self.http_listen
             await self._listen(

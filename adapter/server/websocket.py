@@ -105,6 +105,26 @@ class WebStompSettings:
     console: bool = True
 
 
+def warn_open_origins(
+    listeners: list[WebStompSettings], addresses: list[tuple[str, int]], default_user: str | None
+) -> None:
+    """At start-up: a listener without ``web_stomp.allow_origins`` serves WebSockets a browser
+    opens for any page, and with a default user a CONNECT without a login is that user; so any
+    web page open in a browser that reaches the listener (one on this host included, which
+    loopback_users lets through) can send and receive as that user.  Served all the same, as
+    by the plugin: the operator is told."""
+    if default_user is None or not addresses or all(web.allow_origins for web in listeners):
+        return
+    log.warning(
+        "WebSocket listener %s accepts WebSockets from every web origin and logs a CONNECT without "
+        "a login in as %r: any web page open in a browser that reaches it (on this host too) can "
+        "use the broker as that user; set web_stomp.allow_origins to the pages' origins, or leave "
+        "stomp.default_user empty",
+        ", ".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in addresses),
+        default_user,
+    )
+
+
 def choose_subprotocol(offered: list[str]) -> str | None:
     """The highest STOMP version the client offers (v10.stomp, v11.stomp, v12.stomp), as the
     plugin picks it; None when it offers none of them (the handshake still succeeds)."""
