@@ -31,6 +31,7 @@ from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
 from .server.listener import Server, WebListener
+from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
 from .session import SessionSettings
@@ -339,6 +340,7 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
         tls_context=listener_tls_context(settings),
         web_listeners=web_listeners(settings, workers),
         proxy_protocol=settings.proxy_protocol,
+        proxy_trust=ProxyTrust.parse(settings.proxy_protocol_trusted),
         login_timeout=settings.login_timeout,
         frame_timeout=settings.frame_timeout,
         incomplete_input_budget=settings.incomplete_frames_budget,

@@ -178,7 +178,12 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         if parts.password is None:
-            return url
+            if "@" not in url or "@" in parts.netloc or "://" not in url:
+                return url  # no user, or a user without a password
+            # an unencoded / ? # in the password ends the user part early: hide all up to the last @
+            scheme, _, rest = url.partition("://")
+            user = re.split(r"[:@/?#]", rest, maxsplit=1)[0]
+            return f"{scheme}://{user}:***@{rest.rpartition('@')[2]}"
         userinfo, _, hostport = parts.netloc.rpartition("@")
         user = userinfo.partition(":")[0]
         return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
@@ -214,6 +219,9 @@ def _amqp_url(value: object) -> str:
             raise ValueError(allowed) from None
         if parts.scheme.lower() not in ("amqp", "amqps") or not parts.hostname or port == 0:
             raise ValueError(allowed)
+        if "@" in url and "@" not in parts.netloc:
+            # "amqp://user:12345/secret@host/" reads as host "user", port 12345
+            raise ValueError(f"{allowed}; percent-encode / ? # @ in the user and password")
         urls.append(url)
     return ",".join(urls)
 
@@ -349,6 +357,28 @@ def _listeners(value: object) -> tuple[str, ...]:
     return tuple(result)
 
 
+def _trusted_peers(value: object) -> tuple[str, ...]:
+    """adapter.proxy_protocol_trusted: addresses and CIDR networks, normalised; none: every peer."""
+    allowed = "must be a comma-separated list of IP addresses and CIDR networks such as 10.0.0.0/8 (or none)"
+    if isinstance(value, str):
+        if value.strip().lower() in ("", "none"):
+            return ()
+        value = _split_list(value)
+    if not isinstance(value, list | tuple):
+        raise ValueError(allowed)
+    result = []
+    for item in value:
+        text = str(item).strip()
+        if not text:
+            continue
+        try:
+            result.append(str(ipaddress.ip_network(text, strict=True)))
+        except ValueError as exc:
+            hint = " (host bits set: write the network's own address)" if "host bits" in str(exc) else ""
+            raise ValueError(f"{text!r} is not an address or network{hint}: {allowed}") from None
+    return tuple(result)
+
+
 def _user_list(value: object) -> tuple[str, ...]:
     allowed = "must be a comma-separated list of user names (or none)"
     if isinstance(value, str):
@@ -385,6 +415,7 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "hide_server_info": _to_bool,
     "default_nack_requeue": _to_bool,
     "proxy_protocol": _to_bool,
+    "proxy_protocol_trusted": _trusted_peers,
     "default_topic_exchange": _non_empty_str,
     "max_frame_size": _int_converter(1),
     "max_frame_size_unauthenticated": _int_converter(1),
@@ -489,6 +520,9 @@ class Settings(BaseSettings):
     hide_server_info: bool = False
     default_nack_requeue: bool = True
     proxy_protocol: bool = False
+    # peers whose PROXY header (stomp. and web_stomp.proxy_protocol) is believed; empty: every
+    # peer, as in the plugins (adapter/server/proxy_protocol.py, ProxyTrust)
+    proxy_protocol_trusted: Annotated[tuple[str, ...], NoDecode] = ()
     default_topic_exchange: str = "amq.topic"
     max_frame_size: int = 4 * 1024 * 1024
     max_frame_size_unauthenticated: int = 65536
@@ -660,6 +694,7 @@ _ADAPTER_KEYS: dict[str, str] = {
         "amqp_connection_max_age_seconds",
         "amqp_connection_pool_size",
         "loopback_users",
+        "proxy_protocol_trusted",
         "log_level",
         "log_format",
         "http_listen",

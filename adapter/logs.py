@@ -4,7 +4,9 @@ Owns how a log record becomes a line.  Text is the classic ``time level logger: 
 is one object per line with ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, plus
 the record's structured ``fields`` when the code attached some (the connection opened, logged in
 and closed lines carry peer, user, vhost, STOMP version, duration, counts and the close reason as
-keys), and ``exception`` with the traceback.  The processes of ``--workers N`` say which worker
+keys), and ``exception`` with the traceback.  Text escapes control characters and line
+separators in the message (``escape_controls``: what a client sends can reach it), so one record
+is one line; JSON escapes them as JSON does.  The processes of ``--workers N`` say which worker
 wrote a line: ``[worker N pid P]`` in text, ``worker`` and ``pid`` keys in JSON.  Credentials
 never reach a record: the code logs user names, never passcodes, and broker URLs only through
 ``config.redact_url``.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Literal
@@ -22,6 +25,34 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 WORKER_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [worker {worker} pid %(process)d]: %(message)s"
+
+
+# What a client sends can reach a message (a login, a vhost, a User-Agent ...): line breaks
+# (those of str.splitlines too: VT, FF, the separators \x1c-\x1e, NEL, U+2028, U+2029), other
+# control characters and terminal escapes, and lone surrogates (bytes that were not UTF-8, which
+# stderr could not even encode).  The text format writes them escaped.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: control characters and line separators as ``\\n``, ``\\x1b``,
+    ``\\u2028`` ... (a client cannot forge a log line, nor drive a terminal that shows the log)."""
+    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """The text format: one line per record, whatever its arguments hold (escape_controls).
+    A traceback keeps its lines: it is the adapter's own text."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
 
 class JsonLinesFormatter(logging.Formatter):
@@ -56,5 +87,5 @@ def configure_logging(level: str, log_format: Literal["text", "json"], worker: i
         handler.setFormatter(JsonLinesFormatter(worker))
     else:
         text = TEXT_FORMAT if worker is None else WORKER_TEXT_FORMAT.format(worker=worker)
-        handler.setFormatter(logging.Formatter(text))
+        handler.setFormatter(TextFormatter(text))
     logging.basicConfig(level=level, handlers=[handler])

@@ -289,6 +289,9 @@ class AmqpConnection(asyncio.Protocol):
             )
         elif method == wire.CONNECTION_OPEN_OK:
             self._phase = ""
+            # nothing after the handshake needs the password (a recycled channel opens without
+            # it, pooled reuse compares a keyed digest): a pooled connection must not keep it
+            self._credentials = (user, "", vhost)
             self._channel_unopened = True
             if self.heartbeat:
                 self._schedule_heartbeat()

@@ -35,7 +35,7 @@ from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
 from .dispatching import DispatchLink
 from .fdlimit import EXHAUSTED
-from .proxy_protocol import ProxyHeaderError, parse_proxy_header
+from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -56,6 +56,7 @@ class ServerState(Protocol):
     broker: BrokerSettings
     nodes: BrokerNodes
     proxy_protocol: bool  # the TCP listeners' setting (TLS and WebSocket read theirs first)
+    proxy_trust: ProxyTrust  # adapter.proxy_protocol_trusted: whose PROXY header is believed
     login_timeout: float
     heartbeat_tolerance: float
     frame_timeout: float
@@ -121,6 +122,17 @@ class BrokerSettings:
     # version) and the name to check the certificate against (None: the node's host name)
     tls: ssl.SSLContext | None = None
     tls_server_name: str | None = None
+
+
+def refuse_untrusted_proxy(server: ServerState, peer: str) -> None:
+    """Log and count a connection that every listener closes before reading a byte, because
+    its peer may not send a PROXY header (adapter.proxy_protocol_trusted)."""
+    log.warning(
+        "closing connection from %s: a PROXY header is not accepted from this address "
+        "(not in adapter.proxy_protocol_trusted)",
+        peer,
+    )
+    server.stats.connections_refused["proxy_untrusted"] += 1
 
 
 @functools.lru_cache(maxsize=256)  # clients come from a few addresses; parsing one is ~1 % of a connect
@@ -278,6 +290,9 @@ class ClientConnection(asyncio.Protocol):
         self._timers.append(self._loop.call_later(self._server.login_timeout, self._login_timed_out))
         if self._expect_proxy_header:
             self._enter(Lifecycle.PROXY_HEADER)  # the peer is the proxy: wait for the client's address
+            if not self._server.proxy_trust.trusts(host):
+                refuse_untrusted_proxy(self._server, self.peer)
+                self._refuse_proxy("not a trusted proxy", "PROXY protocol", None)
             return
         self._enter(Lifecycle.OPEN)
         self._log_opened(f" via proxy {proxy}" if proxy is not None else "")
@@ -319,9 +334,11 @@ class ClientConnection(asyncio.Protocol):
             self._log_opened(" (PROXY header without a client address)")
         return buffered[header.length :]
 
-    def _refuse_proxy(self, problem: str, reason: str, counted_as: str) -> None:
-        log.warning("closing connection from proxy %s: %s", self.peer, problem)
-        self._server.stats.connections_refused[counted_as] += 1
+    def _refuse_proxy(self, problem: str, reason: str, counted_as: str | None) -> None:
+        """Close at once (``counted_as`` None: already logged and counted)."""
+        if counted_as is not None:
+            log.warning("closing connection from proxy %s: %s", self.peer, problem)
+            self._server.stats.connections_refused[counted_as] += 1
         self._proxy_header = b""
         self._enter(Lifecycle.CLOSED)
         self._close_reason = f"{reason}: {problem}"
@@ -706,7 +723,6 @@ class ClientConnection(asyncio.Protocol):
         nodes = self._server.nodes
         failures = self._server.stats.amqp_connection_failures
         deadline = self._loop.time() + self._server.login_timeout
-        problems: list[str] = []
         amqp: AmqpConnection | None = None
         reuse = self._server.amqp_reuse
         for node in nodes.attempt_order():
@@ -716,7 +732,6 @@ class ClientConnection(asyncio.Protocol):
                 return ops.LoginResult(False, "other", "closed")
             remaining = deadline - self._loop.time()
             if remaining <= 0:
-                problems.append(f"{node.label}: not tried, login timeout reached")
                 break
             target = node.resolver.target()
             try:
@@ -751,7 +766,9 @@ class ClientConnection(asyncio.Protocol):
                     failures["vhost"] += 1
                     return ops.LoginResult(False, "vhost", error.text)
                 failures["refused"] += 1
-                return ops.LoginResult(False, "other", error.text)
+                # the broker's text may name its node or the adapter's internals: logged above,
+                # and the client gets the plugin's body for a login that failed otherwise
+                return ops.LoginResult(False, "other")
             except ssl.SSLError as error:
                 failures["tls"] += 1
                 nodes.failed(node)
@@ -760,7 +777,6 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     problem = f"TLS handshake with {node.label} failed: {_tls_failure(error)}"
                 log.warning("peer=%s: %s (%s)", self.peer, problem, error)
-                problems.append(problem)
             except (OSError, TimeoutError) as error:
                 if isinstance(error, OSError) and error.errno in EXHAUSTED:
                     failures["file_descriptors"] += 1
@@ -772,16 +788,14 @@ class ClientConnection(asyncio.Protocol):
                 nodes.failed(node)
                 reason = str(error) or type(error).__name__
                 log.warning("broker node unreachable for peer=%s: %s: %s", self.peer, node.label, reason)
-                problems.append(f"{node.label}: {reason}")
             else:
                 nodes.connected(node, target, amqp.peer_address)
                 if reuse is not None:
                     reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 break
         if amqp is None:
-            tls_problems = [p for p in problems if p.startswith("TLS ")]
-            if tls_problems:
-                return ops.LoginResult(False, "other", "; ".join(tls_problems))
+            # the client has not logged in: it learns no node, address, certificate problem or
+            # setting (the log above has them all), only what an unreachable broker tells it
             return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
         return self._logged_in(amqp)
 

@@ -24,14 +24,14 @@ from ..caps import ConnectionCap
 from ..session import SessionSettings
 from .amqp_pool import AmqpReuse
 from .brokers import BrokerNodes
-from .connection import BrokerSettings, ClientConnection
+from .connection import BrokerSettings, ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
 from .metrics import add_connection, build_registry
-from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
+from .proxy_protocol import ProxyHeader, ProxyHeaderError, ProxyTrust, parse_proxy_header
 from .stats import DestinationCounts, ServerStats
-from .websocket import WebSocketConnection, WebStompSettings
+from .websocket import WebSocketConnection, WebStompSettings, warn_open_origins
 
 log = logging.getLogger("adapter.server")
 
@@ -62,6 +62,7 @@ class Server:
         web_listeners: list[WebListener] | None = None,
         activemq_listeners: list[tuple[str, int]] | None = None,
         proxy_protocol: bool = False,
+        proxy_trust: ProxyTrust | None = None,
         login_timeout: float = 10.0,
         heartbeat_tolerance: float = 1.5,
         shutdown_timeout: float = 10.0,
@@ -89,6 +90,8 @@ class Server:
         self.activemq_addresses: list[tuple[str, int]] = []
         # every connection starts with a PROXY protocol header (stomp.proxy_protocol)
         self.proxy_protocol = proxy_protocol
+        # the peers a PROXY header is believed from, on every listener that expects one
+        self.proxy_trust = proxy_trust or ProxyTrust()
         self.login_timeout = login_timeout
         self.heartbeat_tolerance = heartbeat_tolerance
         self.shutdown_timeout = shutdown_timeout
@@ -215,6 +218,11 @@ class Server:
             await self._listen(
                 loop, web.host, web.port, self.web_addresses, factory, web.backlog, "WebSocket"
             )
+        warn_open_origins(
+            [web.settings for web in self.web_listeners],
+            self.web_addresses,
+            self.session_settings.default_user,
+        )
         if self.http_listen is not None:
             host, port = self.http_listen
             await self._listen(
@@ -354,6 +362,10 @@ class Server:
         handed_over = False  # once True, the transport owns the socket and closes it on failure
         try:
             if proxy_protocol:
+                if not self.proxy_trust.trusts(host):
+                    refuse_untrusted_proxy(self, peer)
+                    sock.close()
+                    return
                 try:
                     async with asyncio.timeout(self.login_timeout):
                         header = await read_proxy_header(loop, sock)

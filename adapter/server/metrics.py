@@ -192,10 +192,18 @@ class ServerCollector(Collector):
             "connections ended before any STOMP frame, by reason (tls_handshake: a failed TLS "
             "handshake; tls_timeout: none within the login timeout; proxy_header: a missing or "
             "invalid PROXY header; proxy_timeout: an incomplete one at the login timeout; "
-            "web_stomp_max_connections: a web_stomp listener's connection over its cap, answered 503)",
+            "web_stomp_max_connections: a web_stomp listener's connection over its cap, answered 503; "
+            "proxy_untrusted: a peer outside adapter.proxy_protocol_trusted)",
             "reason",
             stats.connections_refused,
-            ("tls_handshake", "tls_timeout", "proxy_header", "proxy_timeout", "web_stomp_max_connections"),
+            (
+                "tls_handshake",
+                "tls_timeout",
+                "proxy_header",
+                "proxy_timeout",
+                "web_stomp_max_connections",
+                "proxy_untrusted",
+            ),
         )
         yield _by_label(
             "login_failures",

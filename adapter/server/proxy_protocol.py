@@ -11,6 +11,10 @@ Why by hand: the two formats are short and fixed (HAProxy's proxy-protocol.txt),
 work on a partial buffer inside the shell's own read path, and it is tested here byte by byte
 (tests/unit/test_proxy_protocol.py).
 
+Also owns ``ProxyTrust``: the peers a header is believed from (``adapter.proxy_protocol_trusted``).
+A header is only as true as its sender: without the list, anyone who reaches the port can
+claim any address (127.0.0.1 past ``loopback_users``, say).
+
 Pure: no I/O.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
@@ -41,6 +46,46 @@ class ProxyHeader:
 
     source: tuple[str, int] | None
     length: int  # bytes of the stream the header took
+
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyTrust:
+    """The peers (addresses and networks) whose PROXY header is believed; empty: every peer,
+    as the plugins do.  ``trusts`` is asked once per connection, on listeners that expect a
+    header only."""
+
+    networks: tuple[_Network, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> ProxyTrust:
+        """From addresses and CIDR networks as an operator writes them (``10.0.0.0/8``,
+        ``192.0.2.7``, ``2001:db8::/32``); ValueError names a bad entry."""
+        networks = []
+        for entry in entries:
+            try:
+                networks.append(ipaddress.ip_network(entry.strip(), strict=True))
+            except ValueError as error:
+                raise ValueError(f"{entry!r} is not an address or network ({error})") from None
+        return cls(tuple(networks))
+
+    @property
+    def everyone(self) -> bool:
+        return not self.networks
+
+    def trusts(self, host: str) -> bool:
+        """Whether a header from the peer at ``host`` (the socket's address) is believed."""
+        if not self.networks:
+            return True
+        try:
+            address = ipaddress.ip_address(host.split("%")[0])  # an IPv6 scope is no part of it
+        except ValueError:
+            return False  # not an IP peer (a Unix socket): never listed
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # a dual-stack listener sees IPv4 peers as ::ffff:a.b.c.d
+        return any(address in network for network in self.networks)
 
 
 def parse_proxy_header(data: bytes) -> ProxyHeader | None:

@@ -57,7 +57,7 @@ from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from ..caps import ConnectionCap
-from .connection import ClientConnection
+from .connection import ClientConnection, refuse_untrusted_proxy
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 
 if TYPE_CHECKING:
@@ -104,6 +104,26 @@ class WebStompSettings:
     # Strict-Transport-Security value for wss:// listeners (web_stomp.hsts.policy), or None
     hsts_policy: str | None = None
     console: bool = True
+
+
+def warn_open_origins(
+    listeners: list[WebStompSettings], addresses: list[tuple[str, int]], default_user: str | None
+) -> None:
+    """At start-up: a listener without ``web_stomp.allow_origins`` serves WebSockets a browser
+    opens for any page, and with a default user a CONNECT without a login is that user; so any
+    web page open in a browser that reaches the listener (one on this host included, which
+    loopback_users lets through) can send and receive as that user.  Served all the same, as
+    by the plugin: the operator is told."""
+    if default_user is None or not addresses or all(web.allow_origins for web in listeners):
+        return
+    log.warning(
+        "WebSocket listener %s accepts WebSockets from every web origin and logs a CONNECT without "
+        "a login in as %r: any web page open in a browser that reaches it (on this host too) can "
+        "use the broker as that user; set web_stomp.allow_origins to the pages' origins, or leave "
+        "stomp.default_user empty",
+        ", ".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in addresses),
+        default_user,
+    )
 
 
 def choose_subprotocol(offered: list[str]) -> str | None:
@@ -268,6 +288,9 @@ class WebSocketConnection(asyncio.Protocol):
             self._phase = "proxy"
         # the request (and a PROXY header before it) must arrive in time
         self._timer = self._loop.call_later(self._settings.request_timeout, self._request_timed_out)
+        if self._phase == "proxy" and not self._server.proxy_trust.trusts(peername[0] if peername else "?"):
+            refuse_untrusted_proxy(self._server, self.peer)
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._phase in ("websocket", "closing"):

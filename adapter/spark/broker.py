@@ -61,6 +61,13 @@ class BrokerUrl:
     # the further broker nodes of a comma-separated ``url`` option, each a complete URL
     others: tuple[BrokerUrl, ...] = ()
 
+    def __repr__(self) -> str:
+        # Spark shows options objects (a failed task, a debugger, a log): never the password
+        return (
+            f"BrokerUrl(host={self.host!r}, port={self.port!r}, tls={self.tls!r}, user={self.user!r}, "
+            f"password='***', vhost={self.vhost!r}, cafile={self.cafile!r}, others={self.others!r})"
+        )
+
     def nodes(self) -> list[BrokerUrl]:
         """Every node, in the order one connection tries them: from a random one on, so the
         tasks of a job spread over the nodes, and a node that is down is skipped."""
@@ -90,18 +97,34 @@ def parse_broker_url(url: str) -> BrokerUrl:
     return node
 
 
+_UNREADABLE = (
+    "option 'url': a URL cannot be read (not shown: it may hold a password); write "
+    "amqp[s]://user:password@host:port/vhost, with / ? # [ ] @ , percent-encoded in the user and password"
+)
+
+
 def _parse_one_url(url: str) -> BrokerUrl:
-    parts = urlsplit(url.strip())
+    """One node's URL.  Its errors never quote it: with a password holding a character that
+    ends the user part (``/``, ``?``, ``#``, ``,``), any piece quoted may be the password's."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise ValueError(_UNREADABLE) from None
     scheme = parts.scheme.lower()
     if scheme not in ("amqp", "amqps"):
-        raise ValueError(f"option 'url' must be an amqp:// or amqps:// URL, got scheme {parts.scheme!r}")
+        shown = parts.scheme if parts.netloc else "none"  # "user:password@host" reads as scheme "user"
+        raise ValueError(f"option 'url' must be an amqp:// or amqps:// URL, got scheme {shown!r}")
+    if "@" not in parts.netloc and "@" in url:
+        # "amqp://user:12345/secret@host/" reads as host "user", port 12345: an unencoded "/"
+        raise ValueError(_UNREADABLE)
     tls = scheme == "amqps"
     path = parts.path
     vhost = "/" if path in ("", "/") else unquote(path[1:])
     cafile = parse_qs(parts.query).get("cacertfile", [None])[0]
     return BrokerUrl(
         host=unquote(parts.hostname or "localhost"),
-        port=parts.port or (5671 if tls else 5672),
+        port=port or (5671 if tls else 5672),
         tls=tls,
         user=unquote(parts.username or "guest"),
         password=unquote(parts.password or "guest"),

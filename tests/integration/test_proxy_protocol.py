@@ -222,3 +222,90 @@ def test_shutdown_closes_a_tls_connection_still_waiting_for_its_proxy_header(sta
         sock.settimeout(0.5)
         with contextlib.suppress(ConnectionResetError):  # a reset if the header was still unread
             assert sock.recv(64) == b""
+
+
+# ------------------------------------------------------------------ adapter.proxy_protocol_trusted
+# All test traffic is on loopback: HAProxy connects to the adapter from 127.0.0.2 (the trusted
+# proxy), the attacker from 127.0.0.1, which the list leaves out.
+TRUSTED = "127.0.0.2"
+CLAIMS_LOOPBACK = b"PROXY TCP4 127.0.0.1 127.0.0.1 50000 61613\r\n"
+
+
+def refused_as_untrusted(adapter, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    assert any(
+        "adapter.proxy_protocol_trusted" in r.getMessage() and "127.0.0.1" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+
+    async def refused() -> int:
+        return adapter.server.stats.connections_refused["proxy_untrusted"]
+
+    assert adapter.run(refused()) == 1
+
+
+@pytest.fixture
+def trusted_haproxy(start_adapter, tmp_path: Path) -> Iterator[tuple[object, int]]:  # type: ignore[no-untyped-def]
+    """The adapter with stomp.proxy_protocol trusting only 127.0.0.2, and HAProxy in front of it
+    connecting from that address; the adapter and HAProxy's port."""
+    adapter = start_adapter(proxy_protocol=True, proxy_protocol_trusted=[TRUSTED], login_timeout=2)
+    front = free_port()
+    frontends = (
+        f"frontend f\n  bind 127.0.0.1:{front}\n  default_backend b\n"
+        f"backend b\n  server a 127.0.0.1:{adapter.port} send-proxy-v2 source {TRUSTED}\n"
+    )
+    with haproxy(tmp_path, frontends, (front,)):
+        yield adapter, front
+
+
+def test_a_proxy_header_from_an_untrusted_peer_is_refused(trusted_haproxy, caplog):
+    """A client that reaches the port itself and claims 127.0.0.1 in a PROXY header (to log in
+    as guest past loopback_users) is closed before any STOMP byte, and logged and counted; a
+    client through the trusted HAProxy is served throughout."""
+    caplog.set_level(logging.INFO, logger="adapter.connection")
+    adapter, front = trusted_haproxy
+    with socket.create_connection(("127.0.0.1", front), timeout=5) as bystander:
+        connected_and_seen_as(bystander, bystander.getsockname()[1], caplog)
+        with socket.create_connection(
+            ("127.0.0.1", adapter.port), timeout=5, source_address=("127.0.0.1", 0)
+        ) as sock:
+            sock.sendall(CLAIMS_LOOPBACK + CONNECT)
+            frames, closed = read_frames(sock, timeout=5)
+        assert frames == [] and closed
+        bystander.sendall(b"SUBSCRIBE\nid:0\ndestination:/topic/t\nreceipt:still-served\n\n\0")
+        receipt, _ = read_frames(bystander, timeout=5, count=1)
+        assert receipt and receipt[0].startswith(b"RECEIPT"), receipt
+    refused_as_untrusted(adapter, caplog)
+
+
+def test_an_untrusted_peer_on_a_tls_listener_is_refused_before_the_handshake(start_adapter, tmp_path, caplog):
+    trustme.CA().issue_cert("localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "tls.pem")
+    )
+    adapter = start_adapter(
+        proxy_protocol=True,
+        proxy_protocol_trusted=[TRUSTED],
+        ssl_listeners=["127.0.0.1:0"],
+        ssl_certfile=str(tmp_path / "tls.pem"),
+    )
+    port = adapter.server.tls_addresses[0][1]
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.1", 0)) as sock:
+        sock.sendall(CLAIMS_LOOPBACK)
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(64) == b""
+    refused_as_untrusted(adapter, caplog)
+
+
+def test_an_untrusted_peer_on_a_websocket_listener_is_refused(start_adapter, caplog):
+    adapter = start_adapter(
+        web_stomp_listeners=["127.0.0.1:0"], web_stomp_proxy_protocol=True, proxy_protocol_trusted=[TRUSTED]
+    )
+    port = adapter.server.web_addresses[0][1]
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.1", 0)) as sock:
+        sock.sendall(CLAIMS_LOOPBACK + b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n")
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(64) == b""
+    refused_as_untrusted(adapter, caplog)
+    # a trusted peer is still served: its header decides the client's address
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(TRUSTED, 0)) as sock:
+        sock.sendall(CLAIMS_LOOPBACK + b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 404")

@@ -368,6 +368,36 @@ def test_allowed_origins(start_adapter):
         assert command(recv(ws)) == "CONNECTED"
 
 
+OPEN_ORIGINS = "accepts WebSockets from every web origin"
+
+
+def test_start_up_warns_when_any_web_page_may_log_in_as_the_default_user(start_adapter, caplog):
+    """No web_stomp.allow_origins and a default user: any page open in a browser on this host
+    (loopback_users notwithstanding) can open ws://localhost/ws and CONNECT without a login as
+    guest; the adapter serves it, as the plugin does, and says so at start-up."""
+    caplog.set_level(logging.INFO, logger="adapter")
+    adapter, port = ws_adapter(start_adapter)
+    (warning,) = [r for r in caplog.records if OPEN_ORIGINS in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert f"127.0.0.1:{port}" in warning.getMessage() and "'guest'" in warning.getMessage()
+    assert "web_stomp.allow_origins" in warning.getMessage()
+    with open_ws(port, origin="https://evil.example") as ws:  # still served: the warning is the change
+        ws.send("CONNECT\naccept-version:1.2\n\n\0")
+        assert command(recv(ws)) == "CONNECTED"
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"web_stomp_allow_origins": ["https://app.example"]}, {"default_user": ""}],
+    ids=["origins listed", "no default user"],
+)
+def test_no_open_origins_warning_when_pages_cannot_log_in_freely(start_adapter, caplog, settings):
+    caplog.set_level(logging.INFO, logger="adapter")
+    ws_adapter(start_adapter, **settings)
+    assert any("listening on" in r.getMessage() for r in caplog.records)
+    assert not any(OPEN_ORIGINS in r.getMessage() for r in caplog.records)
+
+
 def test_http_basic_auth_replaces_connect_credentials(start_adapter):
     _adapter, port = ws_adapter(start_adapter, web_stomp_use_http_auth=True)
     good = "Basic " + base64.b64encode(b"guest:guest").decode()

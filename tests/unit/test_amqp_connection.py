@@ -269,6 +269,29 @@ async def test_recycling_a_used_channel_closes_it_and_the_next_opens_lazily() ->
     assert isinstance(frames[0][1], commands.Channel.Open) and {channel for channel, _ in frames} == {2}
 
 
+async def test_no_password_is_kept_once_the_connection_is_open() -> None:
+    """A pooled connection outlives its login (adapter.amqp_connection_reuse): once open-ok has
+    come, no attribute holds the password; pooled reuse checks a keyed digest instead, and a
+    recycled channel opens without credentials."""
+    connection, transport, _events = await open_connection(open_channel=False)
+    held = [name for name, value in vars(connection).items() if "secret" in repr(value)]
+    assert held == []
+    connection.channel_max = 65535
+    connection.publish("", "q", MessageProperties(), b"x")
+    connection.flush()
+    transport.take_frames()
+    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+    recycle = asyncio.ensure_future(connection.recycle_channel())
+    await asyncio.sleep(0)
+    connection.flush()
+    transport.take_frames()
+    connection.data_received(broker((commands.Channel.CloseOk(), 1)))
+    await recycle
+    connection.publish("", "q", MessageProperties(), b"y")
+    connection.flush()
+    assert isinstance(transport.take_frames()[0][1], commands.Channel.Open)
+
+
 async def test_publish_writes_method_header_and_body_frames_on_flush() -> None:
     connection, transport, _events = await open_connection()
     properties = MessageProperties(content_type="text/plain", delivery_mode=2, headers={"k": "v"})

@@ -198,6 +198,34 @@ def test_loopback_users_none(tmp_path: Path) -> None:
     assert load_settings(write_ini(tmp_path, "adapter.loopback_users = none\n")).loopback_users == ()
 
 
+def test_proxy_protocol_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().proxy_protocol_trusted == ()  # every peer, as in the plugin
+    path = write_ini(tmp_path, "adapter.proxy_protocol_trusted = 10.0.0.0/8, 192.0.2.7, 2001:db8::/32\n")
+    assert load_settings(path).proxy_protocol_trusted == ("10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32")
+    monkeypatch.setenv("STOMP_ADAPTER_PROXY_PROTOCOL_TRUSTED", "127.0.0.2")
+    assert load_settings(path).proxy_protocol_trusted == ("127.0.0.2/32",)
+    monkeypatch.setenv("STOMP_ADAPTER_PROXY_PROTOCOL_TRUSTED", "none")
+    assert load_settings(path).proxy_protocol_trusted == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("10.0.0.0/33", "is not an address or network"),
+        ("lb.example", "is not an address or network"),
+        ("10.1.2.3/8", "is not an address or network (host bits set"),
+    ],
+)
+def test_a_bad_trusted_proxy_stops_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, problem: str
+) -> None:
+    message = config_error(tmp_path, f"adapter.proxy_protocol_trusted = 192.0.2.1, {value}\n")
+    assert f"adapter.proxy_protocol_trusted = '192.0.2.1, {value}': '{value}' {problem}" in message
+    monkeypatch.setenv("STOMP_ADAPTER_PROXY_PROTOCOL_TRUSTED", value)
+    with pytest.raises(ConfigError, match=f"environment: STOMP_ADAPTER_PROXY_PROTOCOL_TRUSTED = '{value}'"):
+        load_settings()
+
+
 def test_num_acceptors_is_ignored_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_ini(tmp_path, "stomp.num_acceptors.tcp = 10\n")
     with caplog.at_level(logging.WARNING, logger="adapter.config"):
@@ -330,6 +358,16 @@ def test_bad_url_does_not_show_the_password(tmp_path: Path) -> None:
     message = config_error(tmp_path, "adapter.amqp_url = https://user:hunter2@host/\n")
     assert "hunter2" not in message
     assert "'https://user:***@host/'" in message
+
+
+@pytest.mark.parametrize("password", ["hunter2/x", "hunter2?x", "hunter2#x", "12345/hunter2"])
+def test_a_password_that_breaks_the_url_is_not_shown(tmp_path: Path, password: str) -> None:
+    """An unencoded / ? # ends the user part early: the URL does not parse as one with a
+    password, and every piece of it up to the last @ must still be hidden."""
+    url = f"amqp://user:{password}@host:5672/"
+    assert "hunter2" not in redact_url(url)
+    message = config_error(tmp_path, f"adapter.amqp_url = {url}\n")
+    assert "hunter2" not in message and "'amqp://user:***@host:5672/'" in message
 
 
 def test_bad_log_level(tmp_path: Path) -> None:

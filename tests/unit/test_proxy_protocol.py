@@ -11,7 +11,13 @@ import struct
 import pytest
 
 from adapter.server.listener import read_proxy_header
-from adapter.server.proxy_protocol import V2_SIGNATURE, ProxyHeader, ProxyHeaderError, parse_proxy_header
+from adapter.server.proxy_protocol import (
+    V2_SIGNATURE,
+    ProxyHeader,
+    ProxyHeaderError,
+    ProxyTrust,
+    parse_proxy_header,
+)
 
 STOMP = b"CONNECT\naccept-version:1.2\n\n\0"
 
@@ -126,3 +132,40 @@ async def test_a_connection_closed_mid_header_is_a_header_error() -> None:
         client.close()
         with pytest.raises(ProxyHeaderError, match="closed before"):
             await asyncio.wait_for(reading, 5)
+
+
+# ------------------------------------------------------------------ ProxyTrust
+
+
+def test_without_a_list_every_peer_is_trusted():
+    trust = ProxyTrust.parse([])
+    assert trust.everyone
+    assert trust.trusts("203.0.113.9") and trust.trusts("::1") and trust.trusts("?")
+
+
+@pytest.mark.parametrize(
+    ("peer", "trusted"),
+    [
+        ("10.1.2.3", True),  # in 10.0.0.0/8
+        ("11.0.0.1", False),
+        ("192.0.2.7", True),  # a single address
+        ("192.0.2.8", False),
+        ("::ffff:10.9.9.9", True),  # an IPv4 peer on a dual-stack listener
+        ("2001:db8::1", True),
+        ("2001:db8::1%eth0", True),  # a scoped address: the scope is no part of the match
+        ("2001:db9::1", False),
+        ("127.0.0.1", False),  # loopback is not trusted unless listed
+        ("?", False),  # no IP peer at all
+        ("", False),
+    ],
+)
+def test_only_listed_peers_are_trusted(peer, trusted):
+    trust = ProxyTrust.parse(["10.0.0.0/8", "192.0.2.7", " 2001:db8::/32 "])
+    assert not trust.everyone
+    assert trust.trusts(peer) is trusted
+
+
+@pytest.mark.parametrize("entry", ["10.0.0.0/33", "lb.example", "10.1.2.3/8", ""])
+def test_a_bad_entry_is_named(entry):
+    with pytest.raises(ValueError, match=f"{entry!r} is not an address or network"):
+        ProxyTrust.parse(["192.0.2.1", entry])

@@ -44,3 +44,38 @@ def test_good_values_are_taken():
     settings = sink_settings({"url": URL, "maxFrameSize": "1024", "timeout": "7"}, SINK_SCHEMA)
     assert (settings.max_body_size, settings.timeout) == (1024, 7.0)
     assert sink_settings({"url": URL}, SINK_SCHEMA).timeout == DEFAULT_TIMEOUT
+
+
+# ------------------------------------------------------------------ the broker URL's password
+SECRET = "hunter2"
+
+
+def test_the_password_is_not_in_the_repr_of_the_options():
+    """Spark logs and shows options and settings objects (a failed task's repr, a debugger):
+    the password is ``***`` there, every node's."""
+    url = f"amqp://reader:{SECRET}@h1:5672/v,amqps://reader:{SECRET}-2@h2/v"
+    source = source_options({"url": url, "destination": "/amq/queue/events"})
+    sink = sink_settings({"url": url}, SINK_SCHEMA)
+    for shown in (repr(source), repr(source.url), repr(source.read), repr(sink), str(source.url)):
+        assert SECRET not in shown, shown
+    assert "password='***'" in repr(source.url)
+    assert source.url.password == SECRET and source.url.others[0].password == f"{SECRET}-2"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"amqp://reader:{SECRET}/x@host:5672/",  # an unencoded / ends the host part early
+        f"amqp://reader:{SECRET}?x@host/",
+        f"amqp://reader:{SECRET}#x@host/",
+        f"amqp://reader:{SECRET}[x@host/",
+        f"amqp://reader:{SECRET},x@host/",  # a comma splits the list of nodes
+        f"amqp://reader:12345/{SECRET}@host/",  # reads as host "reader", port 12345
+        f"amqp://reader:{SECRET}@host:port/",
+    ],
+)
+def test_a_url_that_cannot_be_read_does_not_show_the_password(url):
+    with pytest.raises(StreamOptionError) as info:
+        source_options({"url": url, "destination": "/amq/queue/events"})
+    assert SECRET not in str(info.value) and "12345" not in str(info.value), str(info.value)
+    assert "option 'url'" in str(info.value)
