@@ -23,13 +23,14 @@ the connection open, as in the plugin.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any, Literal
 
 from .errors import StompError
 from .mapping import dispatch
+from .mapping.budget import BudgetExceeded, Budgets, KeptDeliveries
 from .mapping.destinations import (
     QUEUE_ARGUMENTS,
     Destination,
@@ -128,6 +129,9 @@ class SessionSettings:
     client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
     # activemq profile: the dispatchers of selector subscriptions on queues, per process
     dispatchers: dispatch.Dispatchers = field(default_factory=dispatch.Dispatchers, compare=False)
+    # the byte pools of transactions and kept deliveries, per process, and the per-connection
+    # bounds (adapter/mapping/budget.py)
+    budgets: Budgets = field(default_factory=Budgets, compare=False)
 
 
 class State(Enum):
@@ -189,6 +193,10 @@ class Session:
         # activemq profile: /temp-topic/NAME -> its private queue, apart from the temp queues
         self._temp_topics: dict[str, str] = {}
         self._transactions: dict[str, list[tuple[Operation, str | None]]] = {}
+        # the bytes of SEND bodies the open transactions hold, against the per-connection and
+        # process-wide bounds (adapter/mapping/budget.py); given back at COMMIT, ABORT and close
+        budgets = settings.budgets
+        self._transaction_bytes = budgets.transaction_account()
         self._destinations: dict[str, Destination] = {}
         # SEND destinations already published to once: raw destination -> (exchange, routing key)
         self._send_targets: dict[str, tuple[str, str]] = {}
@@ -206,10 +214,12 @@ class Session:
         # unsettled deliveries of client-ack subscriptions by delivery tag (their bodies are
         # copied there), and the sequence numbers of copies the broker has not yet confirmed
         self._dead_letter_queue = self._rules.dead_letter_queue
-        self._unsettled: dict[int, Delivery] | None = None
+        # (both charge their bodies to one bounded account: adapter/mapping/budget.py)
+        self._kept_bytes = budgets.unacked_account()
+        self._unsettled: MutableMapping[int, Delivery] | None = None
         # the unsettled messages of dispatched subscriptions of client-ack modes, by (consumer
         # tag, message number): their bodies go to the dead-letter queue on NACK
-        self._dispatched: dict[tuple[str, int], Delivery] = {}
+        self._dispatched: MutableMapping[tuple[str, int], Delivery] = KeptDeliveries(self._kept_bytes)
         # whether a subscription outside the dispatchers ever asked for client acks: then the
         # channel may hold unsettled deliveries the dispatchers do not know, and their acks
         # are never coalesced into a multiple ack (adapter/server/dispatching.py)
@@ -218,7 +228,7 @@ class Session:
         self._dead_letter_refused = False
         self._dead_letter_declared = False
         if self._dead_letter_queue is not None:
-            self._unsettled = {}
+            self._unsettled = KeptDeliveries(self._kept_bytes)
             # kept only in this profile: the default profile's per-delivery path is untouched
             self.on_delivery = self._on_delivery_kept  # type: ignore[method-assign]
         self._ack_header = "message-id"
@@ -877,7 +887,7 @@ class Session:
         data = Session.on_delivery(self, delivery)
         subscription = self._subscriptions.get(delivery.consumer_tag)
         if data and subscription is not None and subscription.ack_mode != "auto":
-            self._dispatched[delivery.consumer_tag, delivery.delivery_tag] = delivery
+            self._keep(self._dispatched, (delivery.consumer_tag, delivery.delivery_tag), delivery)
         return data
 
     # ------------------------------------------------------------------ NACK to a dead-letter queue
@@ -896,8 +906,17 @@ class Session:
             and subscription.ack_mode != "auto"
             and self._unsettled is not None
         ):
-            self._unsettled[delivery.delivery_tag] = delivery
+            self._keep(self._unsettled, delivery.delivery_tag, delivery)
         return data
+
+    def _keep(self, kept: MutableMapping[Any, Delivery], key: object, delivery: Delivery) -> None:
+        """Keep a delivery for NACK; over the byte budget (``BudgetExceeded``) it is not sent:
+        the shell closes the connection and the broker requeues it."""
+        try:
+            kept[key] = delivery
+        except BudgetExceeded:
+            self.messages_sent -= 1  # rendered, never sent
+            raise
 
     def _forget(self, delivery_tag: int, multiple: bool) -> None:
         unsettled = self._unsettled
@@ -978,7 +997,19 @@ class Session:
                 "Transaction too large",
                 f'Transaction "{transaction}" already holds {MAX_TRANSACTION_ACTIONS} actions\n',
             )
+        if isinstance(op, BasicPublish):
+            self._transaction_bytes.reserve(len(op.body))
         actions.append((op, receipt))
+
+    def _end_transaction(self, name: str) -> list[tuple[Operation, str | None]]:
+        """The actions of transaction ``name`` (COMMIT, ABORT), its bytes given back."""
+        actions = self._transactions.pop(name, None)
+        if actions is None:
+            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        self._transaction_bytes.release(
+            sum(len(op.body) for op, _ in actions if isinstance(op, BasicPublish))
+        )
+        return actions
 
     def _begin(self, frame: Frame) -> Steps:
         name = self._transaction_name(frame)
@@ -993,10 +1024,7 @@ class Session:
         yield from self._receipt(frame)
 
     def _commit(self, frame: Frame) -> Steps:
-        name = self._transaction_name(frame)
-        actions = self._transactions.pop(name, None)
-        if actions is None:
-            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        actions = self._end_transaction(self._transaction_name(frame))
         receipt = frame.headers.get("receipt")
         # A COMMIT's RECEIPT means what a SEND's does: the broker has every message of the
         # transaction.  So with a receipt, confirms go on before its first publish, and the
@@ -1021,9 +1049,7 @@ class Session:
             yield from self._receipt(frame)
 
     def _abort(self, frame: Frame) -> Steps:
-        name = self._transaction_name(frame)
-        if self._transactions.pop(name, None) is None:
-            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        self._end_transaction(self._transaction_name(frame))
         yield from self._receipt(frame)
 
     # ------------------------------------------------------------------ DISCONNECT
@@ -1033,6 +1059,7 @@ class Session:
         if self.confirms_outstanding:
             yield AwaitConfirms()
         self._transactions.clear()
+        self._transaction_bytes.release(self._transaction_bytes.held)
         yield CloseAmqp()
         yield from self._receipt(frame)
         self.state = State.CLOSED
@@ -1244,9 +1271,12 @@ class Session:
         return list(self._fail("AMQP connection died", f"Reason: {reason}", None))
 
     def on_closed(self) -> None:
-        """The connection is gone (whatever closed it): give back its client id."""
+        """The connection is gone (whatever closed it): give back its client id and the bytes it
+        held (its transactions, its kept deliveries, which the broker requeues)."""
         if self.client_id is not None:
             self.settings.client_ids.release(self.client_id, self)
+        self._transaction_bytes.close()
+        self._kept_bytes.close()
 
     def shutdown_notice(self) -> bytes:
         return self._error_frame("Server shutdown", "The server is shutting down\n")
