@@ -214,7 +214,8 @@ class Session:
         # unsettled deliveries of client-ack subscriptions by delivery tag (their bodies are
         # copied there), and the sequence numbers of copies the broker has not yet confirmed
         self._dead_letter_queue = self._rules.dead_letter_queue
-        # (both charge their bodies to one bounded account: adapter/mapping/budget.py)
+        # the bytes of the bodies kept here and in _dispatched, against the per-connection and
+        # process-wide bounds (adapter/mapping/budget.py); given back as they are settled
         self._kept_bytes = budgets.unacked_account()
         self._unsettled: MutableMapping[int, Delivery] | None = None
         # the unsettled messages of dispatched subscriptions of client-ack modes, by (consumer
@@ -760,6 +761,8 @@ class Session:
                 # what still arrives on its channel goes back to the queue
                 self._forget_dispatched(tag)
                 yield LeaveDispatch(tag)
+            else:
+                self._forget_consumer(tag)
             yield BasicCancel(tag)
             self._subscriptions.pop(tag, None)
         subscribed = subscription.parsed if subscription is not None else None
@@ -927,6 +930,14 @@ class Session:
                 del unsettled[tag]
         else:
             unsettled.pop(delivery_tag, None)
+
+    def _forget_consumer(self, consumer_tag: str) -> None:
+        """The subscription ended: its deliveries can no longer be ACKed or NACKed (they stay
+        unacknowledged on the channel until it closes), so their bodies need not be kept."""
+        unsettled = self._unsettled
+        if unsettled:
+            for tag in [tag for tag, kept in unsettled.items() if kept.consumer_tag == consumer_tag]:
+                del unsettled[tag]
 
     def _take_unsettled(self, delivery_tag: int, multiple: bool) -> list[Delivery] | None:
         """The deliveries a NACK settles, or None if any is not known (then the NACK goes to
@@ -1234,6 +1245,8 @@ class Session:
             return b""
         if subscription.dispatched:  # the shell takes it out of its dispatcher (is_dispatched)
             self._forget_dispatched(consumer_tag)
+        else:
+            self._forget_consumer(consumer_tag)
         if subscription.id is not None:
             header, description = subscription.id, f"id='{subscription.id}'"
         else:

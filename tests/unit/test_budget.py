@@ -182,6 +182,22 @@ def test_acks_nacks_unsubscribe_and_close_give_kept_bytes_back() -> None:
     assert pool.used == 0
 
 
+def test_an_ended_subscription_gives_its_kept_bytes_back() -> None:
+    session, budgets = _session("activemq")
+    for sub in ("a", "b", "c"):
+        run(session, Frame("SUBSCRIBE", {"destination": f"/queue/{sub}", "id": sub, "ack": "client"}))
+    for tag, sub in ((1, "a"), (2, "b"), (3, "a"), (4, "c")):
+        session.on_delivery(ops.Delivery(f"T_{sub}", tag, False, "", sub, MessageProperties(), b"y" * 10))
+    assert budgets.unacked.used == 40
+    run(session, Frame("UNSUBSCRIBE", {"id": "a"}))
+    assert budgets.unacked.used == 20
+    session.on_server_cancel("T_b")
+    assert budgets.unacked.used == 10
+    # the others are untouched: a NACK of c's message still goes to the dead-letter queue path
+    assert run(session, Frame("NACK", {"id": f"T_c@@{SESSION_ID}@@4"}))[-1] == ops.BasicAck(4, True)
+    assert budgets.unacked.used == 0
+
+
 def test_a_delivery_over_the_kept_bound_is_refused_and_not_rendered() -> None:
     session, budgets = _session("activemq", max_unacked_bytes=25)
     run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client-individual"}))
