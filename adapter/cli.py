@@ -26,6 +26,7 @@ from typing import Any
 from .caps import ConnectionCap, worker_share
 from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
+from .mapping.budget import Budgets
 from .server.amqp_pool import AmqpReuse
 from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
@@ -128,6 +129,12 @@ def session_settings(settings: Settings, workers: int = 1) -> SessionSettings:
         loopback_users=frozenset(settings.loopback_users),
         trailing_lf=settings.trailing_lf,
         profile=settings.profile,
+        budgets=Budgets(
+            max_transaction_bytes=settings.max_transaction_bytes,
+            transaction_bytes_budget=settings.transaction_bytes_budget,
+            max_unacked_bytes=settings.max_unacked_bytes,
+            unacked_bytes_budget=settings.unacked_bytes_budget,
+        ),
         frame_limits=FrameLimits(settings.max_frame_size, settings.max_headers, settings.max_header_length),
         unauthenticated_limits=FrameLimits(
             min(settings.max_frame_size_unauthenticated, settings.max_frame_size),

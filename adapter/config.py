@@ -424,6 +424,10 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "login_timeout": _float_converter(0, inclusive=False),
     "frame_timeout": _float_converter(0, inclusive=True),
     "incomplete_frames_budget": _int_converter(1),
+    "max_transaction_bytes": _int_converter(1),
+    "transaction_bytes_budget": _int_converter(1),
+    "max_unacked_bytes": _int_converter(1),
+    "unacked_bytes_budget": _int_converter(1),
     "heartbeat_tolerance": _float_converter(1, inclusive=True, unit=""),
     "shutdown_timeout": _float_converter(0, inclusive=True),
     "amqp_connect_timeout": _float_converter(0, inclusive=False),
@@ -534,6 +538,13 @@ class Settings(BaseSettings):
     frame_timeout: float = 60.0
     # Bytes all connections together may hold in frames they have not completed.
     incomplete_frames_budget: int = 256 * 1024 * 1024
+    # Bytes of SEND bodies in open transactions: per connection, and all connections together.
+    # activemq profile: bytes of unacknowledged client-ack deliveries kept for NACK, likewise.
+    # (docs/configuration.md, "Byte budgets", argues the defaults)
+    max_transaction_bytes: int = 64 * 1024 * 1024
+    transaction_bytes_budget: int = 1024 * 1024 * 1024
+    max_unacked_bytes: int = 64 * 1024 * 1024
+    unacked_bytes_budget: int = 1024 * 1024 * 1024
     # Factor applied to the client's heart-beat interval before the connection is declared dead.
     heartbeat_tolerance: float = 1.5
     shutdown_timeout: float = 10.0
@@ -685,6 +696,10 @@ _ADAPTER_KEYS: dict[str, str] = {
         "login_timeout",
         "frame_timeout",
         "incomplete_frames_budget",
+        "max_transaction_bytes",
+        "transaction_bytes_budget",
+        "max_unacked_bytes",
+        "unacked_bytes_budget",
         "heartbeat_tolerance",
         "shutdown_timeout",
         "amqp_connect_timeout",

@@ -23,7 +23,7 @@ the connection open, as in the plugin.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any, Literal
@@ -31,6 +31,7 @@ from typing import Any, Literal
 from .caps import ConnectionCap
 from .errors import StompError
 from .mapping import dispatch
+from .mapping.budget import BudgetExceeded, Budgets, KeptDeliveries
 from .mapping.destinations import (
     QUEUE_ARGUMENTS,
     Destination,
@@ -134,6 +135,9 @@ class SessionSettings:
     dispatchers: dispatch.Dispatchers = field(default_factory=dispatch.Dispatchers, compare=False)
     # stomp.max_connections: the sessions of every listener of the process, or None (no cap)
     connection_cap: ConnectionCap | None = field(default=None, compare=False)
+    # the byte pools of transactions and kept deliveries, per process, and the per-connection
+    # bounds (adapter/mapping/budget.py)
+    budgets: Budgets = field(default_factory=Budgets, compare=False)
 
 
 class State(Enum):
@@ -209,6 +213,10 @@ class Session:
         # activemq profile: /temp-topic/NAME -> its private queue, apart from the temp queues
         self._temp_topics: dict[str, str] = {}
         self._transactions: dict[str, list[tuple[Operation, str | None]]] = {}
+        # the bytes of SEND bodies the open transactions hold, against the per-connection and
+        # process-wide bounds (adapter/mapping/budget.py); given back at COMMIT, ABORT and close
+        budgets = settings.budgets
+        self._transaction_bytes = budgets.transaction_account()
         self._destinations: dict[str, Destination] = {}
         # SEND destinations already published to once: raw destination -> (exchange, routing key)
         self._send_targets: dict[str, tuple[str, str]] = {}
@@ -226,10 +234,13 @@ class Session:
         # unsettled deliveries of client-ack subscriptions by delivery tag (their bodies are
         # copied there), and the sequence numbers of copies the broker has not yet confirmed
         self._dead_letter_queue = self._rules.dead_letter_queue
-        self._unsettled: dict[int, Delivery] | None = None
+        # the bytes of the bodies kept here and in _dispatched, against the per-connection and
+        # process-wide bounds (adapter/mapping/budget.py); given back as they are settled
+        self._kept_bytes = budgets.unacked_account()
+        self._unsettled: MutableMapping[int, Delivery] | None = None
         # the unsettled messages of dispatched subscriptions of client-ack modes, by (consumer
         # tag, message number): their bodies go to the dead-letter queue on NACK
-        self._dispatched: dict[tuple[str, int], Delivery] = {}
+        self._dispatched: MutableMapping[tuple[str, int], Delivery] = KeptDeliveries(self._kept_bytes)
         # whether a subscription outside the dispatchers ever asked for client acks: then the
         # channel may hold unsettled deliveries the dispatchers do not know, and their acks
         # are never coalesced into a multiple ack (adapter/server/dispatching.py)
@@ -238,7 +249,7 @@ class Session:
         self._dead_letter_refused = False
         self._dead_letter_declared = False
         if self._dead_letter_queue is not None:
-            self._unsettled = {}
+            self._unsettled = KeptDeliveries(self._kept_bytes)
             # kept only in this profile: the default profile's per-delivery path is untouched
             self.on_delivery = self._on_delivery_kept  # type: ignore[method-assign]
         self._ack_header = "message-id"
@@ -795,6 +806,8 @@ class Session:
                 # what still arrives on its channel goes back to the queue
                 self._forget_dispatched(tag)
                 yield LeaveDispatch(tag)
+            else:
+                self._forget_consumer(tag)
             yield BasicCancel(tag)
             self._subscriptions.pop(tag, None)
         subscribed = subscription.parsed if subscription is not None else None
@@ -922,7 +935,7 @@ class Session:
         data = Session.on_delivery(self, delivery)
         subscription = self._subscriptions.get(delivery.consumer_tag)
         if data and subscription is not None and subscription.ack_mode != "auto":
-            self._dispatched[delivery.consumer_tag, delivery.delivery_tag] = delivery
+            self._keep(self._dispatched, (delivery.consumer_tag, delivery.delivery_tag), delivery)
         return data
 
     # ------------------------------------------------------------------ NACK to a dead-letter queue
@@ -941,8 +954,17 @@ class Session:
             and subscription.ack_mode != "auto"
             and self._unsettled is not None
         ):
-            self._unsettled[delivery.delivery_tag] = delivery
+            self._keep(self._unsettled, delivery.delivery_tag, delivery)
         return data
+
+    def _keep(self, kept: MutableMapping[Any, Delivery], key: object, delivery: Delivery) -> None:
+        """Keep a delivery for NACK; over the byte budget (``BudgetExceeded``) it is not sent:
+        the shell closes the connection and the broker requeues it."""
+        try:
+            kept[key] = delivery
+        except BudgetExceeded:
+            self.messages_sent -= 1  # rendered, never sent
+            raise
 
     def _forget(self, delivery_tag: int, multiple: bool) -> None:
         unsettled = self._unsettled
@@ -953,6 +975,14 @@ class Session:
                 del unsettled[tag]
         else:
             unsettled.pop(delivery_tag, None)
+
+    def _forget_consumer(self, consumer_tag: str) -> None:
+        """The subscription ended: its deliveries can no longer be ACKed or NACKed (they stay
+        unacknowledged on the channel until it closes), so their bodies need not be kept."""
+        unsettled = self._unsettled
+        if unsettled:
+            for tag in [tag for tag, kept in unsettled.items() if kept.consumer_tag == consumer_tag]:
+                del unsettled[tag]
 
     def _take_unsettled(self, delivery_tag: int, multiple: bool) -> list[Delivery] | None:
         """The deliveries a NACK settles, or None if any is not known (then the NACK goes to
@@ -1023,7 +1053,19 @@ class Session:
                 "Transaction too large",
                 f'Transaction "{transaction}" already holds {MAX_TRANSACTION_ACTIONS} actions\n',
             )
+        if isinstance(op, BasicPublish):
+            self._transaction_bytes.reserve(len(op.body))
         actions.append((op, receipt))
+
+    def _end_transaction(self, name: str) -> list[tuple[Operation, str | None]]:
+        """The actions of transaction ``name`` (COMMIT, ABORT), its bytes given back."""
+        actions = self._transactions.pop(name, None)
+        if actions is None:
+            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        self._transaction_bytes.release(
+            sum(len(op.body) for op, _ in actions if isinstance(op, BasicPublish))
+        )
+        return actions
 
     def _begin(self, frame: Frame) -> Steps:
         name = self._transaction_name(frame)
@@ -1038,10 +1080,7 @@ class Session:
         yield from self._receipt(frame)
 
     def _commit(self, frame: Frame) -> Steps:
-        name = self._transaction_name(frame)
-        actions = self._transactions.pop(name, None)
-        if actions is None:
-            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        actions = self._end_transaction(self._transaction_name(frame))
         receipt = frame.headers.get("receipt")
         # A COMMIT's RECEIPT means what a SEND's does: the broker has every message of the
         # transaction.  So with a receipt, confirms go on before its first publish, and the
@@ -1066,9 +1105,7 @@ class Session:
             yield from self._receipt(frame)
 
     def _abort(self, frame: Frame) -> Steps:
-        name = self._transaction_name(frame)
-        if self._transactions.pop(name, None) is None:
-            raise DestinationError("Bad transaction", f'Invalid transaction identifier: "{name}"\n')
+        self._end_transaction(self._transaction_name(frame))
         yield from self._receipt(frame)
 
     # ------------------------------------------------------------------ DISCONNECT
@@ -1078,6 +1115,7 @@ class Session:
         if self.confirms_outstanding:
             yield AwaitConfirms()
         self._transactions.clear()
+        self._transaction_bytes.release(self._transaction_bytes.held)
         yield CloseAmqp()
         yield from self._receipt(frame)
         self.state = State.CLOSED
@@ -1252,6 +1290,8 @@ class Session:
             return b""
         if subscription.dispatched:  # the shell takes it out of its dispatcher (is_dispatched)
             self._forget_dispatched(consumer_tag)
+        else:
+            self._forget_consumer(consumer_tag)
         if subscription.id is not None:
             header, description = subscription.id, f"id='{subscription.id}'"
         else:
@@ -1289,13 +1329,16 @@ class Session:
         return list(self._fail("AMQP connection died", f"Reason: {reason}", None))
 
     def on_closed(self) -> None:
-        """The connection is gone (whatever closed it): give back its client id and its
-        stomp.max_connections slot."""
+        """The connection is gone (whatever closed it): give back its client id, its
+        stomp.max_connections slot and the bytes it held (its transactions, its kept deliveries,
+        which the broker requeues)."""
         if self.client_id is not None:
             self.settings.client_ids.release(self.client_id, self)
         cap = self.settings.connection_cap
         if cap is not None:
             cap.release(self)
+        self._transaction_bytes.close()
+        self._kept_bytes.close()
 
     def shutdown_notice(self) -> bytes:
         return self._error_frame("Server shutdown", "The server is shutting down\n")

@@ -71,8 +71,9 @@ __all__ = [
 # How many non-matching messages one channel may hold (its basic.qos headroom above the STOMP
 # prefetch); ActiveMQ pages 200 messages of a queue into memory for its selectors, the same order.
 PARK_LIMIT: Final = 200
-# The prefetch of a client-ack member whose SUBSCRIBE asked for none (ActiveMQ's default queue
-# prefetch); its STOMP credit stays unlimited, as without a selector.
+# The prefetch of a client-ack member that joins without a credit (ActiveMQ's default queue
+# prefetch).  The activemq profile gives a client-ack SUBSCRIBE without a prefetch header that
+# same default as its credit (profile.DEFAULT_PREFETCH), so its STOMP credit is 1000 too.
 DEFAULT_WINDOW: Final = 1000
 # Hold time of a parked message before it is released to the queue, and its back-off ceiling (s)
 HOLD_MIN: Final = 1.0

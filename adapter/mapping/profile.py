@@ -9,7 +9,8 @@ where the two differ instead of testing the profile name, so the differences are
 * the publish properties of a SEND (ActiveMQ: ``expires`` becomes the AMQP TTL);
 * which destinations SUBSCRIBE accepts (ActiveMQ: ``/temp-queue/NAME`` too) and which it parses
   (ActiveMQ: ``/temp-topic/NAME``, on SUBSCRIBE and in ``reply-to``);
-* the prefetch of a SUBSCRIBE (ActiveMQ: ``activemq.prefetchSize`` as well);
+* the prefetch of a SUBSCRIBE (ActiveMQ: ``activemq.prefetchSize`` as well, and 1000 for a
+  client-ack subscription that gives none);
 * the SUBSCRIBE plan (ActiveMQ: ``/topic/`` wildcards ``*`` and ``>``, durable subscriptions
   named by ``client-id`` + ``activemq.subscriptionName``);
 * the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once; on a queue
@@ -209,6 +210,9 @@ def client_id_in_use(client_id: str) -> tuple[str, str]:
 
 # ActiveMQ's SUBSCRIBE / UNSUBSCRIBE headers naming a durable topic subscription, in the order
 # ActiveMQ reads them.
+# The prefetch of a client-ack subscription that asks for none: ActiveMQ's default for queue
+# consumers (its topic consumers default to 32766, durable ones to 100; one bound for all here).
+DEFAULT_PREFETCH: Final = 1000
 SUBSCRIPTION_NAME_HEADERS: Final = ("activemq.subscriptionName", "durable-subscription-name")
 _DURABLE_QUEUE_PREFIX: Final = "activemq-durable:"
 _MAX_QUEUE_NAME_BYTES: Final = 255
@@ -366,7 +370,10 @@ class ActiveMQRules(RabbitMQRules):
             return super().prefetch(headers)
         value = headers.get("activemq.prefetchSize")
         if value is None:
-            return None
+            # ActiveMQ's default queue prefetch for a subscription that acknowledges: without
+            # it the broker would push the whole queue, and the adapter keep every body of it
+            # for a NACK.  Auto-ack consumes without acks, where a prefetch means nothing.
+            return None if headers.get("ack", "auto") == "auto" else DEFAULT_PREFETCH
         size = plugin_integer(value, strip=True)
         if size is None or size < 1:
             # AMQP's prefetch 0 means unlimited, the opposite of ActiveMQ's 0 (a pulling consumer)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..amqp import wire
 from ..amqp.connection import AmqpConnection, AmqpError
 from ..mapping import operations as ops
+from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameParser
@@ -923,7 +924,11 @@ class ClientConnection(asyncio.Protocol):
     def on_deliver(self, delivery: ops.Delivery) -> None:
         if self._closed or self.session is None:
             return
-        data = self.session.on_delivery(delivery)
+        try:
+            data = self.session.on_delivery(delivery)
+        except BudgetExceeded as error:  # activemq profile: too many unacknowledged bytes kept
+            self._over_budget(error)
+            return
         if not data:
             # filtered out by the subscription's selector, or for the queue's dispatcher
             # (activemq profile): settle it now, or hand it over
@@ -943,6 +948,14 @@ class ClientConnection(asyncio.Protocol):
         self._out.append(data)
         if len(delivery.body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
+
+    def _over_budget(self, error: BudgetExceeded) -> None:
+        """A delivery the session would have to keep does not fit its byte budget: ERROR, then
+        close.  The delivery is not sent and stays unacknowledged, so the broker requeues it."""
+        if self._closed or self.session is None:
+            return
+        log.warning("peer=%s: %s", self.peer, error.detail.rstrip("\n"))
+        self._run_all(self.session.close_with_error(error.message, error.detail))
 
     def _count_delivered(self, consumer_tag: str) -> None:
         """Per-destination series: a MESSAGE for the subscription behind ``consumer_tag``."""
@@ -965,7 +978,13 @@ class ClientConnection(asyncio.Protocol):
         """The queue's dispatcher gives this client a message (adapter/server/dispatching.py)."""
         if self._closed or self.session is None:
             return
-        data = self.session.render_dispatched(delivery)
+        try:
+            data = self.session.render_dispatched(delivery)
+        except BudgetExceeded as error:
+            # closed one loop turn later, once the dispatcher has finished the actions it is
+            # running: leaving then gives this message (and the others routed here) back
+            self._loop.call_soon(self._over_budget, error)
+            return
         if data and self._destinations is not None:
             self._count_delivered(delivery.consumer_tag)
         # written now, even while a frame is being handled: a member is only activated after its

@@ -1,6 +1,9 @@
 """Seeded mutational fuzzing of the STOMP side: thousands of broken frames of every command and
 version, and the adapter stays up, answers each connection (a frame or a close, never a hang),
-logs no ERROR-level record or traceback, and serves a healthy client after every batch.
+logs no ERROR-level record or traceback, and serves a healthy client after every batch.  The
+``activemq`` profile gets its own corpus: selectors on topics and queues, composite
+destinations, client ids and durable subscriptions, prefetch headers, temporary destinations
+and transactions, with small byte budgets so that their limits are crossed too.
 
 Reproducible: the seed is printed on failure (``STOMP_FUZZ_SEED`` repeats a run, and
 ``STOMP_FUZZ_CASES`` runs more).  The adapter under test has small limits, so that inputs at and
@@ -22,6 +25,7 @@ from tests.support import unique
 
 SEED = int(os.environ.get("STOMP_FUZZ_SEED", str(int(time.time()) % 100_000)))
 CASES = int(os.environ.get("STOMP_FUZZ_CASES", "2000"))
+ACTIVEMQ_CASES = CASES // 2  # the activemq profile's share (its conversations are longer)
 BATCH = 100  # connections at a time
 ANSWER_WITHIN = 10.0  # seconds: every connection is answered and closed by then
 
@@ -61,6 +65,101 @@ def corpus(queue: str, vhost: str = "/") -> list[tuple[bytes, list[bytes]]]:
                 _frame("ABORT", [("transaction", "ty")]),
                 _frame(
                     "SEND", [("destination", "/exchange/amq.direct/k"), ("reply-to", "/temp-queue/r")], b"q"
+                ),
+            ]
+            conversations.append((connect, frames))
+    return conversations
+
+
+def activemq_corpus(queue: str, vhost: str = "/") -> list[tuple[bytes, list[bytes]]]:
+    """Conversations of ActiveMQ applications (docs/migration-activemq.md) to mutate.  Many
+    client ids, so that few of the concurrent connections of a batch are refused as the second
+    holder of one (some are).  Some elements are several frames, so that a transaction, or a
+    backlog and its client-ack subscriber, cross the fuzzed adapter's byte budgets unmutated."""
+    conversations = []
+    big = b"z" * 2500  # two of these are over the fuzzed adapter's per-connection budgets
+    for version in ("1.0", "1.1", "1.2"):
+        ack = "id" if version == "1.2" else "message-id"
+        for client in [None] * 10 + [f"c{n}" for n in range(30)]:
+            connect = _frame(
+                "CONNECT",
+                [("accept-version", version), ("host", vhost), ("login", "guest"), ("passcode", "guest")]
+                + ([("client-id", f"{queue}-{client}")] if client else []),
+            )
+            frames = [
+                _frame(
+                    "SEND",
+                    [
+                        ("destination", f"/queue/{queue}"),
+                        ("persistent", "true"),
+                        ("color", "red"),
+                        ("n", "5"),
+                        ("priority", "7"),
+                        ("receipt", "r1"),
+                    ],
+                    b"hello",
+                ),
+                _frame(
+                    "SEND",
+                    [
+                        ("destination", f"/queue/{queue},/topic/{queue}.a"),
+                        ("expires", "1"),
+                        ("receipt", "r2"),
+                    ],
+                    b"both",
+                ),
+                _frame("SEND", [("destination", f"/topic/{queue}.a.b"), ("JMSType", "t")], b"t" * 300),
+                _frame(
+                    "SUBSCRIBE",
+                    [
+                        ("destination", f"/queue/{queue}"),
+                        ("id", "s1"),
+                        ("ack", "client"),
+                        ("selector", "color = 'red' AND n > 3 OR JMSPriority BETWEEN 5 AND 9"),
+                        ("activemq.prefetchSize", "2"),
+                        ("receipt", "sub"),
+                    ],
+                ),
+                _frame(
+                    "SUBSCRIBE",
+                    [
+                        ("destination", f"/topic/{queue}.>"),
+                        ("id", "s2"),
+                        ("selector", "n IN ('1', '5') AND color LIKE 'r%' ESCAPE '!'"),
+                    ],
+                ),
+                _frame(
+                    "SUBSCRIBE",
+                    [
+                        ("destination", f"/topic/{queue}.*"),
+                        ("id", "s3"),
+                        ("ack", "client-individual"),
+                        ("activemq.subscriptionName", "d1"),
+                        ("prefetch-count", "5"),
+                    ],
+                ),
+                _frame("SUBSCRIBE", [("destination", f"/queue/{queue}"), ("id", "s4"), ("ack", "client")]),
+                _frame("SUBSCRIBE", [("destination", "/temp-queue/t"), ("id", "s5")]),
+                _frame("ACK", [(ack, "T_s1@@x@@1")]),
+                _frame("NACK", [(ack, "T_s4@@x@@1"), ("receipt", "n")]),
+                _frame("UNSUBSCRIBE", [("id", "s3"), ("activemq.subscriptionName", "d1"), ("receipt", "u")]),
+                _frame("BEGIN", [("transaction", "tx")]),
+                _frame("SEND", [("destination", f"/queue/{queue}"), ("transaction", "tx")], b"x" * 3000),
+                _frame(
+                    "SEND", [("destination", f"/queue/{queue},/topic/{queue}.t"), ("transaction", "tx")], b"y"
+                ),
+                _frame("ACK", [(ack, "T_s4@@x@@2"), ("transaction", "tx")]),
+                _frame("COMMIT", [("transaction", "tx"), ("receipt", "c")]),
+                _frame("ABORT", [("transaction", "tx")]),
+                _frame("SEND", [("destination", f"/queue/{queue}"), ("reply-to", "/temp-topic/r")], b"q"),
+                _frame("BEGIN", [("transaction", "big")])
+                + _frame("SEND", [("destination", f"/topic/{queue}.b"), ("transaction", "big")], big)
+                + _frame("SEND", [("destination", f"/queue/{queue}"), ("transaction", "big")], big)
+                + _frame("COMMIT", [("transaction", "big"), ("receipt", "cb")]),
+                _frame("SEND", [("destination", f"/queue/{queue}.b"), ("persistent", "true")], big)
+                + _frame("SEND", [("destination", f"/queue/{queue}.b"), ("receipt", "rb")], big)
+                + _frame(
+                    "SUBSCRIBE", [("destination", f"/queue/{queue}.b"), ("id", "s6"), ("ack", "client")]
                 ),
             ]
             conversations.append((connect, frames))
@@ -175,24 +274,58 @@ def test_fuzzed_stomp_input_never_hurts_the_adapter(start_adapter, stomp_client,
     # mutated destinations create queues nobody can name in advance: all of them live in a
     # scratch virtual host that is deleted afterwards
     vhost = broker.scratch_vhost("fuzz")
-    rng = random.Random(SEED)
     base = unique("fuzz")
     # a mutated CONNECT without its host header logs into the default vhost: the queue the
     # corpus names can then appear there, so it is deleted there too
     broker.track_queue(base)
-    conversations = corpus(base, vhost)
+    fuzz(adapter, corpus(base, vhost), CASES, stomp_client, caplog)
+
+
+def test_fuzzed_activemq_input_never_hurts_the_adapter(start_adapter, stomp_client, broker, caplog):
+    """The activemq profile's corpus, with byte budgets small enough for its transactions and
+    kept deliveries to cross them: the pools are empty again once every connection is gone."""
+    caplog.set_level(logging.WARNING)
+    adapter = start_adapter(
+        profile="activemq",
+        frame_timeout=1.0,
+        login_timeout=2.0,
+        max_transaction_bytes=4096,
+        transaction_bytes_budget=64 * 1024,
+        max_unacked_bytes=4096,
+        unacked_bytes_budget=64 * 1024,
+        **LIMITS,
+    )
+    vhost = broker.scratch_vhost("fuzzamq")
+    base = unique("fuzzamq")
+    broker.track_queue(base, f"{base}.b")  # as above: a CONNECT whose host header was broken
+    try:
+        fuzz(adapter, activemq_corpus(base, vhost), ACTIVEMQ_CASES, stomp_client, caplog)
+    finally:
+        # durable subscriptions of those connections: their queues are named after the client id
+        broker.track_queue(*(q["name"] for q in broker.management("/api/queues/%2F") if base in q["name"]))
+    budgets = adapter.server.session_settings.budgets
+    deadline = time.monotonic() + ANSWER_WITHIN
+    while adapter.run(_pools(budgets)) != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert adapter.run(_pools(budgets)) == (0, 0), f"seed {SEED}"
+
+
+def fuzz(adapter, conversations, cases, stomp_client, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Run ``cases`` mutated conversations, ``BATCH`` connections at a time, checking the
+    oracle after every batch."""
+    rng = random.Random(SEED)
     healthy = stomp_client("1.2", port=adapter.port)
     check = unique("fuzz-check")
     healthy.conn.subscribe(f"/topic/{check}", id="h")
     answered = 0
-    for batch_start in range(0, CASES, BATCH):
-        cases = [make_case(rng, conversations) for _ in range(min(BATCH, CASES - batch_start))]
+    for batch_start in range(0, cases, BATCH):
+        batch_cases = [make_case(rng, conversations) for _ in range(min(BATCH, cases - batch_start))]
 
-        async def batch(cases: list[bytes] = cases) -> list[tuple[bool, bytes]]:
-            return await asyncio.gather(*(one_case(adapter.port, case) for case in cases))
+        async def batch(batch_cases: list[bytes] = batch_cases) -> list[tuple[bool, bytes]]:
+            return await asyncio.gather(*(one_case(adapter.port, case) for case in batch_cases))
 
         results = asyncio.run(batch())
-        for case, (closed, answer) in zip(cases, results, strict=True):
+        for case, (closed, answer) in zip(batch_cases, results, strict=True):
             assert closed, (
                 f"seed {SEED}: connection not answered and closed within {ANSWER_WITHIN} s: {case!r}"
             )
@@ -203,8 +336,12 @@ def test_fuzzed_stomp_input_never_hurts_the_adapter(start_adapter, stomp_client,
         assert healthy.next("MESSAGE").body == f"after {batch_start}", f"seed {SEED}"
         bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
         assert not bad, f"seed {SEED}: {[r.getMessage() for r in bad][:3]}"
-    assert answered == CASES
+    assert answered == cases
     assert adapter.run(_incomplete(adapter)) == 0  # nothing left held for closed connections
+
+
+async def _pools(budgets) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    return budgets.transactions.used, budgets.unacked.used
 
 
 async def _incomplete(adapter) -> int:  # type: ignore[no-untyped-def]
@@ -212,8 +349,9 @@ async def _incomplete(adapter) -> int:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_mutator_is_deterministic(seed):
-    conversations = corpus("q")
+@pytest.mark.parametrize("make_corpus", [corpus, activemq_corpus])
+def test_mutator_is_deterministic(seed, make_corpus):
+    conversations = make_corpus("q")
     first = [make_case(random.Random(seed), conversations) for _ in range(3)]
     again = [make_case(random.Random(seed), conversations) for _ in range(3)]
     assert first == again

@@ -197,6 +197,12 @@ def test_prefetch_size() -> None:
     assert rules().prefetch({"activemq.prefetchSize": "1000000"}) == 65535
     assert rules().prefetch({"prefetch-count": "3", "activemq.prefetchSize": "2"}) == 3
     assert rules().prefetch({}) is None
+    # a subscription that acknowledges gets ActiveMQ's default queue prefetch when it gives none
+    assert rules().prefetch({"ack": "client"}) == rules().prefetch({"ack": "client-individual"}) == 1000
+    assert rules().prefetch({"ack": "client", "activemq.prefetchSize": "5"}) == 5
+    assert rules().prefetch({"ack": "client", "prefetch-count": "0"}) == 0  # asked for: unlimited
+    assert rules().prefetch({"ack": "auto"}) is None
+    assert RabbitMQRules().prefetch({"ack": "client"}) is None
     for bad in ("0", "-1", "x"):
         with pytest.raises(ProcessingError, match="prefetchSize"):
             rules().prefetch({"activemq.prefetchSize": bad})

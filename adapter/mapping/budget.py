@@ -1,0 +1,184 @@
+"""Byte budgets for what a client makes the adapter hold: a process-wide pool and per-connection
+accounts that reserve and release bytes against it.
+
+Two buffers a single connection controls are bounded this way (docs/behaviour.md, Limits):
+
+* the SEND bodies of its open transactions, held until COMMIT or ABORT
+  (``adapter.max_transaction_bytes`` per connection, ``adapter.transaction_bytes_budget`` for the
+  process);
+* activemq profile: the unacknowledged deliveries of its client-ack subscriptions, kept for a
+  NACK to the dead-letter queue (``adapter.max_unacked_bytes``, ``adapter.unacked_bytes_budget``).
+
+A reservation that would take a connection past its own bound, or the process past the pool's,
+raises ``BudgetExceeded``: a ``StompError`` whose detail names the bound and its setting, so the
+session answers it like any other refused frame (ERROR, then close) and the other connections
+go on.  ``Account.close`` gives back whatever the connection still holds; the session calls it on
+every close path, so the pool returns to zero however connections end.
+
+``KeptDeliveries`` is the mapping of kept deliveries that charges an account for each body, so
+the session keeps its dictionary code and the byte counting stays here.
+
+Pure: no I/O, standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ..errors import StompError
+from .operations import Delivery
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_PER_CONNECTION",
+    "Account",
+    "Budgets",
+    "BudgetExceeded",
+    "KeptDeliveries",
+    "Pool",
+]
+
+# Defaults, argued in docs/configuration.md ("Byte budgets"): 16 maximum-size frames (4 MiB)
+# per connection, and 16 such connections' worth for the whole process.
+DEFAULT_PER_CONNECTION = 64 * 1024 * 1024
+DEFAULT_BUDGET = 1024 * 1024 * 1024
+
+
+class BudgetExceeded(StompError):
+    """A reservation would break a byte bound; ``message``/``detail`` are the ERROR frame's."""
+
+
+class Pool:
+    """The bytes all connections of the process hold in one kind of buffer, and their bound."""
+
+    __slots__ = ("limit", "setting", "used", "what")
+
+    def __init__(self, limit: int, setting: str, what: str) -> None:
+        self.limit = limit
+        self.setting = setting  # the ini key an operator raises
+        self.what = what  # what the bytes are, for the ERROR ("Open transactions")
+        self.used = 0
+
+    def account(self, limit: int, setting: str, message: str) -> Account:
+        """A connection's account: at most ``limit`` bytes (``setting``), ERROR ``message``."""
+        return Account(self, limit, setting, message)
+
+
+class Account:
+    """One connection's share of a pool, with its own bound."""
+
+    __slots__ = ("_closed", "held", "limit", "message", "pool", "setting")
+
+    def __init__(self, pool: Pool, limit: int, setting: str, message: str) -> None:
+        self.pool = pool
+        self.limit = limit
+        self.setting = setting
+        self.message = message
+        self.held = 0
+        self._closed = False
+
+    def reserve(self, size: int) -> None:
+        """Hold ``size`` more bytes, or raise ``BudgetExceeded`` and hold nothing more."""
+        if self._closed:
+            return  # the connection is gone: nothing it still does may charge the pool
+        pool = self.pool
+        if self.held + size > self.limit:
+            raise BudgetExceeded(
+                self.message,
+                f"{pool.what} of this connection would hold more than {self.limit} bytes ({self.setting})\n",
+            )
+        if pool.used + size > pool.limit:
+            raise BudgetExceeded(
+                self.message,
+                f"{pool.what} of all connections would hold more than {pool.limit} bytes ({pool.setting})\n",
+            )
+        self.held += size
+        pool.used += size
+
+    def release(self, size: int) -> None:
+        """Give back ``size`` bytes reserved earlier (never more than the account holds)."""
+        if self._closed:
+            return
+        size = min(size, self.held)
+        self.held -= size
+        self.pool.used -= size
+
+    def close(self) -> None:
+        """The connection is gone: give back everything; later calls change nothing."""
+        if not self._closed:
+            self.pool.used -= self.held
+            self.held = 0
+            self._closed = True
+
+
+K = TypeVar("K")
+
+
+class KeptDeliveries(MutableMapping[K, Delivery]):
+    """Deliveries by key, each body charged to ``account`` while it is in the mapping.
+
+    Storing raises ``BudgetExceeded`` (and stores nothing) when the body does not fit; removing
+    (``del``, ``pop``, ``clear``) gives its bytes back."""
+
+    __slots__ = ("_account", "_items")
+
+    def __init__(self, account: Account) -> None:
+        self._account = account
+        self._items: dict[K, Delivery] = {}
+
+    def __setitem__(self, key: K, delivery: Delivery) -> None:
+        old = self._items.get(key)
+        if old is not None:
+            self._account.release(len(old.body))
+            del self._items[key]
+        self._account.reserve(len(delivery.body))
+        self._items[key] = delivery
+
+    def __getitem__(self, key: K) -> Delivery:
+        return self._items[key]
+
+    def __delitem__(self, key: K) -> None:
+        delivery = self._items.pop(key)
+        self._account.release(len(delivery.body))
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+
+@dataclass(slots=True)
+class Budgets:
+    """The process's byte pools and the per-connection bounds (``adapter.config`` builds it from
+    the settings; ``SessionSettings`` carries it, shared by every connection of the process)."""
+
+    max_transaction_bytes: int = DEFAULT_PER_CONNECTION
+    transaction_bytes_budget: int = DEFAULT_BUDGET
+    max_unacked_bytes: int = DEFAULT_PER_CONNECTION
+    unacked_bytes_budget: int = DEFAULT_BUDGET
+    transactions: Pool = field(init=False)
+    unacked: Pool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.transactions = Pool(
+            self.transaction_bytes_budget, "adapter.transaction_bytes_budget", "Open transactions"
+        )
+        self.unacked = Pool(
+            self.unacked_bytes_budget, "adapter.unacked_bytes_budget", "Unacknowledged messages kept for NACK"
+        )
+
+    def transaction_account(self) -> Account:
+        return self.transactions.account(
+            self.max_transaction_bytes, "adapter.max_transaction_bytes", "Transaction bytes exceeded"
+        )
+
+    def unacked_account(self) -> Account:
+        return self.unacked.account(
+            self.max_unacked_bytes, "adapter.max_unacked_bytes", "Unacknowledged bytes exceeded"
+        )
