@@ -14,6 +14,7 @@ A bystander client of the same adapter stays served throughout.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -248,3 +249,66 @@ def test_refusal_as_4_3_answers_it(proxied: Factory, amqp_url: str) -> None:
     assert "541" in refused or "INTERNAL_ERROR" in refused
     assert REFUSAL_TEXT.startswith("INTERNAL_ERROR - Feature `transient_nonexcl_queues` is deprecated.")
     assert len(REFUSAL_TEXT.encode()) == 255
+
+
+def test_broker_info_metric_names_each_nodes_version(
+    proxied: Factory, start_adapter: Callable[..., AdapterProcess]
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from adapter.server.metrics import build_registry, render
+
+    old, _ = proxied("3.12.0", refuse=False)
+    new, _ = proxied("4.3.0", refuse=True)
+    adapter = start_adapter(amqp_url=f"{old.url},{new.url}")  # round robin: one login each
+    for _ in range(2):
+        StompClient(adapter.port).next("CONNECTED")
+
+    async def scrape() -> bytes:
+        return render(build_registry(adapter.server))
+
+    text = adapter.run(scrape()).decode()
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "stomp_adapter_broker_info"]
+    assert sorted(
+        (s.labels["node"], s.labels["version"], s.labels["rules"], s.value) for s in family.samples
+    ) == [
+        (f"amqp://127.0.0.1:{old.proxy.port}", "3.12.0", "3.11-3.13", 1.0),
+        (f"amqp://127.0.0.1:{new.proxy.port}", "4.3.0", "4.x", 1.0),
+    ]
+
+
+def test_connection_reuse_never_lends_a_connection_with_an_exclusive_queue(
+    rabbit43: Callable[..., tuple[AdapterProcess, MethodLog]], broker: BrokerProbe
+) -> None:
+    """An exclusive queue belongs to the AMQP connection that declared it: a pooled connection
+    must never carry one into another session (adapter/server/amqp_pool.py).  Two sessions one
+    after the other each get their own subscription queue, and each works."""
+    adapter, log = rabbit43(amqp_connection_reuse=True, amqp_connection_idle_seconds=60)
+    queue = unique("reuse-")
+    broker.track_queue(queue)
+    reuse = adapter.server.amqp_reuse
+    assert reuse is not None
+
+    async def pooled() -> int:
+        return len(reuse.pool)
+
+    def wait_pooled(count: int) -> None:
+        deadline = time.monotonic() + 10  # a safety timeout only
+        while adapter.run(pooled()) != count:
+            assert time.monotonic() < deadline, f"pool never held {count}"
+            time.sleep(0.02)
+
+    plain = StompClient(adapter.port)  # a session that declares nothing connection-bound ...
+    plain.conn.send(f"/queue/{queue}", "x", headers={"receipt": "p"})
+    plain.next("RECEIPT")
+    plain.close()
+    wait_pooled(1)
+    first = StompClient(adapter.port)  # ... lends its connection to this one
+    _subscribe_and_receive(first, f"/topic/{unique('t')}")
+    first.close()
+    second = StompClient(adapter.port)
+    _subscribe_and_receive(second, f"/topic/{unique('t')}")
+    declares = [d for d in log.declares() if d.queue.startswith("stomp-subscription-")]
+    assert len(declares) == 2 and all(_flags(d) == (False, True, True) for d in declares)
+    assert reuse.reused == 1  # the first subscriber's login was the pooled connection
+    assert len(log.sent(commands.Connection.StartOk)) == 2  # the second's was a fresh one
