@@ -1,8 +1,9 @@
 """Behaviour profiles: which STOMP dialect the adapter speaks, as one object of rules.
 
 Owns the decisions that differ between the ``rabbitmq`` profile (the default: RabbitMQ's STOMP
-plugin 3.10.8, unchanged) and the ``activemq`` profile (the STOMP idioms of Apache ActiveMQ 5.x
-applications, docs/migration-activemq.md).  The session asks its profile's rules at each point
+plugin 3.10.8, unchanged but for the declare flags of the broker's generation, ``broker``) and
+the ``activemq`` profile (the STOMP idioms of Apache ActiveMQ 5.x applications,
+docs/migration-activemq.md).  The session asks its profile's rules at each point
 where the two differ instead of testing the profile name, so the differences are all here:
 
 * the ``queue.declare`` of a SEND (ActiveMQ: ``/queue/NAME`` is always a shared durable queue);
