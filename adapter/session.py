@@ -389,6 +389,7 @@ class Session:
             else:
                 yield from self._fail("Processing error", result.detail or "Processing error", frame)
             return
+        self._rules.broker = result.broker  # the declare flags of this broker's plugin
         client_id = self._rules.client_id(headers)
         if client_id is not None:
             if not self.settings.client_ids.claim(client_id, self):

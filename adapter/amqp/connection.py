@@ -24,6 +24,7 @@ import ssl
 import time
 from typing import Literal, Protocol, assert_never, cast
 
+from ..mapping.destinations import NEWEST_BROKER, BrokerGeneration, broker_generation
 from ..mapping.operations import (
     BasicCancel,
     BasicConsume,
@@ -188,6 +189,11 @@ class AmqpConnection(asyncio.Protocol):
         self._opened = False
         self._failed_before_handover: AmqpError | None = None
         self.server_properties: dict[str, object] = {}
+        # what connection.start's server-properties say the broker is (None: no version), and
+        # whose plugin's queue.declare flags suit it (unknown: the newest, which every version
+        # accepts); read once per connection, at the handshake
+        self.broker_version: str | None = None
+        self.broker_generation: BrokerGeneration = NEWEST_BROKER
         self.frame_max = 131072
         self.heartbeat = 0
         self._closing = False  # the session has been told the link failed, or we are closing
@@ -265,6 +271,12 @@ class AmqpConnection(asyncio.Protocol):
         user, password, vhost = self._credentials
         if method == wire.CONNECTION_START:
             self.server_properties = server_properties(payload)
+            version = self.server_properties.get("version")
+            if isinstance(version, bytes | str):
+                self.broker_version = (
+                    version.decode("utf-8", "replace") if isinstance(version, bytes) else version
+                )
+            self.broker_generation = broker_generation(self.broker_version) or NEWEST_BROKER
             self._phase = "auth"
             self._write(
                 wire.connection_start_ok(user, password, client_properties_table(self._connection_name))

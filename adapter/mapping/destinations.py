@@ -6,7 +6,9 @@ deps/amqp_client/src/rabbit_routing_util.erl for destination parsing):
 
 * parsing of ``destination`` / ``reply-to`` values and the exact ERROR texts for bad ones;
 * the ``basic.publish`` exchange / routing key of a SEND;
-* ``queue.declare`` flags and arguments built from frame headers;
+* ``queue.declare`` flags and arguments built from frame headers, with the flag rules of the
+  plugin that ships with the broker's generation (3.10, 3.11-3.13, 4.x: ``BrokerGeneration``,
+  chosen from the version the broker announces; 3.10.8's rules unless told otherwise);
 * durable-subscription detection and the ``Missing Header`` check;
 * subscription queue names for ``/topic`` and ``/exchange`` and the SUBSCRIBE plan;
 * consumer tags, stream offsets;
@@ -44,7 +46,9 @@ __all__ = [
     "DEST_PREFIXES",
     "PLUGIN_QUEUE_ARGUMENTS",
     "QUEUE_ARGUMENTS",
+    "NEWEST_BROKER",
     "AmqpFieldType",
+    "BrokerGeneration",
     "Destination",
     "DestinationError",
     "DestinationKind",
@@ -52,7 +56,9 @@ __all__ = [
     "QueueParams",
     "SubscribeTarget",
     "check_not_temp_queue",
+    "broker_generation",
     "consumer_tag",
+    "default_params",
     "durable_unsubscribe_queue",
     "is_durable",
     "message_destination",
@@ -440,15 +446,92 @@ class QueueParams:
     arguments: dict[str, ArgumentValue] = field(default_factory=dict, hash=False)
 
 
-# docs/destinations.md#queue-flag-headers defaults per kind (src: util.erl default_params).  Types that are
-# never declared
-# (amq/queue, reply-queue, temp-queue) get the plugin's catch-all default.
-_DEFAULT_PARAMS: Final[Mapping[DestinationKind, Mapping[str, bool]]] = {
-    DestinationKind.QUEUE: {"durable": True},
-    DestinationKind.TOPIC: {"exclusive": False, "auto_delete": True},
-    DestinationKind.EXCHANGE: {"exclusive": False, "auto_delete": True},
+class BrokerGeneration(StrEnum):
+    """Which plugin's ``queue.declare`` flags the adapter uses, by the broker's version
+    (docs/destinations.md#queue-flag-headers; docs/compatibility.md#broker-generations).
+
+    The plugin ships with the broker, so a broker of each generation expects its own plugin's
+    declares; a 4.x broker refuses some of the older ones outright.  The value names the
+    broker versions (the ``rules`` label of ``stomp_adapter_broker_info``).
+    """
+
+    # 3.10 and older: 3.10.8's plugin, the adapter's reference
+    V3_10 = "3.10"
+    # 3.11-3.13: /exchange/ subscription queues exclusive (3.11.8 and 3.12.0, rabbitmq-server
+    # commit "Fix incorrect default value for exchange subscription")
+    V3_11 = "3.11-3.13"
+    # 4.x: 4.3.x's plugin (PR 13016): non-durable /topic/ subscriptions exclusive too, and a
+    # quorum or stream queue always durable, never exclusive.  4.3 refuses transient
+    # non-exclusive queues (transient_nonexcl_queues, denied by default) with a hard error.
+    V4 = "4.x"
+
+
+# the rules for a broker whose version is unknown: exclusive queues work on every version,
+# transient non-exclusive ones are refused by the newest
+NEWEST_BROKER: Final = BrokerGeneration.V4
+
+_VERSION: Final = re.compile(r"([0-9]+)\.([0-9]+)")
+
+
+def broker_generation(version: str | None) -> BrokerGeneration | None:
+    """The generation of a broker from the ``version`` of its connection.start server-properties
+    (``3.10.8``, ``4.3.0-rc.1``, ``3.13.7+1.g0a1b2c3`` ...), or None when it is missing or not a
+    version (the caller then uses :data:`NEWEST_BROKER`, and says so).  A development build's
+    ``0.0.0`` is not a version."""
+    if not version:
+        return None
+    match = _VERSION.match(version.strip())
+    if match is None:
+        return None
+    major, minor = int(match[1]), int(match[2])
+    if major >= 4:
+        return BrokerGeneration.V4
+    if major == 3:
+        return BrokerGeneration.V3_11 if minor >= 11 else BrokerGeneration.V3_10
+    if major == 0:
+        return None
+    return BrokerGeneration.V3_10  # 1.x, 2.x: older than anything the adapter knows
+
+
+# docs/destinations.md#queue-flag-headers defaults per generation and kind (src: util.erl
+# default_params at v3.10.8, v3.13.7, v4.3.5).  Types that are never declared (amq/queue,
+# reply-queue, temp-queue) get the plugin's catch-all default.
+_DEFAULT_PARAMS: Final[Mapping[BrokerGeneration, Mapping[DestinationKind, Mapping[str, bool]]]] = {
+    BrokerGeneration.V3_10: {
+        DestinationKind.QUEUE: {"durable": True},
+        DestinationKind.TOPIC: {"exclusive": False, "auto_delete": True},
+        DestinationKind.EXCHANGE: {"exclusive": False, "auto_delete": True},
+    },
+    BrokerGeneration.V3_11: {
+        DestinationKind.QUEUE: {"durable": True},
+        DestinationKind.TOPIC: {"exclusive": False, "auto_delete": True},
+        DestinationKind.EXCHANGE: {"exclusive": True, "auto_delete": True},
+    },
+    BrokerGeneration.V4: {
+        DestinationKind.QUEUE: {"durable": True},
+        # no exclusive default: the durable rule decides (non-durable: exclusive)
+        DestinationKind.TOPIC: {"auto_delete": True},
+        DestinationKind.EXCHANGE: {"exclusive": True, "auto_delete": True},
+    },
 }
-_CATCH_ALL_DEFAULT_PARAMS: Final[Mapping[str, bool]] = {"durable": False}
+_CATCH_ALL_DEFAULT_PARAMS: Final[Mapping[BrokerGeneration, Mapping[str, bool]]] = {
+    BrokerGeneration.V3_10: {"durable": False},
+    BrokerGeneration.V3_11: {"durable": False},
+    BrokerGeneration.V4: {"exclusive": True, "durable": False},
+}
+# 4.x (src: rabbit_stomp_routing_util.erl queue_declare_method at v4.3.5): queues of these
+# types are declared durable and non-exclusive, whatever the headers say.  The plugin also
+# applies it to the vhost's default queue type, which AMQP 0-9-1 does not tell a client
+# (docs/compatibility.md#broker-generations).
+_REPLICATED_QUEUE_TYPES: Final = frozenset({"quorum", "stream"})
+
+
+def default_params(kind: DestinationKind, generation: BrokerGeneration) -> Mapping[str, bool]:
+    """The plugin's ``default_params`` of a ``kind`` destination for a broker of
+    ``generation``: the flags that apply when no header sets them."""
+    defaults = _DEFAULT_PARAMS[generation].get(kind)
+    return defaults if defaults is not None else _CATCH_ALL_DEFAULT_PARAMS[generation]
+
 
 # docs/destinations.md#queue-flag-headers flag headers; durable and persistent both set "durable".
 _FLAG_HEADERS: Final = {
@@ -459,9 +542,14 @@ _FLAG_HEADERS: Final = {
 }
 
 
-def queue_params(kind: DestinationKind, headers: Mapping[str, str]) -> QueueParams:
+def queue_params(
+    kind: DestinationKind,
+    headers: Mapping[str, str],
+    generation: BrokerGeneration = BrokerGeneration.V3_10,
+) -> QueueParams:
     """``queue.declare`` flags and arguments for a declare of a ``kind`` destination
-    (docs/destinations.md#queue-flag-headers; docs/destinations.md#queue-arguments-x--headers).
+    (docs/destinations.md#queue-flag-headers; docs/destinations.md#queue-arguments-x--headers),
+    as the plugin of a ``generation`` broker declares it (3.10.8's unless told).
 
     Raises :class:`ProcessingError` for a bad long argument (checked first, as in the plugin) or a
     ``durable``/``persistent`` value other than true/True/false/False.
@@ -474,7 +562,7 @@ def queue_params(kind: DestinationKind, headers: Mapping[str, str]) -> QueuePara
 
     # Defaults overlaid with the header values.  When both durable and persistent are present the
     # later header in the frame wins (src: util.erl build_params + rabbit_misc:plmerge).
-    params: dict[str, bool | None] = dict(_DEFAULT_PARAMS.get(kind, _CATCH_ALL_DEFAULT_PARAMS))
+    params: dict[str, bool | None] = dict(default_params(kind, generation))
     for name, value in headers.items():
         key = _FLAG_HEADERS.get(name)
         if key is not None:
@@ -494,11 +582,16 @@ def queue_params(kind: DestinationKind, headers: Mapping[str, str]) -> QueuePara
         exclusive = flag
     if (flag := params.get("auto_delete")) is not None:
         auto_delete = flag
+    if generation is BrokerGeneration.V4 and arguments.get("x-queue-type") in _REPLICATED_QUEUE_TYPES:
+        durable, exclusive = True, False
     return QueueParams(durable=durable, auto_delete=auto_delete, exclusive=exclusive, arguments=arguments)
 
 
 def send_queue_declare(
-    dest: Destination, headers: Mapping[str, str], declared_queues: Container[str] = ()
+    dest: Destination,
+    headers: Mapping[str, str],
+    declared_queues: Container[str] = (),
+    generation: BrokerGeneration = BrokerGeneration.V3_10,
 ) -> QueueParams | None:
     """What a SEND to ``dest`` declares before publishing (docs/destinations.md#common-steps), in the
     plugin's order of checks.
@@ -512,7 +605,7 @@ def send_queue_declare(
     queue_arguments(headers)
     check_not_temp_queue(dest, "SEND")
     if dest.kind is DestinationKind.QUEUE and dest.name not in declared_queues:
-        return queue_params(DestinationKind.QUEUE, headers)
+        return queue_params(DestinationKind.QUEUE, headers, generation)
     return None
 
 
@@ -639,12 +732,13 @@ def subscribe_target(
     sub_id: str | None,
     default_topic_exchange: str,
     declared_queues: Container[str] = (),
+    generation: BrokerGeneration = BrokerGeneration.V3_10,
 ) -> SubscribeTarget:
     """The SUBSCRIBE plan for ``dest`` (docs/destinations.md#common-steps), with the plugin's order of checks.
 
     ``sub_id`` is the SUBSCRIBE ``id`` header (``None`` if absent); ``declared_queues`` the
     per-connection cache of ``/queue`` names already declared (docs/destinations.md#common-steps: never
-    redeclared).
+    redeclared); ``generation`` the broker's (:func:`queue_params`).
 
     Raises ``ProcessingError`` (bad x- argument — for every destination type —, bad
     durable/persistent on an actual declare, durable without id) or ``DestinationError``
@@ -653,12 +747,16 @@ def subscribe_target(
     queue_arguments(headers)
     match dest.kind:
         case DestinationKind.QUEUE:
-            declare = None if dest.name in declared_queues else queue_params(DestinationKind.QUEUE, headers)
+            declare = (
+                None
+                if dest.name in declared_queues
+                else queue_params(DestinationKind.QUEUE, headers, generation)
+            )
             return SubscribeTarget(queue=dest.name, declare=declare, bind_exchange=None, bind_key="")
         case DestinationKind.AMQ_QUEUE | DestinationKind.REPLY_QUEUE:
             return SubscribeTarget(queue=dest.name, declare=None, bind_exchange=None, bind_key="")
         case DestinationKind.TOPIC | DestinationKind.EXCHANGE:
-            params = queue_params(dest.kind, headers)
+            params = queue_params(dest.kind, headers, generation)
             queue = subscription_queue(dest, headers, sub_id, is_durable(headers))
             exchange = AMQ_TOPIC if dest.kind is DestinationKind.TOPIC else dest.name
             return SubscribeTarget(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from .destinations import BrokerGeneration
 from .properties import MessageProperties
 
 
@@ -36,6 +37,9 @@ class LoginResult:
     failure: LoginFailure = ""
     detail: str = ""
     server_version: str = ""
+    # whose plugin's queue.declare flags to use (adapter/amqp/connection.py reads the broker's
+    # version at the handshake)
+    broker: BrokerGeneration = BrokerGeneration.V3_10
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """Behaviour profiles: which STOMP dialect the adapter speaks, as one object of rules.
 
 Owns the decisions that differ between the ``rabbitmq`` profile (the default: RabbitMQ's STOMP
-plugin 3.10.8, unchanged) and the ``activemq`` profile (the STOMP idioms of Apache ActiveMQ 5.x
-applications, docs/migration-activemq.md).  The session asks its profile's rules at each point
+plugin 3.10.8, unchanged but for the declare flags of the broker's generation, ``broker``) and
+the ``activemq`` profile (the STOMP idioms of Apache ActiveMQ 5.x applications,
+docs/migration-activemq.md).  The session asks its profile's rules at each point
 where the two differ instead of testing the profile name, so the differences are all here:
 
 * the ``queue.declare`` of a SEND (ActiveMQ: ``/queue/NAME`` is always a shared durable queue);
@@ -33,6 +34,7 @@ from typing import Final
 
 from .destinations import (
     TEMP_TOPIC_PREFIX,
+    BrokerGeneration,
     Destination,
     DestinationError,
     DestinationKind,
@@ -87,6 +89,9 @@ class RabbitMQRules:
     # SEND to "/queue/a,/topic/b" publishes to each (ActiveMQ's composite destinations); the
     # plugin reads the comma as part of the name
     composite_destinations: bool = False
+    # whose plugin's queue.declare flags to use: the broker's generation, set by the session
+    # once its AMQP connection is open (docs/compatibility.md#broker-generations)
+    broker: BrokerGeneration = BrokerGeneration.V3_10
 
     def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
         """The connection's client id (named durable subscriptions); the plugin has none."""
@@ -104,7 +109,7 @@ class RabbitMQRules:
     def send_queue_params(
         self, dest: Destination, headers: Mapping[str, str], declared_queues: Container[str]
     ) -> QueueParams | None:
-        return send_queue_declare(dest, headers, declared_queues)
+        return send_queue_declare(dest, headers, declared_queues, self.broker)
 
     def send_properties(self, headers: Mapping[str, str], reply_to: str | None) -> MessageProperties | None:
         """The publish properties of a SEND, or None when the message must not be published."""
@@ -133,7 +138,7 @@ class RabbitMQRules:
         default_topic_exchange: str,
         client_id: str | None,
     ) -> SubscribeTarget:
-        return subscribe_target(dest, headers, sub_id, default_topic_exchange)
+        return subscribe_target(dest, headers, sub_id, default_topic_exchange, generation=self.broker)
 
     def selector(self, dest: Destination, headers: Mapping[str, str]) -> Selector | None:
         """The plugin ignores ``selector``: every message is delivered."""
@@ -393,12 +398,12 @@ class ActiveMQRules(RabbitMQRules):
             queue_arguments(headers)
             return SubscribeTarget(dest.name, _shared_queue(headers), None, "")
         if dest.kind is not DestinationKind.TOPIC:
-            return subscribe_target(dest, headers, sub_id, default_topic_exchange)
+            return subscribe_target(dest, headers, sub_id, default_topic_exchange, generation=self.broker)
         key = activemq_binding_key(dest.name)
         exchange = default_topic_exchange
         name = _subscription_name(headers)
         if name is None:
-            plan = subscribe_target(dest, headers, sub_id, default_topic_exchange)
+            plan = subscribe_target(dest, headers, sub_id, default_topic_exchange, generation=self.broker)
             return SubscribeTarget(plan.queue, plan.declare, plan.bind_exchange, key)
         if client_id is None:
             raise DestinationError(

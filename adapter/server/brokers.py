@@ -12,11 +12,17 @@ cluster.  Every STOMP login opens its own AMQP connection, so the choice is made
 A session never moves between nodes: when its AMQP connection drops, its client gets an ERROR
 and the close, and its next CONNECT lands on a live node (docs/behaviour.md, "Broker nodes").
 
-This module does no I/O; the shell reports what happened.
+Each node also keeps the version its last connection.start announced, and which plugin's
+queue.declare flags that version gets (docs/compatibility.md#broker-generations): logged when a
+node is first seen and whenever it changes (a rolling upgrade), and exported as
+``stomp_adapter_broker_info``.
+
+This module does no socket I/O; the shell reports what happened.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -24,7 +30,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
+from ..mapping.destinations import NEWEST_BROKER, BrokerGeneration, broker_generation
 from .resolver import BrokerHost
+
+log = logging.getLogger(__name__)
 
 NodeOrder = Literal["round_robin", "shuffle"]
 RETRY_AFTER_SECONDS = 5.0
@@ -39,6 +48,9 @@ class BrokerNode:
     tls: bool
     resolver: BrokerHost = field(repr=False)
     failed_at: float | None = None
+    # what the node's last connection.start said: its version ("" when it named none) and the
+    # declare rules the adapter uses for it; None until a login reached it
+    announced: tuple[str, BrokerGeneration] | None = None
 
     @property
     def label(self) -> str:
@@ -96,3 +108,30 @@ class BrokerNodes:
     def connected(self, node: BrokerNode, target: str, address: str | None) -> None:
         node.failed_at = None
         node.resolver.connected(target, address)
+
+    def announced(self, node: BrokerNode, version: str | None) -> None:
+        """A connection to ``node`` opened, and its connection.start named ``version`` (None:
+        none).  Logged the first time and when it changes, not per login."""
+        known = node.announced
+        if known is not None and known[0] == (version or ""):
+            return
+        generation = broker_generation(version)
+        rules = generation or NEWEST_BROKER
+        node.announced = (version or "", rules)
+        if generation is None:
+            log.warning(
+                "broker node %s announces %s: not a RabbitMQ version the adapter knows, so it "
+                "declares queues as the newest plugin does (%s rules: non-durable subscriptions "
+                "exclusive, which every version accepts)",
+                node.label,
+                f"version {version!r}" if version else "no version",
+                rules.value,
+            )
+        else:
+            log.info(
+                "broker node %s is version %s: queues are declared with the %s rules "
+                "(docs/compatibility.md, broker generations)",
+                node.label,
+                version,
+                rules.value,
+            )

@@ -791,6 +791,7 @@ class ClientConnection(asyncio.Protocol):
                 log.warning("broker node unreachable for peer=%s: %s: %s", self.peer, node.label, reason)
             else:
                 nodes.connected(node, target, amqp.peer_address)
+                nodes.announced(node, amqp.broker_version)  # logged and exported once per node
                 if reuse is not None:
                     reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 break
@@ -823,7 +824,7 @@ class ClientConnection(asyncio.Protocol):
         product = _text(props.get("product", "RabbitMQ"))
         version = _text(props.get("version", ""))
         server = f"{product}/{version}" if version else product
-        return ops.LoginResult(True, server_version=server)
+        return ops.LoginResult(True, server_version=server, broker=amqp.broker_generation)
 
     def _internal_error(self) -> None:
         """Called from an ``except`` block: log the traceback (a bug), answer ERROR, close."""

@@ -255,6 +255,18 @@ class ServerCollector(Collector):
                 destinations.delivered,
                 SHARED_DESTINATION_LABELS,
             )
+        brokers = GaugeMetricFamily(
+            f"{PREFIX}_broker_info",
+            "1 per broker node a login reached, labelled with the version its connection.start "
+            "announced (empty: none) and the queue.declare rules the adapter uses for it "
+            "(3.10, 3.11-3.13, 4.x; docs/compatibility.md)",
+            labels=["node", "version", "rules"],
+        )
+        for node in server.nodes.nodes:
+            if node.announced is not None:
+                version, rules = node.announced
+                brokers.add_metric([node.label, version, rules.value], 1)
+        yield brokers
         reuse = server.amqp_reuse  # adapter.amqp_connection_reuse (adapter/server/amqp_pool.py)
         if reuse is not None:
             yield GaugeMetricFamily(

@@ -6,7 +6,8 @@ into the one set of series it serves on ``--http-listen``:
 
 * every sample is summed over the workers (connections, frames, bytes, CPU seconds, memory,
   open file descriptors, histogram buckets ...), except the few where a sum means nothing
-  (``KEPT_MINIMUM``: the oldest start time, the smallest descriptor limit);
+  (``KEPT_MINIMUM``: the oldest start time, the smallest descriptor limit; ``KEPT_MAXIMUM``:
+  the info series, 1 when any worker has it);
 * the per-destination series (``adapter.metrics_destinations`` = N) are bounded again: each
   worker admits its own N destinations, so their union could reach N x workers; the supervisor
   admits at most N of the labels it sees, in the order it first sees them, for its whole life,
@@ -39,6 +40,8 @@ from .stats import DESTINATION_FAMILIES, LabelBound
 
 # families whose workers' values are not added: the minimum is the meaningful one
 KEPT_MINIMUM = frozenset({"process_start_time_seconds", "process_max_fds"})
+# families of info series (value 1): one worker's is the supervisor's
+KEPT_MAXIMUM = frozenset({"stomp_adapter_broker_info"})
 # families whose samples only grow: what a dead worker counted stays in the total
 MONOTONIC_TYPES = frozenset({"counter", "histogram", "summary"})
 
@@ -110,6 +113,8 @@ class WorkerMetrics:
                     family.samples[key] = value
                 elif name in KEPT_MINIMUM:
                     family.samples[key] = min(family.samples[key], value)
+                elif name in KEPT_MAXIMUM:
+                    family.samples[key] = max(family.samples[key], value)
                 else:
                     family.samples[key] += value
         for name in DESTINATION_FAMILIES:
