@@ -25,8 +25,11 @@ from .frame import Frame
 NUL = 0
 LF = 10
 CR = 13
-# what may stand between frames: heart-beat EOLs (LF or CR LF) and stray NULs
-_skip_between_frames = re.compile(rb"(?:[\n\0]|\r\n)*").match
+# What may stand between frames: heart-beat EOLs (LF or CR LF) and stray NULs.  Both patterns
+# run in constant memory (a repeated character class and a plain search; a repeated group such
+# as (?:\n|\r\n)* keeps a backtracking entry per repetition: ~120 bytes per byte skipped).
+_skip_between_frames = re.compile(rb"[\n\r\0]*").match
+_bare_cr = re.compile(rb"\r(?!\n)").search
 _BETWEEN_FRAMES_FIRST = frozenset((LF, NUL, CR))
 
 
@@ -146,10 +149,18 @@ class FrameParser:
         # WebSocket message that inflates to megabytes of "\n") must not cost a Python step per
         # byte.  A CR must be followed by LF; a CR at the very end waits for the next feed.
         if pos < end and buf[pos] in _BETWEEN_FRAMES_FIRST:
-            pos = _skip_between_frames(buf, pos).end()
-            if pos < end and buf[pos] == CR and pos + 1 < end:
-                self._pos = pos
-                raise FrameError("Bad frame", "CR not followed by LF between frames")
+            if buf[pos] != CR and (pos + 1 == end or buf[pos + 1] not in _BETWEEN_FRAMES_FIRST):
+                stop = pos + 1  # the common case: one LF after a frame, no need for the regex
+            else:
+                stop = _skip_between_frames(buf, pos).end()  # type: ignore[union-attr]  # "*" always matches
+                if buf.find(b"\r", pos, stop) >= 0:  # CR LF heart-beats, or a CR alone
+                    bare = _bare_cr(buf, pos, stop)
+                    if bare is not None:
+                        stop = bare.start()
+                        if stop + 1 < end:
+                            self._pos = stop
+                            raise FrameError("Bad frame", "CR not followed by LF between frames")
+            pos = stop
             if pos != self._pos:
                 self._pos = pos
                 self._scan_from = pos
@@ -159,14 +170,16 @@ class FrameParser:
                 self._pos = self._scan_from = 0
             return None
         if buf[pos] == CR:
-            return self._wait()
+            self._wait()
+            return None
 
         limits = self._limits
         head = self._head
         if head is None:
             head = self._scan_head(pos, end)
             if head is None:
-                return self._wait()
+                self._wait()
+                return None
             self._head = head
         command, headers, content_length, body_offset = head
         body_start = pos + body_offset
@@ -174,7 +187,8 @@ class FrameParser:
         if content_length is not None:
             frame_end = body_start + content_length
             if frame_end >= end:
-                return self._wait()
+                self._wait()
+                return None
             if buf[frame_end] != NUL:
                 self._head = None
                 raise FrameError(
@@ -190,7 +204,8 @@ class FrameParser:
                         f"Frame exceeds the maximum frame size of {limits.max_frame_size} bytes",
                     )
                 self._scan_from = end
-                return self._wait()
+                self._wait()
+                return None
             if frame_end - pos + 1 > limits.max_frame_size:
                 raise FrameError(
                     "Frame too big",

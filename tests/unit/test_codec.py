@@ -8,6 +8,7 @@ come out untouched after the frames under test).
 from __future__ import annotations
 
 import sys
+import tracemalloc
 import types
 from collections.abc import Iterable, Sequence
 
@@ -980,6 +981,19 @@ def test_heart_beat_runs_cost_the_same_python_steps_whatever_their_length(eol: b
         assert parser.buffered == 0
         steps.append(lines)
     assert steps[0] == steps[1], f"Python steps grow with the run of heart-beats: {steps}"
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\n\0\r\n"])
+def test_skipping_heart_beats_allocates_nothing_in_proportion_to_them(eol: bytes) -> None:
+    parser = FrameParser()
+    parser.feed(eol * 1_000_000 + b"SEND\n\nx\0")
+    tracemalloc.start()
+    try:
+        assert parser.next_frame() == Frame("SEND", {}, b"x")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024, f"{peak} bytes allocated to skip {len(eol) * 1_000_000} bytes of heart-beats"
 
 
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
