@@ -12,8 +12,11 @@ unless docs/compatibility.md says otherwise:
   ``web_stomp.ws_frame``), heart-beats are ``"\\n"`` messages; what the client sends is a byte
   stream: several frames in one message and one frame over several messages both work;
 - after the session ends (DISCONNECT, ERROR, timeouts) the adapter closes with 1000
-  ``STOMP died``; a message over ``ws_opts.max_frame_size`` gets 1009, invalid UTF-8 in a text
-  message 1007 (wsproto's check), no input for ``ws_opts.idle_timeout`` 1000;
+  ``STOMP died``; a message over ``ws_opts.max_frame_size`` gets 1009, and so does a compressed
+  message that would inflate past its bound (adapter/server/wsdeflate.py); invalid UTF-8 in a
+  text message 1007 (wsproto's check), no input for ``ws_opts.idle_timeout`` 1000;
+- permessage-deflate is accepted while the process's compression budget has room, otherwise
+  the WebSocket is served uncompressed;
 - plain HTTP: a GET on the WebSocket path without an upgrade gets 426, the web console is
   served under ``/console``, anything else 404; an ``Origin`` outside
   ``web_stomp.allow_origins`` gets 403; a request not complete in time 408 (nothing at all: a

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 import tracemalloc
 import zlib
 
+from adapter.server.wsdeflate import CONTEXT_BYTES
 from tests.integration.test_web_stomp import CONNECT, assert_still_served, command, open_ws, recv, ws_adapter
 
 _HANDSHAKE = (
@@ -37,28 +39,20 @@ def raw_ws(port: int, *, deflate: bool) -> socket.socket:
     return sock
 
 
-def frame(
-    payload: bytes, opcode: int = 0x1, *, fin: bool = True, rsv1: bool = False, mask: bytes = b"abcd"
-) -> bytes:
-    """One client frame (RFC 6455 5.2), masked with ``mask`` (b"" for an unmasked frame)."""
-    first = (0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode
-    masked = 0x80 if mask else 0
+def frame(payload: bytes, opcode: int = 0x1, *, rsv1: bool = False) -> bytes:
+    """One final, masked client frame (RFC 6455 5.2)."""
+    first = 0x80 | (0x40 if rsv1 else 0) | opcode
     n = len(payload)
     if n < 126:
-        header = bytes((first, masked | n))
+        header = bytes((first, 0x80 | n))
     elif n < 65536:
-        header = bytes((first, masked | 126)) + struct.pack("!H", n)
+        header = bytes((first, 0x80 | 126)) + struct.pack("!H", n)
     else:
-        header = bytes((first, masked | 127)) + struct.pack("!Q", n)
-    if not mask:
-        return header + payload
-    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload)) if n < 4096 else _xor(payload, mask)
-    return header + mask + body
-
-
-def _xor(payload: bytes, mask: bytes) -> bytes:
-    whole = (mask * (len(payload) // 4 + 1))[: len(payload)]
-    return (int.from_bytes(payload, "big") ^ int.from_bytes(whole, "big")).to_bytes(len(payload), "big")
+        header = bytes((first, 0x80 | 127)) + struct.pack("!Q", n)
+    mask = b"abcd"
+    whole = (mask * (n // 4 + 1))[:n]
+    masked = (int.from_bytes(payload, "big") ^ int.from_bytes(whole, "big")).to_bytes(n, "big")
+    return header + mask + masked
 
 
 def deflated(data_chunks: list[bytes]) -> bytes:
@@ -149,12 +143,21 @@ def test_configured_message_limit_bounds_inflated_size(start_adapter):
 
 
 def test_compression_budget_exhausted_serves_uncompressed(start_adapter):
-    adapter, port = ws_adapter(start_adapter, web_stomp_compress_budget=1)
-    with open_ws(port, compression="deflate") as ws:
-        assert "Sec-WebSocket-Extensions" not in ws.response.headers
-        ws.send(CONNECT)
-        assert command(recv(ws)) == "CONNECTED"
-    assert adapter.run(_budget_used(adapter)) == 0  # given back when the socket went
+    # room for the compression state of one WebSocket: the second is served uncompressed
+    adapter, port = ws_adapter(start_adapter, web_stomp_compress_budget=CONTEXT_BYTES)
+    with open_ws(port, compression="deflate") as first, open_ws(port, compression="deflate") as second:
+        assert first.response.headers.get("Sec-WebSocket-Extensions", "").startswith("permessage-deflate")
+        assert "Sec-WebSocket-Extensions" not in second.response.headers
+        for ws in (first, second):
+            ws.send(CONNECT)
+            assert command(recv(ws)) == "CONNECTED"
+        assert adapter.run(_budget_used(adapter)) == CONTEXT_BYTES
+    deadline = time.monotonic() + 10
+    while adapter.run(_budget_used(adapter)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the share comes back when the adapter sees the socket go
+    assert adapter.run(_budget_used(adapter)) == 0
+    with open_ws(port, compression="deflate") as again:
+        assert again.response.headers.get("Sec-WebSocket-Extensions", "").startswith("permessage-deflate")
 
 
 async def _budget_used(adapter) -> int:  # type: ignore[no-untyped-def]

@@ -609,3 +609,14 @@ def test_web_stomp_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     s = load_settings()
     assert s.web_stomp_listeners == ("127.0.0.1:15674",)
     assert s.web_stomp_allow_origins == ("https://a.example", "https://b.example")
+
+
+def test_web_stomp_compress_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().web_stomp_compress_budget == 256 * 1024 * 1024
+    path = write_ini(tmp_path, "adapter.web_stomp_compress_budget = 0\n")
+    assert load_settings(path).web_stomp_compress_budget == 0  # no WebSocket is compressed
+    monkeypatch.setenv("STOMP_ADAPTER_WEB_STOMP_COMPRESS_BUDGET", "1048576")
+    assert load_settings().web_stomp_compress_budget == 1048576
+    assert "adapter.web_stomp_compress_budget" in config_error(
+        tmp_path, "adapter.web_stomp_compress_budget = -1\n"
+    )
