@@ -445,6 +445,9 @@ class WebSocketConnection(asyncio.Protocol):
             self._respond(400, f"Bad WebSocket handshake: {error}\n")
             return
         assert isinstance(opened, Request)
+        raw = self.raw
+        if raw is None:
+            return
         extensions: list[Any] = []
         deflate: PerMessageDeflate | None = None
         if self._settings.compress and "permessage-deflate" in headers.get("sec-websocket-extensions", ""):
@@ -469,9 +472,6 @@ class WebSocketConnection(asyncio.Protocol):
             extensions=extensions,
             extra_headers=extra_headers,
         )
-        raw = self.raw
-        if raw is None:
-            return
         raw.write(ws.send(accept))
         self._ws = ws
         if deflate is not None and deflate.enabled():
