@@ -351,6 +351,7 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
         login_timeout=settings.login_timeout,
         frame_timeout=settings.frame_timeout,
         incomplete_input_budget=settings.incomplete_frames_budget,
+        ws_compress_budget=settings.web_stomp_compress_budget,
         heartbeat_tolerance=settings.heartbeat_tolerance,
         shutdown_timeout=settings.shutdown_timeout,
         backlog=settings.tcp_backlog,

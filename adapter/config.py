@@ -471,6 +471,7 @@ _CONVERTERS: dict[str, Callable[[object], Any]] = {
     "web_stomp_proxy_protocol": _to_bool,
     "web_stomp_hsts_policy": _optional_path,
     "web_stomp_console": _to_bool,
+    "web_stomp_compress_budget": _int_converter(0),
     "profile": _one_of("rabbitmq", "activemq"),
     "activemq_listeners": _listeners,
 }
@@ -611,6 +612,8 @@ class Settings(BaseSettings):
     web_stomp_proxy_protocol: bool = False
     web_stomp_hsts_policy: str | None = None
     web_stomp_console: bool = True
+    # bytes of permessage-deflate state all WebSockets together may hold (adapter-only)
+    web_stomp_compress_budget: int = 256 * 1024 * 1024
     # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
     # (docs/migration-activemq.md).
     profile: Literal["rabbitmq", "activemq"] = "rabbitmq"
@@ -740,6 +743,7 @@ _WEB_STOMP_KEYS: dict[str, str] = {
     "web_stomp.ssl.cacertfile": "web_stomp_ssl_cacertfile",
     "web_stomp.ssl.password": "web_stomp_ssl_password",
     "adapter.web_stomp_console": "web_stomp_console",
+    "adapter.web_stomp_compress_budget": "web_stomp_compress_budget",
 }
 _MILLISECOND_KEYS = {
     "stomp.login_timeout",

@@ -32,7 +32,7 @@ from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
-from ..stomp.codec import FrameError, FrameParser
+from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from .dispatching import DispatchLink
 from .fdlimit import EXHAUSTED
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
+    from .wsdeflate import CompressionBudget
 
 
 class ServerState(Protocol):
@@ -63,6 +64,7 @@ class ServerState(Protocol):
     frame_timeout: float
     incomplete_input: int  # bytes of unfinished frames held by all connections
     incomplete_input_budget: int
+    ws_compression: CompressionBudget  # permessage-deflate state of all WebSockets
     descriptors: DescriptorWatch
     stats: ServerStats
     connections: set[ClientConnection]  # logged in or logging in; shutdown closes them
@@ -447,6 +449,11 @@ class ClientConnection(asyncio.Protocol):
         if self._frame_timer is not None:
             self._frame_timer.cancel()
             self._frame_timer = None
+
+    @property
+    def frame_limits(self) -> FrameLimits:
+        """The STOMP frame limits in force now (the smaller ones before login)."""
+        return self._parser.limits
 
     def mark_read(self) -> None:
         """Input that carried no STOMP bytes (a WebSocket pong) still shows the client is alive."""

@@ -32,6 +32,7 @@ from .metrics import add_connection, build_registry
 from .proxy_protocol import ProxyHeader, ProxyHeaderError, ProxyTrust, parse_proxy_header
 from .stats import DestinationCounts, ServerStats
 from .websocket import WebSocketConnection, WebStompSettings, warn_open_origins
+from .wsdeflate import CompressionBudget
 
 log = logging.getLogger("adapter.server")
 
@@ -73,6 +74,7 @@ class Server:
         recbuf: int | None = None,
         frame_timeout: float = 60.0,
         incomplete_input_budget: int = 256 * 1024 * 1024,
+        ws_compress_budget: int = 256 * 1024 * 1024,
         http_listen: tuple[str, int] | None = None,
         metrics_destinations: int = 0,
         amqp_reuse: AmqpReuse | None = None,
@@ -105,6 +107,8 @@ class Server:
         # bytes of incomplete frames held across all connections, and their bound
         self.incomplete_input = 0
         self.incomplete_input_budget = incomplete_input_budget
+        # zlib state of every WebSocket's permessage-deflate together (adapter/server/wsdeflate.py)
+        self.ws_compression = CompressionBudget(ws_compress_budget)
         self.descriptors = DescriptorWatch()
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None

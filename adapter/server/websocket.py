@@ -12,8 +12,11 @@ unless docs/compatibility.md says otherwise:
   ``web_stomp.ws_frame``), heart-beats are ``"\\n"`` messages; what the client sends is a byte
   stream: several frames in one message and one frame over several messages both work;
 - after the session ends (DISCONNECT, ERROR, timeouts) the adapter closes with 1000
-  ``STOMP died``; a message over ``ws_opts.max_frame_size`` gets 1009, invalid UTF-8 in a text
-  message 1007 (wsproto's check), no input for ``ws_opts.idle_timeout`` 1000;
+  ``STOMP died``; a message over ``ws_opts.max_frame_size`` gets 1009, and so does a compressed
+  message that would inflate past its bound (adapter/server/wsdeflate.py); invalid UTF-8 in a
+  text message 1007 (wsproto's check), no input for ``ws_opts.idle_timeout`` 1000;
+- permessage-deflate is accepted while the process's compression budget has room, otherwise
+  the WebSocket is served uncompressed;
 - plain HTTP: a GET on the WebSocket path without an upgrade gets 426, the web console is
   served under ``/console``, anything else 404; an ``Origin`` outside
   ``web_stomp.allow_origins`` gets 403; a request not complete in time 408 (nothing at all: a
@@ -59,6 +62,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 from ..caps import ConnectionCap
 from .connection import ClientConnection, refuse_untrusted_proxy
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
+from .wsdeflate import CONTEXT_BYTES, BoundedDeflate
 
 if TYPE_CHECKING:
     from .connection import ServerState
@@ -78,6 +82,10 @@ _CLOSE_WAIT_SECONDS = 2.0
 _MAX_REQUEST_HEAD = 64 * 1024
 # Stop reading a client whose unread output (pongs included) passes this many bytes.
 _MAX_UNSENT_CONTROL = 1024 * 1024
+# How far past the STOMP frame limit one compressed message may inflate when
+# web_stomp.ws_opts.max_frame_size is not set: room for heart-beat EOLs around a frame of the
+# largest size (adapter/server/wsdeflate.py)
+_INFLATE_ROOM = 4096
 _OPCODE_TEXT = 0x1
 _OPCODE_BINARY = 0x2
 _CONSOLE_PATH = "/console"
@@ -263,6 +271,7 @@ class WebSocketConnection(asyncio.Protocol):
         self._session: ClientConnection | None = None
         self._opcode = _OPCODE_BINARY if settings.frame_type == "binary" else _OPCODE_TEXT
         self._deflater: _Deflater | None = None
+        self._compression_reserved = False  # CONTEXT_BYTES taken from server.ws_compression
         self._message_size = 0  # bytes of the client's current message so far
         self._paused: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -307,6 +316,9 @@ class WebSocketConnection(asyncio.Protocol):
         self._server.open_sockets.discard(self)
         if self._cap is not None:
             self._cap.release(self)  # held from connection_made to here, as ranch counts
+        if self._compression_reserved:
+            self._compression_reserved = False
+            self._server.ws_compression.release(CONTEXT_BYTES)
         self.raw = None
         self._phase = "closed"
         self.closing = True
@@ -476,11 +488,25 @@ class WebSocketConnection(asyncio.Protocol):
             self._respond(400, f"Bad WebSocket handshake: {error}\n")
             return
         assert isinstance(opened, Request)
+        raw = self.raw
+        if raw is None:
+            return
         extensions: list[Any] = []
         deflate: PerMessageDeflate | None = None
-        if self._settings.compress:
-            deflate = PerMessageDeflate()
-            extensions.append(deflate)
+        if self._settings.compress and "permessage-deflate" in headers.get("sec-websocket-extensions", ""):
+            # the process-wide budget of compression state: without room, this client is served
+            # uncompressed (a server may decline the extension, RFC 7692 5)
+            if self._server.ws_compression.reserve(CONTEXT_BYTES):
+                self._compression_reserved = True
+                deflate = BoundedDeflate(self._inflate_limit)
+                extensions.append(deflate)
+            else:
+                log.info(
+                    "WebSocket from %s served without permessage-deflate: the compression budget"
+                    " (adapter.web_stomp_compress_budget, %d bytes) is in use",
+                    self.peer,
+                    self._server.ws_compression.limit,
+                )
         extra_headers: list[tuple[bytes, bytes]] = [(b"server", b"stomp-amqp-adapter")]
         if self._tls and self._settings.hsts_policy:
             extra_headers.append((b"strict-transport-security", self._settings.hsts_policy.encode()))
@@ -489,13 +515,13 @@ class WebSocketConnection(asyncio.Protocol):
             extensions=extensions,
             extra_headers=extra_headers,
         )
-        raw = self.raw
-        if raw is None:
-            return
         raw.write(ws.send(accept))
         self._ws = ws
         if deflate is not None and deflate.enabled():
             self._deflater = _Deflater(deflate)
+        elif self._compression_reserved:  # offered, but with parameters not accepted
+            self._compression_reserved = False
+            self._server.ws_compression.release(CONTEXT_BYTES)
         self._phase = "websocket"
         if self._timer is not None:
             self._timer.cancel()
@@ -522,6 +548,18 @@ class WebSocketConnection(asyncio.Protocol):
             session.session.forced_credentials = credentials
         if trailing:
             self._websocket_input(trailing)
+
+    def _inflate_limit(self) -> int:
+        """Bytes the compressed message now starting may inflate to: the configured message
+        limit, or else the STOMP frame limit in force (the smaller one before login) and room
+        for heart-beats: one larger message could only be several frames in one message."""
+        limit = self._settings.max_message_size
+        if limit is not None:
+            return limit
+        session = self._session
+        if session is not None:
+            return session.frame_limits.max_frame_size + _INFLATE_ROOM
+        return self._server.session_settings.unauthenticated_limits.max_frame_size + _INFLATE_ROOM
 
     def _websocket_input(self, data: bytes) -> None:
         ws = self._ws
@@ -566,7 +604,12 @@ class WebSocketConnection(asyncio.Protocol):
         if ws.state is ConnectionState.OPEN:
             # wsproto could not parse the input (invalid UTF-8: 1007, protocol error: 1002)
             log.info("peer=%s: closing WebSocket: %s (%d)", self.peer, event.reason, event.code)
-            reason = "Invalid UTF-8 in a text message" if event.code == 1007 else (event.reason or "")
+            if event.code == CLOSE_TOO_BIG:  # a compressed message inflating past its bound
+                reason = "Message too big"
+            elif event.code == 1007:
+                reason = "Invalid UTF-8 in a text message"
+            else:
+                reason = event.reason or ""
             self.close_websocket(event.code, reason.encode()[:120].decode("utf-8", "ignore"))
             return
         if ws.state is ConnectionState.REMOTE_CLOSING:

@@ -25,6 +25,12 @@ from .frame import Frame
 NUL = 0
 LF = 10
 CR = 13
+# What may stand between frames: heart-beat EOLs (LF or CR LF) and stray NULs.  Both patterns
+# run in constant memory (a repeated character class and a plain search; a repeated group such
+# as (?:\n|\r\n)* keeps a backtracking entry per repetition: ~120 bytes per byte skipped).
+_skip_between_frames = re.compile(rb"[\n\r\0]*").match
+_bare_cr = re.compile(rb"\r(?!\n)").search
+_BETWEEN_FRAMES_FIRST = frozenset((LF, NUL, CR))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +123,12 @@ class FrameParser:
         """Bytes received but not yet returned as frames."""
         return len(self._buf) - self._pos
 
+    @property
+    def retained(self) -> int:
+        """Bytes the parser's buffer holds, those already returned as frames included (they
+        are dropped at the next ``feed``, or as soon as everything fed has been read)."""
+        return len(self._buf)
+
     def feed(self, data: bytes) -> None:
         if self._pos:
             del self._buf[: self._pos]
@@ -133,24 +145,32 @@ class FrameParser:
         pos = self._pos
         end = len(buf)
         # Skip heart-beat EOLs and stray NULs between frames (STOMP 1.2 "Heart-beating",
-        # docs/behaviour.md#limits).  A CR must be followed by LF.
-        while pos < end:
-            byte = buf[pos]
-            if byte in (LF, NUL):
-                pos += 1
-            elif byte == CR:
-                if pos + 1 >= end:
-                    break
-                if buf[pos + 1] != LF:
-                    self._pos = pos
-                    raise FrameError("Bad frame", "CR not followed by LF between frames")
-                pos += 2
+        # docs/behaviour.md#limits) in one C-level match, however long the run: a client (or a
+        # WebSocket message that inflates to megabytes of "\n") must not cost a Python step per
+        # byte.  A CR must be followed by LF; a CR at the very end waits for the next feed.
+        if pos < end and buf[pos] in _BETWEEN_FRAMES_FIRST:
+            if buf[pos] != CR and (pos + 1 == end or buf[pos + 1] not in _BETWEEN_FRAMES_FIRST):
+                stop = pos + 1  # the common case: one LF after a frame, no need for the regex
             else:
-                break
-        if pos != self._pos:
-            self._pos = pos
-            self._scan_from = pos
-        if pos >= end or buf[pos] == CR:
+                stop = _skip_between_frames(buf, pos).end()  # type: ignore[union-attr]  # "*" always matches
+                if buf.find(b"\r", pos, stop) >= 0:  # CR LF heart-beats, or a CR alone
+                    bare = _bare_cr(buf, pos, stop)
+                    if bare is not None:
+                        stop = bare.start()
+                        if stop + 1 < end:
+                            self._pos = stop
+                            raise FrameError("Bad frame", "CR not followed by LF between frames")
+            pos = stop
+            if pos != self._pos:
+                self._pos = pos
+                self._scan_from = pos
+        if pos >= end:
+            if end:  # all of it read: drop it now, not at the next feed (nothing is pinned)
+                buf.clear()
+                self._pos = self._scan_from = 0
+            return None
+        if buf[pos] == CR:
+            self._wait()
             return None
 
         limits = self._limits
@@ -158,6 +178,7 @@ class FrameParser:
         if head is None:
             head = self._scan_head(pos, end)
             if head is None:
+                self._wait()
                 return None
             self._head = head
         command, headers, content_length, body_offset = head
@@ -166,6 +187,7 @@ class FrameParser:
         if content_length is not None:
             frame_end = body_start + content_length
             if frame_end >= end:
+                self._wait()
                 return None
             if buf[frame_end] != NUL:
                 self._head = None
@@ -182,6 +204,7 @@ class FrameParser:
                         f"Frame exceeds the maximum frame size of {limits.max_frame_size} bytes",
                     )
                 self._scan_from = end
+                self._wait()
                 return None
             if frame_end - pos + 1 > limits.max_frame_size:
                 raise FrameError(
@@ -197,6 +220,15 @@ class FrameParser:
         self._scan_from = self._pos
         self._head = None
         return Frame(command, headers, body)
+
+    def _wait(self) -> None:
+        """More bytes are needed: drop what was read before the incomplete rest now, so that a
+        read's frames and heart-beats are not pinned in memory until the client's next read."""
+        pos = self._pos
+        if pos:
+            del self._buf[:pos]
+            self._scan_from = max(0, self._scan_from - pos)
+            self._pos = 0
 
     def _scan_head(self, pos: int, end: int) -> tuple[str, dict[str, str], int | None, int] | None:
         """Find and parse the command and header lines of the frame starting at ``pos``."""

@@ -7,6 +7,9 @@ come out untouched after the frames under test).
 
 from __future__ import annotations
 
+import sys
+import tracemalloc
+import types
 from collections.abc import Iterable, Sequence
 
 import pytest
@@ -937,3 +940,103 @@ def test_plain_and_general_head_paths_agree(lines: list[bytes]) -> None:
     plain = FrameParser(FrameLimits(max_header_length=10, max_headers=3))
     general = FrameParser(FrameLimits(max_header_length=10, max_headers=3))
     assert _head_outcome(plain._parse_plain_head, head) == _head_outcome(general._parse_general_head, head)
+
+
+# --------------------------------------------------------------------------------------------
+# heart-beat runs: skipped in one C-level step, whatever their length (issue #24: a WebSocket
+# message that inflates to hundreds of MB of "\n" was walked one byte per Python iteration)
+
+
+def _codec_lines_run(parser: FrameParser) -> tuple[list[Frame], int]:
+    """Pull every frame from ``parser``; return them and the Python lines executed in codec.py,
+    a count of interpreter steps that does not depend on the clock."""
+    lines = 0
+    codec_file = FrameParser.next_frame.__code__.co_filename
+
+    def tracer(frame: types.FrameType, event: str, arg: object) -> object:
+        nonlocal lines
+        if frame.f_code.co_filename != codec_file:
+            return None
+        if event == "line":
+            lines += 1
+        return tracer
+
+    out: list[Frame] = []
+    sys.settrace(tracer)
+    try:
+        pull_all(parser, out)
+    finally:
+        sys.settrace(None)
+    return out, lines
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\0", b"\n\0\r\n"])
+def test_heart_beat_runs_cost_the_same_python_steps_whatever_their_length(eol: bytes) -> None:
+    steps = []
+    for run in (10, 1_000_000):  # a few bytes, then megabytes of heart-beats
+        parser = FrameParser()
+        parser.feed(b"SEND\na:1\n\none\0" + eol * run + b"SEND\na:2\n\ntwo\0" + eol * run)
+        frames, lines = _codec_lines_run(parser)
+        assert frames == [Frame("SEND", {"a": "1"}, b"one"), Frame("SEND", {"a": "2"}, b"two")]
+        assert parser.buffered == 0
+        steps.append(lines)
+    assert steps[0] == steps[1], f"Python steps grow with the run of heart-beats: {steps}"
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\n\0\r\n"])
+def test_skipping_heart_beats_allocates_nothing_in_proportion_to_them(eol: bytes) -> None:
+    parser = FrameParser()
+    parser.feed(eol * 1_000_000 + b"SEND\n\nx\0")
+    tracemalloc.start()
+    try:
+        assert parser.next_frame() == Frame("SEND", {}, b"x")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024, f"{peak} bytes allocated to skip {len(eol) * 1_000_000} bytes of heart-beats"
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_long_heart_beat_runs_three_ways(eol: bytes) -> None:
+    # whole, byte at a time (a CR alone at a feed's end waits for its LF) and with trailing data
+    noise = eol * 3000
+    data = noise + b"SEND\na:1\n\none\0" + noise + b"SEND\na:2\n\ntwo\0" + noise
+    assert parse3(data) == [Frame("SEND", {"a": "1"}, b"one"), Frame("SEND", {"a": "2"}, b"two")]
+
+
+def test_cr_without_lf_after_a_long_heart_beat_run_is_an_error() -> None:
+    error = error3(b"\r\n" * 5000 + b"\rSEND\n\n\0")
+    assert "CR not followed by LF" in error.detail
+
+
+def test_heart_beats_do_not_count_against_the_frame_limits() -> None:
+    limits = FrameLimits(max_frame_size=64, max_headers=2, max_header_length=32)
+    data = b"\n" * 10_000 + b"SEND\na:1\n\none\0" + b"\r\n" * 10_000 + b"SEND\n\ntwo\0"
+    assert parse3(data, limits=limits) == [Frame("SEND", {"a": "1"}, b"one"), Frame("SEND", {}, b"two")]
+
+
+def test_a_buffer_of_only_heart_beats_is_released_once_read() -> None:
+    # nothing is held for it: it counts against no input budget (buffered == 0), and the bytes
+    # are dropped at once rather than kept until the client's next read (an idle client that
+    # sent megabytes of EOLs must not pin them)
+    parser = FrameParser(FrameLimits(max_frame_size=64))
+    parser.feed(b"\r\n" * 1_000_000)
+    assert parser.next_frame() is None
+    assert parser.buffered == 0
+    assert parser.retained == 0
+    parser.feed(b"\n" * 100 + b"\r")  # a CR alone waits for its LF: one byte held
+    assert parser.next_frame() is None
+    assert parser.buffered == 1 and parser.retained == 1
+    parser.feed(b"\nSEND\n\nx\0")
+    assert parser.next_frame() == Frame("SEND", {}, b"x")
+    assert parser.next_frame() is None
+    assert parser.retained == 0
+
+
+def test_a_large_frame_is_not_retained_after_it_was_read() -> None:
+    parser = FrameParser()
+    parser.feed(b"SEND\n\n" + b"x" * 1_000_000 + b"\0")
+    frame = parser.next_frame()
+    assert frame is not None and len(frame.body) == 1_000_000
+    assert parser.next_frame() is None
+    assert parser.retained == 0

@@ -703,3 +703,14 @@ def test_crl_check_is_refused_naming_the_alternative(tmp_path: Path, key: str, v
 def test_crl_check_false_is_the_default_and_accepted(tmp_path: Path, key: str) -> None:
     load_settings(write_ini(tmp_path, f"{key} = false\n"))
     assert "must be one of" in config_error(tmp_path, f"{key} = maybe\n")
+
+
+def test_web_stomp_compress_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().web_stomp_compress_budget == 256 * 1024 * 1024
+    path = write_ini(tmp_path, "adapter.web_stomp_compress_budget = 0\n")
+    assert load_settings(path).web_stomp_compress_budget == 0  # no WebSocket is compressed
+    monkeypatch.setenv("STOMP_ADAPTER_WEB_STOMP_COMPRESS_BUDGET", "1048576")
+    assert load_settings().web_stomp_compress_budget == 1048576
+    assert "adapter.web_stomp_compress_budget" in config_error(
+        tmp_path, "adapter.web_stomp_compress_budget = -1\n"
+    )
