@@ -15,6 +15,7 @@ PURE = sorted(
         *ROOT.joinpath("mapping").glob("*.py"),
         ROOT / "session.py",
         ROOT / "errors.py",
+        ROOT / "numbers.py",
         ROOT / "codegen.py",
         ROOT / "amqp" / "wire.py",
         ROOT / "amqp" / "framing.py",
