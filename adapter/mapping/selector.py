@@ -4,9 +4,10 @@ SUBSCRIBE into a plain Python predicate, for the ``activemq`` profile's ``select
 Owns the grammar, its compilation into closures, and JMS's evaluation rules:
 
 * three-valued logic: an absent property is NULL; a comparison, arithmetic or LIKE involving
-  NULL (or values that cannot be compared) is UNKNOWN, and AND/OR/NOT follow SQL's tables; a
-  message matches only when the selector is TRUE, so a message whose property cannot be compared
-  is simply not matched, as JMS requires;
+  NULL is UNKNOWN, and AND/OR/NOT follow SQL's tables; a message matches only when the selector
+  is TRUE.  A number compared with text that is not one (``'abc'``, or longer than
+  ``MAX_NUMBER_LENGTH``) is FALSE, as JMS 1.1 (3.8.1.1, values of unlike types) and ActiveMQ
+  have it, so ``NOT (price > 10)`` matches such a message;
 * numbers: integer and decimal literals (``1``, ``1.5``, ``1e3``, ``0x1F``, ``017`` as ActiveMQ
   reads them); a property's text that looks like a number is compared as a number with a number
   (STOMP headers are all text; ActiveMQ converts them the same way);
@@ -284,7 +285,7 @@ def _compare(op: str, left: Value, right: Value) -> bool | None:
         return None  # JMS: strings compare with = and <> only
     a, b = _as_number(left), _as_number(right)
     if a is None or b is None:
-        return None
+        return False  # JMS 1.1 3.8.1.1: comparing values of unlike types is false (not NULL)
     if op == "=":
         return a == b
     if op == "<>":
@@ -479,8 +480,11 @@ def _compare_with_literal(name: str, op: str, literal: Value) -> Expr | None:
         test = _NUMERIC_OPS[op]
 
         def numeric_compare(lookup: Lookup) -> bool | None:
-            number = _as_number(lookup(name))
-            return None if number is None else test(number, literal)
+            value = lookup(name)
+            if value is None:
+                return None
+            number = _as_number(value)
+            return False if number is None else test(number, literal)  # unlike types: false
 
         return _predicate(numeric_compare)
     return None
@@ -546,8 +550,13 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
             name, lowest, highest = value.name, low.value, high.value
 
             def numeric_between(lookup: Lookup) -> bool | None:
-                number = _as_number(lookup(name))
-                return None if number is None else lowest <= number <= highest  # type: ignore[operator]
+                value = lookup(name)
+                if value is None:
+                    return None
+                number = _as_number(value)
+                if number is None:
+                    return False  # unlike types: false, as in _compare
+                return lowest <= number <= highest  # type: ignore[operator]
 
             return _predicate(numeric_between)
         v, lo, hi = _expr(value), _expr(low), _expr(high)
