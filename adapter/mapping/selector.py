@@ -326,7 +326,7 @@ class LikePattern:
     __slots__ = ("_fixed", "_last", "_loops", "_masks", "_any", "_pieces", "_size", "_accept")
 
     def __init__(self, symbols: list[str | None]) -> None:
-        """``symbols``: a character to match, ``"%"``-marker None for any run, ``""`` for ``_``."""
+        """``symbols``: a character to match, None for ``%`` (any run), ``""`` for ``_`` (any one)."""
         pieces: list[list[str]] = [[]]
         has_any = False
         for symbol in symbols:
