@@ -86,6 +86,7 @@ from .mapping.profile import (
 )
 from .mapping.properties import PROPERTY_HEADERS, MessageProperties, message_headers
 from .mapping.selector import Selector
+from .numbers import TooManyDigits, decimal_integer
 from .stomp import heartbeat
 from .stomp.codec import FrameError, FrameLimits, encode_frame, escape
 from .stomp.frame import SUPPORTED_VERSIONS, Command, Frame
@@ -533,11 +534,14 @@ class Session:
         if value is None:
             return None
         parts = value.split("@@")
-        if len(parts) != 3 or not parts[2].isdigit() or not parts[2].isascii():
+        if len(parts) != 3:
             return None
+        try:
+            delivery_tag = decimal_integer(parts[2], signed=False)
+        except TooManyDigits:
+            return None  # the general path answers ERROR
         subscription = self._subscriptions.get(parts[0])
-        delivery_tag = int(parts[2])
-        if subscription is None or delivery_tag >= 2**64:
+        if delivery_tag is None or subscription is None or delivery_tag >= 2**64:
             return None
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"

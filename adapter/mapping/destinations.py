@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Final
 
 from ..errors import StompError
+from ..numbers import TooManyDigits, decimal_integer
 
 __all__ = [
     "ADAPTER_EXTRA_QUEUE_ARGUMENTS",
@@ -369,8 +370,6 @@ QUEUE_ARGUMENTS: Final[Mapping[str, AmqpFieldType]] = {
 
 _X_OVERFLOW_VALUES: Final = frozenset({"drop-head", "reject-publish", "reject-publish-dlx"})
 
-_ERLANG_INTEGER: Final = re.compile(r"[+-]?[0-9]+")
-
 
 def plugin_integer(text: str, *, strip: bool = False) -> int | None:
     """The one integer parser for header values, with the plugin's rules: Erlang's
@@ -379,12 +378,15 @@ def plugin_integer(text: str, *, strip: bool = False) -> int | None:
     the plugin does for priority, timestamp, prefetch-count and x- arguments
     (docs/destinations.md#queue-arguments-x--headers; docs/destinations.md#send--amqp;
     docs/destinations.md#common-steps).
-    ``None`` when the text is not such an integer."""
+    ``None`` when the text is not such an integer.  More than ``adapter.numbers.MAX_DIGITS``
+    significant digits raise ProcessingError naming the limit (Erlang takes any length; every
+    value here must fit 64 bits anyway, and Python's ``int()`` raises beyond 4,300 digits)."""
     if strip:
         text = _strip(text)
-    if _ERLANG_INTEGER.fullmatch(text):
-        return int(text)
-    return None
+    try:
+        return decimal_integer(text)
+    except TooManyDigits as error:
+        raise ProcessingError(str(error)) from None
 
 
 def _strip(value: str) -> str:

@@ -4,15 +4,30 @@ SUBSCRIBE into a plain Python predicate, for the ``activemq`` profile's ``select
 Owns the grammar, its compilation into closures, and JMS's evaluation rules:
 
 * three-valued logic: an absent property is NULL; a comparison, arithmetic or LIKE involving
-  NULL (or values that cannot be compared) is UNKNOWN, and AND/OR/NOT follow SQL's tables; a
-  message matches only when the selector is TRUE, so a message whose property cannot be compared
-  is simply not matched, as JMS requires;
+  NULL is UNKNOWN, and AND/OR/NOT follow SQL's tables; a message matches only when the selector
+  is TRUE.  A number compared with text that is not one (``'abc'``, or longer than
+  ``MAX_NUMBER_LENGTH``) is FALSE, as JMS 1.1 (3.8.1.1, values of unlike types) and ActiveMQ
+  have it, so ``NOT (price > 10)`` matches such a message;
 * numbers: integer and decimal literals (``1``, ``1.5``, ``1e3``, ``0x1F``, ``017`` as ActiveMQ
   reads them); a property's text that looks like a number is compared as a number with a number
   (STOMP headers are all text; ActiveMQ converts them the same way);
 * strings compare with ``=`` and ``<>`` only; booleans likewise;
 * ``LIKE`` with ``%``, ``_`` and ``ESCAPE``; ``IN`` over string literals; ``BETWEEN``;
   ``IS [NOT] NULL``.
+
+Bounded for hostile input (docs/behaviour.md#selectors), because any publisher chooses the header
+values another user's selector is evaluated against, per message, on the event loop:
+
+* a selector is at most ``MAX_SELECTOR_LENGTH`` characters and ``MAX_NESTING`` levels deep
+  (parentheses, ``NOT`` and unary signs each count a level), checked after the (iterative) parse
+  and before the (recursive) compilation, so no input reaches Python's recursion limit;
+* header text is read as a number only when it is at most ``MAX_NUMBER_LENGTH`` characters, by
+  an unambiguous pattern (linear); integers stay within Java's 64-bit ``long`` and continue as
+  floats beyond it, so no arithmetic grows without bound or raises;
+* ``LIKE`` is a wildcard matcher, not a regular expression: at most (n+1)*(m+1) steps for a value
+  of n and a pattern of m characters (``LikePattern.run`` counts them);
+* an arithmetic chain is one flat loop, not one nested closure per operator;
+* evaluation never raises: ``Selector.matches`` is False for anything unforeseen.
 
 Why a parser library: lark builds an LALR(1) parser from the grammar below, so precedence,
 keywords (case-insensitive) and error positions come from one declarative place rather than
@@ -32,13 +47,18 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, VisitError
 
-# Bounds that keep a hostile SUBSCRIBE cheap: the text, and the nesting of parentheses (the tree
-# is compiled recursively).
+# Bounds that keep a hostile SUBSCRIBE cheap: the text, and its nesting (parentheses, NOT and unary
+# signs; the tree is compiled recursively).  At the bound, compiling and evaluating take about a
+# quarter of Python's default recursion limit (test_selector_bounds.py checks a third).
 MAX_SELECTOR_LENGTH = 4096
 MAX_NESTING = 50
+# Header text longer than this is never read as a number (it is still text): more than any Java
+# long (19 digits) or double written out needs in practice, and it keeps int()/float() off the
+# thousands of digits a hostile publisher can send (int() raises beyond 4,300 digits).
+MAX_NUMBER_LENGTH = 100
 
 Value = str | int | float | bool | None
 Lookup = Callable[[str], Value]
@@ -107,7 +127,14 @@ class Selector:
     _expr: Expr
 
     def matches(self, lookup: Lookup) -> bool:
-        return self._expr(lookup) is True
+        try:
+            return self._expr(lookup) is True
+        except Exception:
+            # Nothing is known to raise (numbers, LIKE, arithmetic and depth are bounded), but a
+            # publisher chooses the values: an exception here would be raised in a delivery
+            # callback and cost the subscriber its broker link.  JMS: what cannot be evaluated
+            # does not match.
+            return False
 
 
 def compile_selector(text: str) -> Selector:
@@ -116,10 +143,12 @@ def compile_selector(text: str) -> Selector:
         raise SelectorError(f"selector longer than {MAX_SELECTOR_LENGTH} characters: {text[:60]!r}...")
     if not text.strip():
         raise SelectorError("empty selector")
-    if _nesting(text) > MAX_NESTING:
-        raise SelectorError(f"selector nested deeper than {MAX_NESTING} parentheses: {text[:60]!r}...")
+    if _nesting(text) > MAX_NESTING:  # cheap, before parsing
+        raise SelectorError(f"selector nested deeper than {MAX_NESTING} levels: {text[:60]!r}...")
     try:
-        tree = _PARSER.parse(text)
+        tree = _PARSER.parse(text)  # LALR: an explicit stack, no recursion
+        if _tree_nesting(tree) > MAX_NESTING:
+            raise SelectorError(f"selector nested deeper than {MAX_NESTING} levels: {text[:60]!r}...")
         expr = _Compiler().transform(tree)
     except VisitError as error:
         raise SelectorError(f"invalid selector {text!r}: {error.orig_exc}") from None
@@ -145,6 +174,26 @@ def _nesting(text: str) -> int:
     return deepest
 
 
+# the tree nodes that nest: a parenthesised expression (each one is an ``or_`` node, and so is the
+# whole selector), NOT and a unary sign; no other rule of the grammar recurses
+_NESTING_RULES = frozenset({"or_", "not_", "sign"})
+
+
+def _tree_nesting(tree: Tree[Token]) -> int:
+    """The most nesting levels on any path of the parsed tree, walked with an explicit stack
+    (the tree may be deeper than the recursion limit: ``NOT`` x 1000 parses fine)."""
+    deepest = 0
+    stack: list[tuple[Tree[Token], int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.data in _NESTING_RULES:
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        stack.extend((child, depth) for child in node.children if isinstance(child, Tree))
+    return deepest - 1  # the whole selector's own or_
+
+
 def _describe(error: LarkError) -> str:
     line = getattr(error, "line", None)
     column = getattr(error, "column", None)
@@ -163,31 +212,57 @@ def _describe(error: LarkError) -> str:
 
 
 def _number(text: str) -> int | float:
-    """A numeric literal as ActiveMQ reads it (Java syntax: hex, octal, L/D/F suffixes)."""
+    """A numeric literal as ActiveMQ reads it (Java syntax: hex, octal, L/D/F suffixes).  The
+    selector is at most 4,096 characters, so int() never sees more than its 4,300 digits."""
     raw = text.rstrip("lLdDfF") if not text.lower().startswith("0x") else text.rstrip("lL")
     if raw.lower().startswith("0x"):
-        return int(raw, 16)
+        return _long(int(raw, 16))
     if re.fullmatch(r"0[0-7]+", raw):
-        return int(raw, 8)
+        return _long(int(raw, 8))
     if re.fullmatch(r"\d+", raw):
-        return int(raw)
+        return _long(int(raw))
     return float(raw)
 
 
-_NUMERIC_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
+def _long(number: int) -> int | float:
+    """An integer within Java's ``long``, else the nearest float (infinite beyond the doubles):
+    integer arithmetic then never grows past 128 bits and never meets OverflowError.  (Java
+    wraps a long; ActiveMQ compares an over-long literal as a BigDecimal.  Either way such
+    values are outside what a selector can usefully compare.)"""
+    if _LONG_MIN <= number <= _LONG_MAX:
+        return number
+    try:
+        return float(number)
+    except OverflowError:
+        return float("inf") if number > 0 else float("-inf")
+
+
+# An optional sign, digits with at most one point, an optional exponent: no part can match what
+# another could, so a failing match backtracks at most once per character (linear; the old
+# ``\d+\.?\d*`` split a run of digits in every possible way: quadratic on "1" x 20,000 + "x").
+_NUMERIC_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 def _as_number(value: Value) -> int | float | None:
-    """A number, or text that looks like one (STOMP headers are text); else None."""
+    """A number, or text that looks like one (STOMP headers are text) and is at most
+    ``MAX_NUMBER_LENGTH`` characters; else None."""
+    if isinstance(value, str):
+        if len(value) > MAX_NUMBER_LENGTH:
+            return None  # never a number, however it continues: nothing is scanned
+        if value.isdigit() and value.isascii():
+            return _long(int(value))  # the common case, without the regular expression
+        text = value.strip()
+        if _NUMERIC_TEXT.fullmatch(text) is None:
+            return None
+        return _long(int(text)) if _INTEGER_TEXT.fullmatch(text) else float(text)
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
         return value
-    if isinstance(value, str) and value.isdigit() and value.isascii():
-        return int(value)  # the common case, without the regular expression
-    if isinstance(value, str) and _NUMERIC_TEXT.fullmatch(value.strip()):
-        text = value.strip()
-        return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
     return None
 
 
@@ -210,7 +285,7 @@ def _compare(op: str, left: Value, right: Value) -> bool | None:
         return None  # JMS: strings compare with = and <> only
     a, b = _as_number(left), _as_number(right)
     if a is None or b is None:
-        return None
+        return False  # JMS 1.1 3.8.1.1: comparing values of unlike types is false (not NULL)
     if op == "=":
         return a == b
     if op == "<>":
@@ -232,24 +307,117 @@ def _as_bool(value: Value) -> bool | None:
     return None
 
 
-def _like_pattern(pattern: str, escape: str | None) -> re.Pattern[str]:
+class LikePattern:
+    """A compiled ``LIKE`` pattern: ``%`` any run of characters, ``_`` any one character.
+
+    Not a regular expression: ``'%a%a%a%a%a%a%a%a%b'`` compiled to ``.*a.*a...`` backtracks
+    n^8 ways on a value of n ``a``.  Two matchers, both bounded by (n+1)*(m+1) steps for a value
+    of n and a pattern of m characters, ``run`` counting them:
+
+    * no ``_``: the pattern is literal pieces between ``%``; the first must start the value, the
+      last end it, and each one between is taken at its leftmost place after the previous one
+      (for ``%`` alone leftmost is always right).  Each piece is one ``str`` search (C) over at
+      most n characters, so the pieces cost at most n times their lengths together;
+    * with ``_``: a bit-parallel automaton (Shift-And): bit j of one integer says "the first j
+      symbols of the pattern match the value so far"; one shift, two ANDs and an OR per
+      character of the value, on integers of at most m bits.
+    """
+
+    __slots__ = ("_fixed", "_last", "_loops", "_masks", "_any", "_pieces", "_size", "_accept")
+
+    def __init__(self, symbols: list[str | None]) -> None:
+        """``symbols``: a character to match, None for ``%`` (any run), ``""`` for ``_`` (any one)."""
+        pieces: list[list[str]] = [[]]
+        has_any = False
+        for symbol in symbols:
+            if symbol is None:
+                pieces.append([])
+            else:
+                has_any = has_any or symbol == ""
+                pieces[-1].append(symbol)
+        self._pieces: tuple[str, ...] | None = None if has_any else tuple("".join(p) for p in pieces)
+        self._fixed = sum(len(p) for p in pieces)  # characters a match takes besides the % runs
+        self._last = len(pieces) == 1  # no %: the value is exactly as long as the pattern
+        masks: dict[str, int] = {}
+        any_mask = loops = 0
+        bit = 1
+        for symbol in symbols:
+            if symbol is None:
+                loops |= bit  # a % after the symbols so far: their state stays on, whatever follows
+                continue
+            bit <<= 1
+            if symbol == "":
+                any_mask |= bit
+            else:
+                masks[symbol] = masks.get(symbol, 0) | bit
+        self._masks = {char: mask | any_mask for char, mask in masks.items()}
+        self._any = any_mask
+        self._loops = loops
+        self._size = self._fixed + 1  # bits per state
+        self._accept = bit
+
+    def matches(self, value: str) -> bool:
+        return self.run(value)[0]
+
+    def run(self, value: str) -> tuple[bool, int]:
+        """(whether ``value`` matches, the steps taken): a ``str`` primitive over k characters
+        for a piece of p counts k*p, one automaton step counts the bits of its state."""
+        n = len(value)
+        if n < self._fixed or (self._last and n != self._fixed):
+            return False, 1
+        pieces = self._pieces
+        if pieces is not None:
+            return self._run_pieces(value, pieces)
+        state, steps, masks, any_mask, loops = 1, 0, self._masks, self._any, self._loops
+        size = self._size
+        for char in value:
+            state = ((state << 1) & masks.get(char, any_mask)) | (state & loops)
+            steps += size
+            if not state:
+                return False, steps
+        return bool(state & self._accept), steps
+
+    @staticmethod
+    def _run_pieces(value: str, pieces: tuple[str, ...]) -> tuple[bool, int]:
+        first, last = pieces[0], pieces[-1]
+        if len(pieces) == 1:
+            return value == first, len(first) + 1
+        steps = len(first) + len(last) + 1
+        if not value.startswith(first) or not value.endswith(last):
+            return False, steps
+        start, end = len(first), len(value) - len(last)
+        for piece in pieces[1:-1]:
+            if not piece:
+                continue
+            steps += (end - start) * len(piece)
+            found = value.find(piece, start, end)
+            if found < 0:
+                return False, steps
+            start = found + len(piece)
+        return True, steps
+
+
+def like_pattern(pattern: str, escape: str | None) -> LikePattern:
+    """Compile a LIKE pattern (``escape``: the ESCAPE character, if any); SelectorError when the
+    escape is not one character or the pattern ends with it."""
     if escape is not None and len(escape) != 1:
         raise SelectorError(f"ESCAPE must be one character, got {escape!r}")
-    parts: list[str] = []
+    symbols: list[str | None] = []
     chars = iter(pattern)
     for char in chars:
         if escape is not None and char == escape:
             following = next(chars, None)
             if following is None:
                 raise SelectorError(f"LIKE pattern {pattern!r} ends with its escape character")
-            parts.append(re.escape(following))
+            symbols.append(following)
         elif char == "%":
-            parts.append(".*")
+            if not symbols or symbols[-1] is not None:  # %% is %
+                symbols.append(None)
         elif char == "_":
-            parts.append(".")
+            symbols.append("")
         else:
-            parts.append(re.escape(char))
-    return re.compile("".join(parts), re.DOTALL)
+            symbols.append(char)
+    return LikePattern(symbols)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,8 +480,11 @@ def _compare_with_literal(name: str, op: str, literal: Value) -> Expr | None:
         test = _NUMERIC_OPS[op]
 
         def numeric_compare(lookup: Lookup) -> bool | None:
-            number = _as_number(lookup(name))
-            return None if number is None else test(number, literal)
+            value = lookup(name)
+            if value is None:
+                return None
+            number = _as_number(value)
+            return False if number is None else test(number, literal)  # unlike types: false
 
         return _predicate(numeric_compare)
     return None
@@ -342,19 +513,21 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
 
         def signed(lookup: Lookup) -> Value:
             value = _as_number(inner(lookup))
-            if value is None:
-                return None
-            return -value if negate else value
+            if value is None or not negate:
+                return value
+            return _long(-value) if isinstance(value, int) else -value  # -(-2**63) is no long
 
         return signed
 
-    def arithmetic(self, first: Node, *rest: Node | Token) -> Expr:
-        result = _expr(first)
+    def arithmetic(self, first: Node, *rest: Node | Token) -> Node:
+        if not rest:
+            return first  # the grammar wraps every operand: keep it, so the fast paths see it
+        operands = [_expr(first)]
+        ops: list[str] = []
         for index in range(0, len(rest), 2):
-            op = str(rest[index])
-            operand = _expr(rest[index + 1])  # type: ignore[arg-type]
-            result = _arithmetic(op, result, operand)
-        return result
+            ops.append(str(rest[index]))
+            operands.append(_expr(rest[index + 1]))  # type: ignore[arg-type]
+        return _arithmetic(tuple(ops), tuple(operands))
 
     def compare(self, left: Node, op: Token, right: Node) -> Expr:
         operator_ = str(op)
@@ -377,8 +550,13 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
             name, lowest, highest = value.name, low.value, high.value
 
             def numeric_between(lookup: Lookup) -> bool | None:
-                number = _as_number(lookup(name))
-                return None if number is None else lowest <= number <= highest  # type: ignore[operator]
+                value = lookup(name)
+                if value is None:
+                    return None
+                number = _as_number(value)
+                if number is None:
+                    return False  # unlike types: false, as in _compare
+                return lowest <= number <= highest  # type: ignore[operator]
 
             return _predicate(numeric_between)
         v, lo, hi = _expr(value), _expr(low), _expr(high)
@@ -414,14 +592,13 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
 
     def like(self, operand: Node, pattern: _Literal, escape: _Literal | None = None) -> Expr:
         inner = _expr(operand)
-        regex = _like_pattern(str(pattern.value), None if escape is None else str(escape.value))
-        fullmatch = regex.fullmatch
+        match = like_pattern(str(pattern.value), None if escape is None else str(escape.value)).matches
 
         def like(lookup: Lookup) -> bool | None:
             value = inner(lookup)
             if not isinstance(value, str):
                 return None
-            return fullmatch(value) is not None
+            return match(value)
 
         return _predicate(like)
 
@@ -520,24 +697,39 @@ def _plain_number(value: Value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _arithmetic(op: str, left: Expr, right: Expr) -> Expr:
+def _arithmetic(ops: tuple[str, ...], operands: tuple[Expr, ...]) -> Expr:
+    """``a op b op c ...`` left to right in one loop: a chain of a thousand ``+`` nests no
+    closures (it used to, and raised RecursionError per message)."""
+    first, rest = operands[0], tuple(zip(ops, operands[1:], strict=True))
+
     def arithmetic(lookup: Lookup) -> Value:
-        a, b = _as_number(left(lookup)), _as_number(right(lookup))
-        if a is None or b is None:
-            return None
-        if op == "+":
-            return a + b
-        if op == "-":
-            return a - b
-        if op == "*":
-            return a * b
-        if b == 0:
-            return None  # division by zero: UNKNOWN rather than an exception per message
-        if isinstance(a, int) and isinstance(b, int):
-            return int(a / b)  # Java integer division truncates toward zero
-        return a / b
+        result = _as_number(first(lookup))
+        for op, operand in rest:
+            if result is None:
+                return None
+            result = _apply(op, result, _as_number(operand(lookup)))
+        return result
 
     return arithmetic
+
+
+def _apply(op: str, a: int | float, b: int | float | None) -> int | float | None:
+    if b is None:
+        return None
+    if op == "+":
+        result = a + b
+    elif op == "-":
+        result = a - b
+    elif op == "*":
+        result = a * b
+    elif b == 0:
+        return None  # division by zero: UNKNOWN rather than an exception per message
+    elif isinstance(a, int) and isinstance(b, int):
+        quotient = abs(a) // abs(b)  # Java integer division truncates toward zero; exact
+        result = quotient if (a < 0) == (b < 0) else -quotient
+    else:
+        result = a / b
+    return _long(result) if isinstance(result, int) else result
 
 
 def _not(value: bool | None) -> bool | None:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import StompError
+from ..numbers import TooManyDigits, decimal_integer
 from .frame import Frame
 
 NUL = 0
@@ -347,17 +348,18 @@ class FrameParser:
         raw_length = headers.get("content-length")
         if raw_length is not None:
             stripped = raw_length.strip()
-            if not stripped.isdigit() or not stripped.isascii():
+            try:
+                content_length = decimal_integer(stripped, signed=False)
+            except TooManyDigits as error:  # far beyond any frame size limit: refused unparsed
+                raise FrameError(
+                    "Bad content-length",
+                    f"content-length has too many digits ({error.digits}, at most {error.limit})",
+                ) from None
+            if content_length is None:
                 raise FrameError(
                     "Bad content-length",
                     f"content-length must be a non-negative integer, got {raw_length!r}",
                 )
-            try:
-                content_length = int(stripped)
-            except ValueError:  # more digits than sys.get_int_max_str_digits() allows
-                raise FrameError(
-                    "Bad content-length", f"content-length has too many digits ({len(stripped)})"
-                ) from None
         return content_length
 
 

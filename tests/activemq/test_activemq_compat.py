@@ -123,6 +123,32 @@ def test_selectors_on_topic_subscriptions(both) -> None:
     }
 
 
+def test_selectors_against_hostile_numbers(both) -> None:
+    """Header text of thousands of digits, or almost a number, against numeric selectors: ActiveMQ
+    (Long.valueOf / Double.valueOf fail) and the adapter (too long to be a number, or not one)
+    both compare it FALSE, so NOT of the comparison matches it; ``IS NOT NULL`` still sees it.
+    (The values stay under ActiveMQ's 10 KiB STOMP header limit.)"""
+    topic = unique("sel-num")
+
+    def conversation(connect: Connect) -> object:
+        peer = connect()
+        subscribe(peer, f"/topic/{topic}", "gt", selector="price > 10")
+        subscribe(peer, f"/topic/{topic}", "not-gt", selector="NOT (price > 10)")
+        subscribe(peer, f"/topic/{topic}", "eq", selector="price = 1")
+        subscribe(peer, f"/topic/{topic}", "set", selector="price IS NOT NULL")
+        send(peer, f"/topic/{topic}", "huge", price="1" * 5000)
+        send(peer, f"/topic/{topic}", "huge-negative", price="-" + "9" * 5000)
+        send(peer, f"/topic/{topic}", "near", price="1" * 9000 + "x")
+        send(peer, f"/topic/{topic}", "small", price="20")
+        return by_subscription(peer.read(QUIET))
+
+    assert compare(both, conversation) == {
+        "gt": ["small"],
+        "not-gt": ["huge", "huge-negative", "near"],  # unlike types compare FALSE, not UNKNOWN
+        "set": ["huge", "huge-negative", "near", "small"],
+    }
+
+
 def test_invalid_selector_is_an_error(both) -> None:
     def conversation(connect: Connect) -> object:
         peer = connect()

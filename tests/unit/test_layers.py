@@ -16,6 +16,7 @@ PURE = sorted(
         ROOT / "session.py",
         ROOT / "caps.py",
         ROOT / "errors.py",
+        ROOT / "numbers.py",
         ROOT / "codegen.py",
         ROOT / "amqp" / "wire.py",
         ROOT / "amqp" / "framing.py",

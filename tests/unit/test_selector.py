@@ -89,6 +89,16 @@ def test_unknown_never_matches(selector: str) -> None:
     assert matches(selector) is False
 
 
+def test_text_that_is_not_a_number_compares_false_with_a_number() -> None:
+    """JMS 1.1 3.8.1.1: comparing values of unlike types is false (not UNKNOWN), so NOT of it
+    matches; ActiveMQ does the same (tests/activemq: test_selectors_against_hostile_numbers)."""
+    message = {"weight": "abc"}
+    for term in ("weight > 5", "weight = 5", "weight BETWEEN 1 AND 9", "5 < weight", "weight <> 5"):
+        assert matches(term, message) is False  # type: ignore[arg-type]
+        assert matches(f"NOT ({term})", message) is True  # type: ignore[arg-type]
+    assert matches("NOT (missing > 5)", message) is False  # type: ignore[arg-type]  # NULL: UNKNOWN
+
+
 def test_three_valued_and_or() -> None:
     assert matches("missing = 1 OR color = 'red'")  # UNKNOWN OR TRUE = TRUE
     assert not matches("missing = 1 AND color = 'red'")  # UNKNOWN AND TRUE = UNKNOWN
