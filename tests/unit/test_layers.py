@@ -2,9 +2,9 @@
 
 * The pure core stays pure: stomp/, mapping/, session.py and the AMQP framing modules
   (amqp/wire.py, amqp/framing.py) import no I/O or framework code.
-* The parts of ``adapter`` import each other only downwards (``MAY_IMPORT``, the table
-  docs/architecture.md describes), nothing imports cli or spark, and no modules import each other
-  in a circle.
+* The parts of ``adapter`` import each other only downwards (``DIRECTION``, the diagram
+  docs/architecture.md shows), nothing imports cli or spark, and no modules import each other in
+  a circle.
 
 The import graph is read with ``ast``, never by importing: every ``import`` and ``from ... import``
 counts wherever it stands (module level, inside a function, under ``if TYPE_CHECKING:``, in a
@@ -49,29 +49,36 @@ FORBIDDEN = {"asyncio", "aio_pika", "aiormq", "pamqp", "pydantic", "pydantic_set
 
 # ------------------------------------------------------------------------------- the direction
 # A part is the first name under adapter/: a module (cli, session, ...) or a sub-package (server,
-# amqp, ...); ``__init__`` is adapter/__init__.py.  A part may import its own modules and the
-# parts listed here, nothing else.  From the top down:
-#   __main__ -> cli -> config -> server -> (session | amqp) -> (stomp | mapping) -> foundation
-#                                spark  -> amqp, stomp, mapping, foundation
-# (session | amqp) and (stomp | mapping) are side by side: neither imports the other.  config is
-# imported by cli alone, and may build on what it configures, never the other way round (the
-# server takes plain settings objects; where they come from, ini file, environment or flags, and
-# pydantic, stay out of it).  spark is optional (extra ``spark``): it builds on amqp/ and mapping/
-# but not on the server or the session, and nothing imports it.  The foundation modules import
-# nothing of the adapter, so every part may use them.
+# amqp, ...); ``__init__`` is adapter/__init__.py.  Each line of DIRECTION is a chain of levels,
+# top first; a part may import its own modules and every part of a level after its own on the
+# same line (any of them, not only the next).  Parts of one level, ``(a | b)`` or ``a, b``, stand
+# side by side: that line lets neither import the other.  ``foundation`` stands for FOUNDATION.
+# docs/architecture.md shows DIRECTION verbatim (test_the_docs_show_the_direction) and says why.
+DIRECTION = """\
+__main__ -> cli -> config -> server -> (session | amqp) -> (stomp | mapping) -> foundation
+                             spark  -> amqp, stomp, mapping, foundation
+"""
 FOUNDATION = frozenset({"__init__", "caps", "codegen", "errors", "liveness", "logs"})
-MAY_IMPORT: dict[str, frozenset[str]] = {
-    "__main__": frozenset({"cli"}),
-    "cli": frozenset({"config", "server", "session", "amqp", "stomp", "mapping"}) | FOUNDATION,
-    "config": frozenset({"server", "session", "amqp", "stomp", "mapping"}) | FOUNDATION,
-    "server": frozenset({"session", "amqp", "stomp", "mapping"}) | FOUNDATION,
-    "spark": frozenset({"amqp", "stomp", "mapping"}) | FOUNDATION,
-    "session": frozenset({"stomp", "mapping"}) | FOUNDATION,
-    "amqp": frozenset({"stomp", "mapping"}) | FOUNDATION,
-    "stomp": FOUNDATION,
-    "mapping": FOUNDATION,
-    **{name: frozenset() for name in FOUNDATION},
-}
+
+
+def may_import_from(direction: str, foundation: frozenset[str]) -> dict[str, frozenset[str]]:
+    """The parts each part may import, read from a DIRECTION diagram."""
+
+    def parts(level: str) -> set[str]:
+        names = {name.strip() for name in level.strip().strip("()").replace("|", ",").split(",")}
+        return (names - {"foundation"}) | (foundation if "foundation" in names else set())
+
+    allowed: dict[str, set[str]] = {name: set() for name in foundation}
+    for line in direction.splitlines():
+        levels = [parts(level) for level in line.split("->")]
+        for depth, level in enumerate(levels):
+            below = set().union(*levels[depth + 1 :])
+            for part in level:
+                allowed.setdefault(part, set()).update(below)
+    return {part: frozenset(below) for part, below in allowed.items()}
+
+
+MAY_IMPORT = may_import_from(DIRECTION, FOUNDATION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +235,7 @@ def wrong_direction(imports: list[Import], may_import: Mapping[str, frozenset[st
             continue
         allowed = may_import.get(source)
         if allowed is None:
-            messages.append(f"{edge.where()}: {edge.source} belongs to no part of MAY_IMPORT")
+            messages.append(f"{edge.where()}: {edge.source} belongs to no part of DIRECTION")
         elif target not in allowed:
             messages.append(
                 f"{edge.where()}: {source} must not import {target} ({edge.source} imports {edge.target});"
@@ -239,7 +246,7 @@ def wrong_direction(imports: list[Import], may_import: Mapping[str, frozenset[st
 
 def unplaced(root: Path, may_import: Mapping[str, frozenset[str]]) -> list[str]:
     return [
-        f"{path.relative_to(root.parent)}: part {part_of(name)!r} is not in MAY_IMPORT: place it"
+        f"{path.relative_to(root.parent)}: part {part_of(name)!r} is not in DIRECTION: place it"
         for name, path in modules_of(root).items()
         if part_of(name) not in may_import
     ]
@@ -268,6 +275,27 @@ def test_only_the_amqp_package_talks_to_the_broker():
         assert not imported_modules(path) & {"aio_pika", "aiormq", "pamqp"}, path
 
 
+def test_the_direction_reads_as_meant():
+    """DIRECTION spelled out, so that a slip in the diagram or its reading shows here."""
+    low = {"stomp", "mapping"} | FOUNDATION
+    assert may_import_from(DIRECTION, FOUNDATION) == {
+        "__main__": {"cli", "config", "server", "session", "amqp"} | low,
+        "cli": {"config", "server", "session", "amqp"} | low,
+        "config": {"server", "session", "amqp"} | low,
+        "server": {"session", "amqp"} | low,
+        "spark": {"amqp"} | low,
+        "session": low,
+        "amqp": low,
+        "stomp": FOUNDATION,
+        "mapping": FOUNDATION,
+        **{name: set() for name in FOUNDATION},
+    }
+
+
+def test_the_docs_show_the_direction():
+    assert DIRECTION in (REPO / "docs" / "architecture.md").read_text()
+
+
 def test_no_module_imports_itself_round_a_circle():
     assert cycles(imports_of(ROOT)) == []
 
@@ -281,7 +309,7 @@ def test_parts_import_only_downwards():
 
 
 def test_nothing_imports_cli_or_spark():
-    """Said by MAY_IMPORT already; checked on its own so that an edit of the table cannot undo it."""
+    """Said by DIRECTION already; checked on its own so that an edit of the diagram cannot undo it."""
     offending = [
         edge.where()
         for edge in imports_of(ROOT)
@@ -434,7 +462,7 @@ def test_a_module_of_no_part_is_named(tmp_path):
         tmp_path,
         {"pkg/__init__.py": "", "pkg/high.py": "from . import extra\n", "pkg/extra.py": ""},
     )
-    assert unplaced(root, TOY_RULES) == ["pkg/extra.py: part 'extra' is not in MAY_IMPORT: place it"]
+    assert unplaced(root, TOY_RULES) == ["pkg/extra.py: part 'extra' is not in DIRECTION: place it"]
     assert wrong_direction(imports_of(root), TOY_RULES) == [
         "pkg/high.py:1: high must not import extra (pkg.high imports pkg.extra);"
         " high may import __init__, low"
