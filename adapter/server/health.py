@@ -17,13 +17,13 @@ import asyncio
 import contextlib
 import logging
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .brokers import BrokerNodes
     from .connection import BrokerSettings
-    from .listener import Server
 
 log = logging.getLogger("adapter.health")
 
@@ -49,6 +49,27 @@ class BrokerSide(Protocol):
 
     @property
     def broker(self) -> BrokerSettings: ...
+
+
+class Serving(Protocol):
+    """What liveness and readiness read of a Server: its phase and where it listens (a
+    protocol, so that this module needs nothing of adapter/server/listener.py, which builds on
+    it)."""
+
+    @property
+    def started(self) -> bool: ...
+
+    @property
+    def shutting_down(self) -> bool: ...
+
+    @property
+    def addresses(self) -> Sequence[tuple[str, int]]: ...
+
+    @property
+    def tls_addresses(self) -> Sequence[tuple[str, int]]: ...
+
+    @property
+    def web_addresses(self) -> Sequence[tuple[str, int]]: ...
 
 
 class BrokerCheck:
@@ -114,7 +135,7 @@ class BrokerCheck:
                 await writer.wait_closed()
 
 
-def liveness(server: Server) -> Verdict:
+def liveness(server: Serving) -> Verdict:
     if server.shutting_down:
         return Verdict(False, "shutting down")
     if not server.started:
@@ -122,7 +143,7 @@ def liveness(server: Server) -> Verdict:
     return Verdict(True, "ok")
 
 
-async def readiness(server: Server, broker: BrokerCheck) -> Verdict:
+async def readiness(server: Serving, broker: BrokerCheck) -> Verdict:
     live = liveness(server)
     if not live.ok:
         return live

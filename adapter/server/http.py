@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Protocol
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .health import Verdict, liveness, readiness
+from .health import Serving, Verdict, liveness, readiness
 from .metrics import render
 
 if TYPE_CHECKING:
-    from .listener import Server
+    from prometheus_client import CollectorRegistry
+
+    from .health import BrokerCheck
 
 log = logging.getLogger("adapter.http")
 
@@ -46,10 +48,24 @@ class Endpoints(Protocol):
     async def ready(self) -> Verdict: ...
 
 
+class EndpointSource(Serving, Protocol):
+    """What ``ServerEndpoints`` reads of a Server (adapter/server/listener.py, which builds on
+    this module, so it is named here by what it offers, not imported)."""
+
+    @property
+    def http_connections(self) -> set[OperatorHttp]: ...
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+    @property
+    def broker_check(self) -> BrokerCheck: ...
+
+
 class ServerEndpoints:
     """The endpoints of one adapter process: its own registry and health."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: EndpointSource) -> None:
         self._server = server
 
     @property

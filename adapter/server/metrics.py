@@ -11,8 +11,8 @@ The series and what they mean are listed in docs/configuration.md ("Metrics").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -31,16 +31,37 @@ from .stats import (
     OTHER,
     PAUSE_REASONS,
     SHARED_DESTINATION_LABELS,
+    ServerStats,
     TrafficCounts,
 )
 
 if TYPE_CHECKING:
+    from .amqp_pool import AmqpReuse
+    from .brokers import BrokerNodes
     from .connection import ClientConnection
-    from .listener import Server
 
 PREFIX = "stomp_adapter"
 LISTENER_KINDS = ("tcp", "tls", "websocket")
 SERVER_COMMANDS = (Command.CONNECTED, Command.MESSAGE, Command.RECEIPT, Command.ERROR)
+
+
+class Observed(Protocol):
+    """What a scrape reads of a Server (adapter/server/listener.py, which builds on this module,
+    so it is named here by what it offers, not imported)."""
+
+    @property
+    def stats(self) -> ServerStats: ...
+
+    @property
+    def connections(self) -> Collection[ClientConnection]: ...
+
+    @property
+    def nodes(self) -> BrokerNodes: ...
+
+    @property
+    def amqp_reuse(self) -> AmqpReuse | None: ...
+
+    def clock(self) -> float: ...
 
 
 def connection_state(connection: ClientConnection) -> str:
@@ -76,7 +97,7 @@ def add_connection(counts: TrafficCounts, connection: ClientConnection, now: flo
 class ServerCollector(Collector):
     """Reads one Server's counters into metric families on every scrape."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Observed) -> None:
         self._server = server
 
     def collect(self) -> Iterator[Metric]:
@@ -294,7 +315,7 @@ def _by_label(
     return family
 
 
-def build_registry(server: Server) -> CollectorRegistry:
+def build_registry(server: Observed) -> CollectorRegistry:
     """The adapter's series plus the process ones (CPU, memory, open file descriptors)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ServerCollector(server))

@@ -7,7 +7,9 @@ package, so the adapter itself runs without PySpark.  Layout:
 * ``broker.py``: a small blocking AMQP 0-9-1 client on the adapter's own frame codec;
 * ``messages.py``: deliveries -> rows (MESSAGE headers) and rows -> publishes (SEND rules);
 * ``streams.py``: stream queues, their offsets and reading an offset range;
-* ``source.py`` / ``sink.py``: the Spark classes and options.
+* ``options.py``: the option checks the reader and the writer share;
+* ``source.py`` / ``sink.py``: the Spark classes and options (source.py picks the reader or the
+  writer, so it imports sink.py; never the other way round).
 """
 
 from __future__ import annotations

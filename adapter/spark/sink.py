@@ -20,7 +20,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from ..stomp.codec import FrameLimits
 from .broker import BlockingBroker, BrokerUrl
 from .messages import PublishPlanner, RowError
-from .source import DEFAULT_TIMEOUT, broker_url, positive_option, seconds_option
+from .options import DEFAULT_TIMEOUT, broker_url, positive_option, seconds_option
 
 # Publishes in flight before the task waits for confirms: bounds memory and the work a failed
 # task has to redo, while keeping the socket busy.

@@ -4,7 +4,8 @@ Owns the Spark-facing classes and the option parsing: the data source itself (sc
 reader or writer), the batch reader (a fixed offset range per stream, planned on the driver), the
 streaming reader (offsets per stream as Spark's checkpointed JSON, one micro-batch = one range
 per stream), and the option names and defaults documented in docs/spark.md.  The stream work
-itself is in ``streams.py``, the message rules in ``messages.py``, publishing in ``sink.py``.
+itself is in ``streams.py``, the message rules in ``messages.py``, publishing in ``sink.py``, the
+option checks both share in ``options.py``.
 
 Everything a task needs travels in its ``InputPartition`` (pickled to the executors), so the
 executors need this package installed, nothing else.
@@ -13,7 +14,6 @@ executors need this package installed, nothing else.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -29,8 +29,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .broker import BlockingBroker, BrokerUrl, parse_broker_url
+from .broker import BlockingBroker, BrokerUrl
 from .messages import Row
+from .options import DEFAULT_TIMEOUT, broker_url, positive_option, required_option, seconds_option
 from .streams import (
     OffsetRange,
     ReadSettings,
@@ -70,7 +71,6 @@ ARROW_BATCH_BYTES: Final = 16 * 1024 * 1024
 
 DEFAULT_PARTITION_SIZE: Final = 100_000
 DEFAULT_PREFETCH: Final = 1000
-DEFAULT_TIMEOUT: Final = 30.0
 
 
 # ------------------------------------------------------------------------------------ options
@@ -84,40 +84,6 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     partition_size: int
     read: ReadSettings
-
-
-def _required(options: Mapping[str, str], name: str, example: str) -> str:
-    value = options.get(name)
-    if not value:
-        raise StreamOptionError(f"option {name!r} is required, e.g. .option({name!r}, {example!r})")
-    return value
-
-
-def positive_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise StreamOptionError(f"option {name!r} must be a positive integer, got {raw!r}")
-    return value
-
-
-def seconds_option(options: Mapping[str, str], name: str, default: float) -> float:
-    """A positive number of seconds (``timeout``), refused with the option's name otherwise."""
-    raw = options.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise StreamOptionError(f"option {name!r} must be a positive number of seconds, got {raw!r}")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,21 +177,13 @@ def _millis(name: str, value: object) -> int:
     )
 
 
-def broker_url(options: Mapping[str, str]) -> BrokerUrl:
-    raw = _required(options, "url", "amqp://user:password@host:5672/vhost")
-    try:
-        return parse_broker_url(raw)
-    except ValueError as error:
-        raise StreamOptionError(str(error)) from None
-
-
 def source_options(options: Mapping[str, str]) -> SourceOptions:
     """All read options, checked on the driver before anything is started."""
     url = broker_url(options)
     # x-max-age, x-max-length-bytes ...: queue arguments of a capture stream, as SUBSCRIBE headers
     capture_arguments = {k.lower(): v for k, v in options.items() if k.lower().startswith("x-")}
     streams = stream_refs(
-        _required(options, "destination", "/amq/queue/events"), options.get("stream"), capture_arguments
+        required_option(options, "destination", "/amq/queue/events"), options.get("stream"), capture_arguments
     )
     timeout = seconds_option(options, "timeout", DEFAULT_TIMEOUT)
     fail_on_data_loss = options.get("failOnDataLoss", "true").strip().lower() != "false"

@@ -23,6 +23,7 @@ SPARK_MODULES = (
     "adapter.spark",
     "adapter.spark.broker",
     "adapter.spark.messages",
+    "adapter.spark.options",
     "adapter.spark.streams",
     "adapter.spark.source",
     "adapter.spark.sink",

@@ -1,0 +1,60 @@
+"""The option helpers the reader and the writer share: the broker ``url``, the ``timeout`` and
+the checks of a required, a positive-integer and a seconds option, each refused with the
+option's name (docs/spark.md lists the options).
+
+Its own module so that ``source.py`` (which picks the reader or the writer) and ``sink.py``
+both build on it instead of on each other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Final
+
+from .broker import BrokerUrl, parse_broker_url
+from .streams import StreamOptionError
+
+DEFAULT_TIMEOUT: Final = 30.0
+
+
+def required_option(options: Mapping[str, str], name: str, example: str) -> str:
+    value = options.get(name)
+    if not value:
+        raise StreamOptionError(f"option {name!r} is required, e.g. .option({name!r}, {example!r})")
+    return value
+
+
+def positive_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise StreamOptionError(f"option {name!r} must be a positive integer, got {raw!r}")
+    return value
+
+
+def seconds_option(options: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number of seconds (``timeout``), refused with the option's name otherwise."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise StreamOptionError(f"option {name!r} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def broker_url(options: Mapping[str, str]) -> BrokerUrl:
+    raw = required_option(options, "url", "amqp://user:password@host:5672/vhost")
+    try:
+        return parse_broker_url(raw)
+    except ValueError as error:
+        raise StreamOptionError(str(error)) from None
