@@ -59,7 +59,7 @@ DIRECTION = """\
 __main__ -> cli -> config -> server -> (session | amqp) -> (stomp | mapping) -> foundation
                              spark  -> amqp, stomp, mapping, foundation
 """
-FOUNDATION = frozenset({"__init__", "caps", "codegen", "errors", "liveness", "logs"})
+FOUNDATION = frozenset({"__init__", "caps", "codegen", "errors", "liveness", "logs", "numbers"})
 
 
 def may_import_from(direction: str, foundation: frozenset[str]) -> dict[str, frozenset[str]]:
