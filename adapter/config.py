@@ -922,9 +922,9 @@ class Declared:
         return repr(raw)
 
 
-def _declarations() -> dict[str, Declared]:
+def _declarations(model: type[BaseModel]) -> dict[str, Declared]:
     declared = {}
-    for name, info in Settings.model_fields.items():
+    for name, info in model.model_fields.items():
         found = [item for item in info.metadata if isinstance(item, Setting)]
         if len(found) != 1:
             raise TypeError(f"setting {name}: declare it as Annotated[<type>, Setting(...)] = <default>")
@@ -933,7 +933,7 @@ def _declarations() -> dict[str, Declared]:
 
 
 # Every setting, in declaration order (the order of the groups above).
-DECLARED: dict[str, Declared] = _declarations()
+DECLARED: dict[str, Declared] = _declarations(Settings)
 
 
 def _ini_key_table() -> dict[str, tuple[str, Callable[[object], Any]]]:
