@@ -4,6 +4,11 @@ Owns argument parsing, logging set-up, the event loop (uvloop where available) a
 handling: the first SIGTERM/SIGINT starts a graceful shutdown, a second one exits at once.
 ``main(argv) -> int`` so that tests and scripts can call it directly.
 
+The flags of settings come from their declarations (adapter/config.py); ``build_server`` turns the
+settings into the groups `Server` is built from (adapter/server/options.py), loading every TLS
+file they name.  ``--check-config`` stops after that step: exit 0, or 2 with the messages start-up
+would stop with.  ``--version`` prints the installed package's version.
+
 With ``--workers N`` (N > 1) this process becomes the supervisor of N worker processes
 (adapter/server/workers.py); each worker runs this same entry point with the same arguments
 plus ``--worker-spec``, which hands it its listening sockets and control socket.
@@ -15,23 +20,26 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
+import importlib.metadata
 import logging
 import os
 import signal
 import ssl
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .caps import ConnectionCap, worker_share
-from .config import ConfigError, Settings, load_settings, parse_listener, redact_url
+from .config import DECLARED, ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .mapping.budget import Budgets
 from .server.amqp_pool import AmqpReuse
 from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
-from .server.listener import Server, WebListener
+from .server.listener import Server
+from .server.options import AmqpLink, Limits, Listening, Operations, SocketOptions, WebListener
 from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
@@ -49,68 +57,49 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Precedence: command line > STOMP_ADAPTER_* environment variables > ini file > defaults. "
         "See docs/configuration.md for every key.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument(
         "--config",
         metavar="FILE",
         help="ini file (rabbitmq.conf-style 'key = value' lines, see config/adapter.ini)",
     )
     parser.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        action="append",
-        help="address to accept STOMP clients on; repeat for several "
-        "(default 0.0.0.0:61613; port 0 = any free port)",
+        "--check-config",
+        action="store_true",
+        help="load and check the configuration (ini file, STOMP_ADAPTER_* variables, flags, the TLS "
+        "files they name) as start-up does, then exit: 0 if it is good, 2 with start-up's messages "
+        "if not; binds no port and does not contact the broker",
     )
-    parser.add_argument(
-        "--amqp-url",
-        metavar="URL",
-        help="the RabbitMQ to front (default amqp://guest:guest@localhost:5672/); clients log in "
-        "with their own CONNECT credentials and vhost",
-    )
-    parser.add_argument("--log-level", metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
-    add_profile_argument(parser)
-    parser.add_argument(
-        "--log-format",
-        metavar="FORMAT",
-        help="text (default) or json: one JSON object per line, with the connection lines' fields as keys",
-    )
-    parser.add_argument(
-        "--http-listen",
-        metavar="HOST:PORT",
-        help="serve GET /metrics (Prometheus), /healthz and /readyz on this address "
-        "(default: no HTTP port; it has no authentication, keep it private)",
-    )
-    parser.add_argument(
-        "--workers",
-        metavar="N",
-        help="adapter processes sharing the listeners (default 1: this process alone); with more, "
-        "this process supervises them, restarts one that dies and serves --http-listen for all",
-    )
-    parser.add_argument(
-        "--metrics-destinations",
-        metavar="N",
-        help="per-destination message series on /metrics for at most N destinations per process, "
-        "later ones counted as other (default 0: none)",
-    )
-    parser.add_argument(
-        "--amqp-connection-reuse",
-        action="store_const",
-        const=True,
-        help="reuse a finished STOMP session's AMQP connection for the next CONNECT of the same "
-        "user, vhost and passcode (default off; docs/configuration.md says what it changes)",
-    )
+    for declared in DECLARED.values():
+        flag = declared.setting.flag
+        if flag is None:
+            continue
+        options: dict[str, Any] = {"dest": declared.name, "help": flag.help}
+        if flag.switch:
+            options.update(action="store_const", const=True)
+        elif flag.choices is not None:
+            options["choices"] = flag.choices
+        else:
+            options["metavar"] = flag.metavar
+            if flag.repeat:
+                options["action"] = "append"
+        parser.add_argument(flag.option, **options)
     # internal: how the supervisor starts a worker (its sockets and control socket)
     parser.add_argument(WORKER_SPEC_FLAG, help=argparse.SUPPRESS)
     return parser
 
 
-def add_profile_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--profile",
-        choices=("rabbitmq", "activemq"),
-        help="STOMP dialect of every listener: rabbitmq (the STOMP plugin's, default) or activemq "
-        "(legacy ActiveMQ clients, docs/migration-activemq.md)",
-    )
+def version() -> str:
+    """The installed package's version ("unknown" when run from a checkout that was never installed)."""
+    try:
+        return importlib.metadata.version("stomp-amqp-adapter")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - depends on the install
+        return "unknown"
+
+
+def command_line_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The settings the flags set (None: not given), keyed by setting name, for load_settings."""
+    return {name: getattr(args, name) for name, declared in DECLARED.items() if declared.setting.flag}
 
 
 def session_settings(settings: Settings, workers: int = 1) -> SessionSettings:
@@ -327,7 +316,36 @@ def web_listeners(settings: Settings, workers: int = 1) -> list[WebListener]:
     return listeners
 
 
-def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server:
+_Group = TypeVar("_Group")
+
+
+def group(cls: type[_Group], settings: Settings, **given: Any) -> _Group:
+    """An options group of the server (adapter/server/options.py): the fields in ``given``, every
+    other one from the setting of the same name."""
+    values = dict(given)
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if item.name not in values:
+            if item.name not in DECLARED:
+                raise TypeError(f"{cls.__name__}.{item.name} is neither given nor a setting's name")
+            values[item.name] = getattr(settings, item.name)
+    return cls(**values)
+
+
+def listening(settings: Settings) -> Listening:
+    """The STOMP listeners: plain, activemq-profile and TLS (whose certificate files are loaded
+    here: a bad one stops start-up with a ConfigError naming the setting and the file)."""
+    return Listening(
+        stomp=tuple(parse_listener(listener) for listener in settings.listeners),
+        sockets=group(SocketOptions, settings),
+        activemq=tuple(parse_listener(listener) for listener in settings.activemq_listeners),
+        tls=tuple(parse_listener(listener) for listener in settings.ssl_listeners),
+        tls_context=listener_tls_context(settings),
+        proxy_protocol=settings.proxy_protocol,
+        proxy_trust=ProxyTrust.parse(settings.proxy_protocol_trusted),
+    )
+
+
+def amqp_link(settings: Settings) -> AmqpLink:
     nodes = parse_nodes(settings.amqp_url)
     broker = BrokerSettings(
         heartbeat=settings.amqp_heartbeat,
@@ -335,39 +353,34 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
         tls=broker_tls_context(settings) if any(node.tls for node in nodes) else None,
         tls_server_name=settings.amqp_tls_server_name,
     )
-    workers = worker.workers if worker is not None else 1
-    return Server(
-        inherited_sockets=worker.sockets if worker is not None else None,
-        session_settings=session_settings(settings, workers),
-        broker=broker,
-        nodes=BrokerNodes(nodes, settings.amqp_node_order),
-        listeners=[parse_listener(listener) for listener in settings.listeners],
-        activemq_listeners=[parse_listener(listener) for listener in settings.activemq_listeners],
-        tls_listeners=[parse_listener(listener) for listener in settings.ssl_listeners],
-        tls_context=listener_tls_context(settings),
-        web_listeners=web_listeners(settings, workers),
-        proxy_protocol=settings.proxy_protocol,
-        proxy_trust=ProxyTrust.parse(settings.proxy_protocol_trusted),
-        login_timeout=settings.login_timeout,
-        frame_timeout=settings.frame_timeout,
-        incomplete_input_budget=settings.incomplete_frames_budget,
-        ws_compress_budget=settings.web_stomp_compress_budget,
-        heartbeat_tolerance=settings.heartbeat_tolerance,
-        shutdown_timeout=settings.shutdown_timeout,
-        backlog=settings.tcp_backlog,
-        nodelay=settings.tcp_nodelay,
-        keepalive=settings.tcp_keepalive,
-        sndbuf=settings.tcp_sndbuf,
-        recbuf=settings.tcp_recbuf,
-        http_listen=parse_listener(settings.http_listen) if settings.http_listen else None,
-        metrics_destinations=settings.metrics_destinations,
-        amqp_reuse=AmqpReuse(
+    reuse = (
+        AmqpReuse(
             idle_seconds=settings.amqp_connection_idle_seconds,
             max_age_seconds=settings.amqp_connection_max_age_seconds,
             max_size=settings.amqp_connection_pool_size,
         )
         if settings.amqp_connection_reuse
-        else None,
+        else None
+    )
+    return AmqpLink(broker, BrokerNodes(nodes, settings.amqp_node_order), reuse)
+
+
+def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server:
+    """The server of these settings (not started).  Every file the settings name is read here, so
+    a ConfigError from this call is one start-up would stop with (``--check-config`` relies on it)."""
+    workers = worker.workers if worker is not None else 1
+    return Server(
+        session_settings(settings, workers),
+        listening=listening(settings),
+        web=tuple(web_listeners(settings, workers)),
+        link=amqp_link(settings),
+        limits=group(Limits, settings),
+        operations=group(
+            Operations,
+            settings,
+            http_listen=parse_listener(settings.http_listen) if settings.http_listen else None,
+        ),
+        inherited_sockets=worker.sockets if worker is not None else None,
     )
 
 
@@ -445,17 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(argv) if argv is not None else sys.argv[1:]
     args = build_parser().parse_args(arguments)
     worker = WorkerSpec.parse(args.worker_spec) if args.worker_spec else None
-    overrides: dict[str, object] = {
-        "listeners": args.listen,
-        "amqp_url": args.amqp_url,
-        "log_level": args.log_level,
-        "profile": args.profile,
-        "log_format": args.log_format,
-        "http_listen": args.http_listen,
-        "workers": args.workers,
-        "metrics_destinations": args.metrics_destinations,
-        "amqp_connection_reuse": args.amqp_connection_reuse,
-    }
+    overrides = command_line_settings(args)
     if worker is not None:
         # the supervisor serves the HTTP port, and a worker supervises nothing
         overrides.update(http_listen="none", workers=1)
@@ -465,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"stomp-amqp-adapter: configuration error:\n{error}", file=sys.stderr)
         return 2
+    if args.check_config:
+        source = f"{args.config}, " if args.config else ""
+        print(f"stomp-amqp-adapter: configuration OK ({source}environment and command line)")
+        return 0
     configure_logging(settings.log_level, settings.log_format, worker.slot if worker is not None else None)
     if worker is None:
         log.info("fronting broker %s", redact_url(settings.amqp_url))

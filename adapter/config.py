@@ -1,18 +1,22 @@
 """Loading and validating the adapter's settings.
 
 This module owns the adapter's configuration: the `Settings` model (frozen, the plain values the rest of
-the adapter takes), reading the rabbitmq.conf-style ini file, reading ``STOMP_ADAPTER_*`` environment
-variables, merging command-line overrides, and turning every mistake into a `ConfigError` that names the
-key as the operator wrote it, the bad value and what is allowed.
+the adapter takes), in which every setting is declared once (type, default, group, converter, ini keys,
+command-line flag; the environment variable is STOMP_ADAPTER_<NAME>); reading the rabbitmq.conf-style ini
+file through a table of handlers per key family; reading ``STOMP_ADAPTER_*`` environment variables;
+merging command-line overrides; and turning every mistake into a `ConfigError` that names the key as the
+operator wrote it, the bad value and what is allowed.
 
 It is the only module of the adapter that imports pydantic; nothing here touches sockets or the event loop.
 
 Precedence, highest first: command line (``overrides``) > environment > ini file > defaults.
+
+Adding a setting: one declaration in `Settings`, in its group (docs/configuration.md, "Adding a
+setting"), then its use where the server or the session is built (cli.py).
 """
 
 from __future__ import annotations
 
-import contextvars
 import difflib
 import ipaddress
 import json
@@ -20,20 +24,25 @@ import logging
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError
+from pydantic_core import CoreSchema, core_schema
 
 __all__ = [
     "ENV_PREFIX",
+    "DECLARED",
     "ConfigError",
+    "Declared",
+    "Flag",
+    "Group",
     "IniFile",
-    "IniSettingsSource",
+    "IniKey",
+    "Setting",
     "Settings",
     "load_settings",
     "parse_listener",
@@ -390,365 +399,566 @@ def _user_list(value: object) -> tuple[str, ...]:
     return tuple(item.strip() for item in value if item.strip())
 
 
-_CONVERTERS: dict[str, Callable[[object], Any]] = {
-    "listeners": _listeners,
-    "amqp_url": _amqp_url,
-    "ssl_listeners": _listeners,
-    "ssl_cacertfile": _optional_path,
-    "ssl_certfile": _optional_path,
-    "ssl_keyfile": _optional_path,
-    "ssl_password": _optional_path,
-    "ssl_verify": _one_of("verify_none", "verify_peer"),
-    "ssl_fail_if_no_peer_cert": _to_bool,
-    "ssl_versions": _tls_versions,
-    "amqp_node_order": _one_of("round_robin", "shuffle"),
-    "amqp_tls_cafile": _optional_path,
-    "amqp_tls_certfile": _optional_path,
-    "amqp_tls_keyfile": _optional_path,
-    "amqp_tls_verify": _to_bool,
-    "amqp_tls_server_name": _optional_path,
-    "amqp_tls_min_version": _one_of("tlsv1.2", "tlsv1.3"),
-    "default_user": _credential,
-    "default_pass": _credential,
-    "default_vhost": _non_empty_str,
-    "implicit_connect": _to_bool,
-    "hide_server_info": _to_bool,
-    "default_nack_requeue": _to_bool,
-    "proxy_protocol": _to_bool,
-    "proxy_protocol_trusted": _trusted_peers,
-    "default_topic_exchange": _non_empty_str,
-    "max_frame_size": _int_converter(1),
-    "max_frame_size_unauthenticated": _int_converter(1),
-    "max_headers": _int_converter(1),
-    "max_header_length": _int_converter(1),
-    "login_timeout": _float_converter(0, inclusive=False),
-    "frame_timeout": _float_converter(0, inclusive=True),
-    "incomplete_frames_budget": _int_converter(1),
-    "max_transaction_bytes": _int_converter(1),
-    "transaction_bytes_budget": _int_converter(1),
-    "max_unacked_bytes": _int_converter(1),
-    "unacked_bytes_budget": _int_converter(1),
-    "heartbeat_tolerance": _float_converter(1, inclusive=True, unit=""),
-    "shutdown_timeout": _float_converter(0, inclusive=True),
-    "amqp_connect_timeout": _float_converter(0, inclusive=False),
-    "amqp_heartbeat": _int_converter(0, 65535, what="an integer from 0 to 65535 (seconds, 0 disables)"),
-    "amqp_connection_reuse": _to_bool,
-    "amqp_connection_idle_seconds": _float_converter(0, inclusive=False),
-    "amqp_connection_max_age_seconds": _float_converter(0, inclusive=False),
-    "amqp_connection_pool_size": _int_converter(1),
-    # connection caps (adapter/caps.py): None is infinity
-    "max_connections": _connection_cap,
-    "web_stomp_max_connections": _connection_cap,
-    "loopback_users": _user_list,
-    "tcp_backlog": _int_converter(1),
-    "tcp_nodelay": _to_bool,
-    "tcp_keepalive": _to_bool,
-    "tcp_sndbuf": _optional(_int_converter(1), "(or none for the OS default)"),
-    "tcp_recbuf": _optional(_int_converter(1), "(or none for the OS default)"),
-    "log_level": _log_level,
-    "log_format": _one_of("text", "json"),
-    "http_listen": _http_listen,
-    "workers": _int_converter(1, 256),
-    "metrics_destinations": _int_converter(0, 10_000),
-    "trailing_lf": _to_bool,
-    "web_stomp_listeners": _listeners,
-    "web_stomp_ssl_listeners": _listeners,
-    "web_stomp_ssl_certfile": _optional_path,
-    "web_stomp_ssl_keyfile": _optional_path,
-    "web_stomp_ssl_cacertfile": _optional_path,
-    "web_stomp_ssl_password": _optional_path,
-    "web_stomp_ssl_versions": _tls_versions,
-    "web_stomp_backlog": _int_converter(1),
-    "web_stomp_ws_path": _ws_path,
-    "web_stomp_ws_frame": _one_of("text", "binary"),
-    # 0 is valid in the plugin's schema: cowboy then refuses every non-empty message with 1009
-    "web_stomp_max_frame_size": _optional(_int_converter(0), "(or none for no limit)"),
-    "web_stomp_use_http_auth": _to_bool,
-    "web_stomp_compress": _to_bool,
-    "web_stomp_idle_timeout": _float_converter(0, inclusive=True),
-    "web_stomp_request_timeout": _float_converter(0, inclusive=False),
-    "web_stomp_allow_origins": _origins,
-    "web_stomp_proxy_protocol": _to_bool,
-    "web_stomp_hsts_policy": _optional_path,
-    "web_stomp_console": _to_bool,
-    "web_stomp_compress_budget": _int_converter(0),
-    "profile": _one_of("rabbitmq", "activemq"),
-    "activemq_listeners": _listeners,
-}
-
-
 # --------------------------------------------------------------------------------------------------------
-# The settings model
+# How a setting is declared.  One declaration per setting, in the `Settings` class below: its type and
+# default (the annotation and the value), then one `Setting(...)` naming its group, its converter, the
+# ini keys that set it directly and, where it has one, its command-line flag.  Its environment variable
+# is always STOMP_ADAPTER_<NAME>.  Everything else (the ini key table, the flags of cli.py, the error
+# messages' "where", the checks) is derived from these declarations.
 # --------------------------------------------------------------------------------------------------------
 
 
-class Settings(BaseSettings):
-    """Every setting of the adapter, validated and frozen.  Build it with `load_settings`."""
+class Group(StrEnum):
+    """The groups settings are declared (and documented) in."""
 
-    model_config = SettingsConfigDict(
-        frozen=True,
-        extra="forbid",
-        env_prefix=ENV_PREFIX,
-        case_sensitive=False,
-        validate_default=True,
-    )
+    LISTENERS = "listeners and TLS"
+    WEBSOCKET = "WebSocket"
+    AMQP = "AMQP link"
+    SESSION = "STOMP sessions"
+    LIMITS = "limits"
+    OPERATIONS = "operations"
 
+
+@dataclass(frozen=True, slots=True)
+class IniKey:
+    """An ini key with its own converter (a key written in other units than the setting's)."""
+
+    name: str
+    convert: Callable[[object], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A setting's command-line flag (cli.py adds one argparse option per flag, dest = the setting's
+    name).  ``repeat``: the flag may be given several times (a list); ``switch``: takes no value and
+    means true; ``choices``: the values argparse itself accepts."""
+
+    option: str
+    help: str
+    metavar: str | None = None
+    repeat: bool = False
+    switch: bool = False
+    choices: tuple[str, ...] | None = None
+
+
+class Setting:
+    """A setting's declaration, as metadata of its field: ``name: Annotated[T, Setting(...)] = default``.
+
+    ``convert`` turns what an operator wrote (or an already typed value) into the setting's value,
+    raising ValueError("must be ...") otherwise; it runs for every source (ini file, environment,
+    command line, ``Settings(...)`` itself).  ``keys``: the ini keys that set it directly, the first
+    spelling first (key families such as stomp.listeners.tcp.<name> are read by `read_ini`'s handlers
+    and named in ``family`` for the documentation).  ``redact``: how a value is shown in an error
+    message (amqp_url hides its password); a field declared with ``Field(repr=False)`` is shown as
+    ``'***'``."""
+
+    __slots__ = ("convert", "family", "flag", "group", "keys", "redact")
+
+    def __init__(
+        self,
+        group: Group,
+        convert: Callable[[object], Any],
+        *keys: str | IniKey,
+        flag: Flag | None = None,
+        redact: Callable[[str], str] | None = None,
+        family: tuple[str, ...] = (),
+    ) -> None:
+        self.group = group
+        self.convert = convert
+        self.keys = tuple(key if isinstance(key, IniKey) else IniKey(key, convert) for key in keys)
+        self.flag = flag
+        self.redact = redact
+        self.family = family
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # the converter runs before pydantic's own check of the type, whatever the value's source
+        return core_schema.no_info_before_validator_function(self.convert, handler(source))
+
+
+def _milliseconds(minimum: int) -> Callable[[object], float]:
+    """An ini key in milliseconds (as the plugin's) for a setting in seconds."""
+    what = "a positive integer (milliseconds)" if minimum else "an integer >= 0 (milliseconds)"
+    integer = _int_converter(minimum, what=what)
+
+    def convert(value: object) -> float:
+        return integer(value) / 1000
+
+    return convert
+
+
+_OS_DEFAULT = "(or none for the OS default)"
+_LISTEN, _WEB, _AMQP, _SESSION, _LIMITS, _OPS = (
+    Group.LISTENERS,
+    Group.WEBSOCKET,
+    Group.AMQP,
+    Group.SESSION,
+    Group.LIMITS,
+    Group.OPERATIONS,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The settings
+# --------------------------------------------------------------------------------------------------------
+
+
+class Settings(BaseModel):
+    """Every setting of the adapter, validated and frozen.  Build it with `load_settings`; ``Settings()``
+    is the defaults (no file, no environment)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    # ---- listeners and TLS ------------------------------------------------------------------------------
     # Listening sockets, normalised "host:port" ("[v6]:port" for IPv6).  Empty: listen nowhere.
-    listeners: Annotated[tuple[str, ...], NoDecode] = ("0.0.0.0:61613",)
+    listeners: Annotated[
+        tuple[str, ...],
+        Setting(
+            _LISTEN,
+            _listeners,
+            "adapter.listeners",
+            family=("stomp.listeners.tcp.<name>", "stomp.listeners.tcp = none"),
+            flag=Flag(
+                "--listen",
+                "address to accept STOMP clients on; repeat for several "
+                "(default 0.0.0.0:61613; port 0 = any free port)",
+                metavar="HOST:PORT",
+                repeat=True,
+            ),
+        ),
+    ] = ("0.0.0.0:61613",)
+    # plain TCP listeners that always speak the activemq profile, beside the others (a migration
+    # serves RabbitMQ-style and legacy ActiveMQ clients from one adapter)
+    activemq_listeners: Annotated[
+        tuple[str, ...], Setting(_LISTEN, _listeners, "adapter.activemq_listeners")
+    ] = ()
     # TLS listeners (stomp.listeners.ssl.<name>) and the rabbitmq.conf ssl_options.* they use.
-    ssl_listeners: Annotated[tuple[str, ...], NoDecode] = ()
-    ssl_cacertfile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    ssl_password: str | None = Field(default=None, repr=False)
-    ssl_verify: Literal["verify_none", "verify_peer"] = "verify_none"
-    ssl_fail_if_no_peer_cert: bool = False
-    ssl_versions: Annotated[tuple[str, ...], NoDecode] = ()
+    ssl_listeners: Annotated[
+        tuple[str, ...],
+        Setting(_LISTEN, _listeners, family=("stomp.listeners.ssl.<name>", "stomp.listeners.ssl = none")),
+    ] = ()
+    ssl_cacertfile: Annotated[str | None, Setting(_LISTEN, _optional_path, "ssl_options.cacertfile")] = None
+    ssl_certfile: Annotated[str | None, Setting(_LISTEN, _optional_path, "ssl_options.certfile")] = None
+    ssl_keyfile: Annotated[str | None, Setting(_LISTEN, _optional_path, "ssl_options.keyfile")] = None
+    ssl_password: Annotated[str | None, Setting(_LISTEN, _optional_path, "ssl_options.password")] = Field(
+        default=None, repr=False
+    )
+    ssl_verify: Annotated[
+        Literal["verify_none", "verify_peer"],
+        Setting(_LISTEN, _one_of("verify_none", "verify_peer"), "ssl_options.verify"),
+    ] = "verify_none"
+    ssl_fail_if_no_peer_cert: Annotated[
+        bool, Setting(_LISTEN, _to_bool, "ssl_options.fail_if_no_peer_cert")
+    ] = False
+    ssl_versions: Annotated[
+        tuple[str, ...], Setting(_LISTEN, _tls_versions, family=("ssl_options.versions.<n>",))
+    ] = ()
+    # every connection starts with a PROXY protocol header
+    proxy_protocol: Annotated[bool, Setting(_LISTEN, _to_bool, "stomp.proxy_protocol")] = False
+    # peers whose PROXY header (stomp. and web_stomp.proxy_protocol) is believed; empty: every
+    # peer, as in the plugins (adapter/server/proxy_protocol.py, ProxyTrust)
+    proxy_protocol_trusted: Annotated[
+        tuple[str, ...], Setting(_LISTEN, _trusted_peers, "adapter.proxy_protocol_trusted")
+    ] = ()
+    tcp_backlog: Annotated[int, Setting(_LISTEN, _int_converter(1), "stomp.tcp_listen_options.backlog")] = 128
+    tcp_nodelay: Annotated[bool, Setting(_LISTEN, _to_bool, "stomp.tcp_listen_options.nodelay")] = True
+    tcp_keepalive: Annotated[bool, Setting(_LISTEN, _to_bool, "stomp.tcp_listen_options.keepalive")] = False
+    tcp_sndbuf: Annotated[
+        int | None,
+        Setting(_LISTEN, _optional(_int_converter(1), _OS_DEFAULT), "stomp.tcp_listen_options.sndbuf"),
+    ] = None
+    tcp_recbuf: Annotated[
+        int | None,
+        Setting(_LISTEN, _optional(_int_converter(1), _OS_DEFAULT), "stomp.tcp_listen_options.recbuf"),
+    ] = None
+
+    # ---- WebSocket (the web_stomp.* keys of rabbitmq_web_stomp) -----------------------------------------
+    # No listener unless a web_stomp.* key is in the ini file (then web_stomp.tcp.port, default
+    # 15674) or the STOMP_ADAPTER_WEB_STOMP_LISTENERS variable names some.
+    web_stomp_listeners: Annotated[
+        tuple[str, ...],
+        Setting(
+            _WEB, _listeners, family=("web_stomp.tcp.port", "web_stomp.tcp.ip", "web_stomp.tcp.listener")
+        ),
+    ] = ()
+    web_stomp_ssl_listeners: Annotated[
+        tuple[str, ...],
+        Setting(
+            _WEB, _listeners, family=("web_stomp.ssl.port", "web_stomp.ssl.ip", "web_stomp.ssl.listener")
+        ),
+    ] = ()
+    web_stomp_ssl_certfile: Annotated[str | None, Setting(_WEB, _optional_path, "web_stomp.ssl.certfile")] = (
+        None
+    )
+    web_stomp_ssl_keyfile: Annotated[str | None, Setting(_WEB, _optional_path, "web_stomp.ssl.keyfile")] = (
+        None
+    )
+    web_stomp_ssl_cacertfile: Annotated[
+        str | None, Setting(_WEB, _optional_path, "web_stomp.ssl.cacertfile")
+    ] = None
+    web_stomp_ssl_password: Annotated[str | None, Setting(_WEB, _optional_path, "web_stomp.ssl.password")] = (
+        Field(default=None, repr=False)
+    )
+    web_stomp_ssl_versions: Annotated[
+        tuple[str, ...], Setting(_WEB, _tls_versions, family=("web_stomp.ssl.versions.<n>",))
+    ] = ()
+    web_stomp_backlog: Annotated[int, Setting(_WEB, _int_converter(1), "web_stomp.tcp.backlog")] = 1024
+    web_stomp_ws_path: Annotated[str, Setting(_WEB, _ws_path, "web_stomp.ws_path")] = "/ws"
+    web_stomp_ws_frame: Annotated[
+        Literal["text", "binary"], Setting(_WEB, _one_of("text", "binary"), "web_stomp.ws_frame")
+    ] = "text"
+    # bytes per WebSocket message; None: no limit (the STOMP frame limits still apply).  0 is valid
+    # in the plugin's schema: cowboy then refuses every non-empty message with 1009.
+    web_stomp_max_frame_size: Annotated[
+        int | None,
+        Setting(
+            _WEB,
+            _optional(_int_converter(0), "(or none for no limit)"),
+            "web_stomp.ws_opts.max_frame_size",
+            "web_stomp.max_frame_size",  # the name issue #11 uses
+        ),
+    ] = None
+    web_stomp_use_http_auth: Annotated[bool, Setting(_WEB, _to_bool, "web_stomp.use_http_auth")] = False
+    web_stomp_compress: Annotated[bool, Setting(_WEB, _to_bool, "web_stomp.ws_opts.compress")] = True
+    # seconds (the ini key is in milliseconds, as in the plugin)
+    web_stomp_idle_timeout: Annotated[
+        float,
+        Setting(
+            _WEB,
+            _float_converter(0, inclusive=True),
+            IniKey("web_stomp.ws_opts.idle_timeout", _milliseconds(0)),
+        ),
+    ] = 60.0
+    # seconds a new connection has for its HTTP request: cowboy's request_timeout, which the
+    # plugin leaves at 5 s (its cowboy_opts.idle_timeout only times request bodies); no ini key
+    web_stomp_request_timeout: Annotated[float, Setting(_WEB, _float_converter(0, inclusive=False))] = 5.0
+    web_stomp_allow_origins: Annotated[
+        tuple[str, ...],
+        Setting(_WEB, _origins, "web_stomp.allow_origins", family=("web_stomp.allow_origins.<n>",)),
+    ] = ()
+    web_stomp_proxy_protocol: Annotated[bool, Setting(_WEB, _to_bool, "web_stomp.proxy_protocol")] = False
+    web_stomp_hsts_policy: Annotated[str | None, Setting(_WEB, _optional_path, "web_stomp.hsts.policy")] = (
+        None
+    )
+    web_stomp_console: Annotated[bool, Setting(_WEB, _to_bool, "adapter.web_stomp_console")] = True
+
+    # ---- AMQP link ----------------------------------------------------------------------------------------
     # Where the broker is.  STOMP sessions log in with the CONNECT frame's credentials (or the defaults).
-    amqp_url: str = "amqp://guest:guest@localhost:5672/"
+    amqp_url: Annotated[
+        str,
+        Setting(
+            _AMQP,
+            _amqp_url,
+            "adapter.amqp_url",
+            family=("adapter.amqp_url.<name>",),
+            redact=redact_url,
+            flag=Flag(
+                "--amqp-url",
+                "the RabbitMQ to front (default amqp://guest:guest@localhost:5672/); clients log in "
+                "with their own CONNECT credentials and vhost",
+                metavar="URL",
+            ),
+        ),
+    ] = "amqp://guest:guest@localhost:5672/"
     # With several nodes: the order a login tries them in (docs/behaviour.md, "Broker nodes").
-    amqp_node_order: Literal["round_robin", "shuffle"] = "round_robin"
+    amqp_node_order: Annotated[
+        Literal["round_robin", "shuffle"],
+        Setting(_AMQP, _one_of("round_robin", "shuffle"), "adapter.amqp_node_order"),
+    ] = "round_robin"
     # TLS to amqps:// nodes: CA file (None: Python's default trust store), client certificate
     # and key (brokers that require mutual TLS), peer verification, the name the certificate
     # must carry (None: the node's host name), the lowest protocol version accepted.
-    amqp_tls_cafile: str | None = None
-    amqp_tls_certfile: str | None = None
-    amqp_tls_keyfile: str | None = None
-    amqp_tls_verify: bool = True
-    amqp_tls_server_name: str | None = None
-    amqp_tls_min_version: str = "tlsv1.2"
-    # Used when CONNECT has no login/passcode (and for implicit connect); None disables.
-    default_user: str | None = "guest"
-    default_pass: str | None = Field(default="guest", repr=False)
-    default_vhost: str = "/"
-    implicit_connect: bool = False
-    hide_server_info: bool = False
-    default_nack_requeue: bool = True
-    proxy_protocol: bool = False
-    # peers whose PROXY header (stomp. and web_stomp.proxy_protocol) is believed; empty: every
-    # peer, as in the plugins (adapter/server/proxy_protocol.py, ProxyTrust)
-    proxy_protocol_trusted: Annotated[tuple[str, ...], NoDecode] = ()
-    default_topic_exchange: str = "amq.topic"
-    max_frame_size: int = 4 * 1024 * 1024
-    max_frame_size_unauthenticated: int = 65536
-    max_headers: int = 100
-    max_header_length: int = 102400
-    # Seconds (the ini key stomp.login_timeout is in milliseconds, as in the plugin).
-    login_timeout: float = 10.0
-    # Seconds a client has to complete a frame once it has started sending it; 0: no limit.
-    frame_timeout: float = 60.0
-    # Bytes all connections together may hold in frames they have not completed.
-    incomplete_frames_budget: int = 256 * 1024 * 1024
-    # Bytes of SEND bodies in open transactions: per connection, and all connections together.
-    # activemq profile: bytes of unacknowledged client-ack deliveries kept for NACK, likewise.
-    # (docs/configuration.md, "Byte budgets", argues the defaults)
-    max_transaction_bytes: int = 64 * 1024 * 1024
-    transaction_bytes_budget: int = 1024 * 1024 * 1024
-    max_unacked_bytes: int = 64 * 1024 * 1024
-    unacked_bytes_budget: int = 1024 * 1024 * 1024
-    # Factor applied to the client's heart-beat interval before the connection is declared dead.
-    heartbeat_tolerance: float = 1.5
-    shutdown_timeout: float = 10.0
-    amqp_connect_timeout: float = 10.0
-    amqp_heartbeat: int = 60
+    amqp_tls_cafile: Annotated[str | None, Setting(_AMQP, _optional_path, "adapter.amqp_tls_cafile")] = None
+    amqp_tls_certfile: Annotated[str | None, Setting(_AMQP, _optional_path, "adapter.amqp_tls_certfile")] = (
+        None
+    )
+    amqp_tls_keyfile: Annotated[str | None, Setting(_AMQP, _optional_path, "adapter.amqp_tls_keyfile")] = None
+    amqp_tls_verify: Annotated[bool, Setting(_AMQP, _to_bool, "adapter.amqp_tls_verify")] = True
+    amqp_tls_server_name: Annotated[
+        str | None, Setting(_AMQP, _optional_path, "adapter.amqp_tls_server_name")
+    ] = None
+    amqp_tls_min_version: Annotated[
+        str, Setting(_AMQP, _one_of("tlsv1.2", "tlsv1.3"), "adapter.amqp_tls_min_version")
+    ] = "tlsv1.2"
+    amqp_connect_timeout: Annotated[
+        float, Setting(_AMQP, _float_converter(0, inclusive=False), "adapter.amqp_connect_timeout")
+    ] = 10.0
+    amqp_heartbeat: Annotated[
+        int,
+        Setting(
+            _AMQP,
+            _int_converter(0, 65535, what="an integer from 0 to 65535 (seconds, 0 disables)"),
+            "adapter.amqp_heartbeat",
+        ),
+    ] = 60
     # Reuse a STOMP session's AMQP connection for the next CONNECT of the same user, vhost and
     # passcode (adapter/server/amqp_pool.py, docs/configuration.md): off by default.  Idle
     # pooled connections close after idle_seconds, every one max_age_seconds after the broker
     # authenticated it; at most pool_size idle ones per process.
-    amqp_connection_reuse: bool = False
-    amqp_connection_idle_seconds: float = 5.0
-    amqp_connection_max_age_seconds: float = 60.0
-    amqp_connection_pool_size: int = 100
+    amqp_connection_reuse: Annotated[
+        bool,
+        Setting(
+            _AMQP,
+            _to_bool,
+            "adapter.amqp_connection_reuse",
+            flag=Flag(
+                "--amqp-connection-reuse",
+                "reuse a finished STOMP session's AMQP connection for the next CONNECT of the same "
+                "user, vhost and passcode (default off; docs/configuration.md says what it changes)",
+                switch=True,
+            ),
+        ),
+    ] = False
+    amqp_connection_idle_seconds: Annotated[
+        float, Setting(_AMQP, _float_converter(0, inclusive=False), "adapter.amqp_connection_idle_seconds")
+    ] = 5.0
+    amqp_connection_max_age_seconds: Annotated[
+        float, Setting(_AMQP, _float_converter(0, inclusive=False), "adapter.amqp_connection_max_age_seconds")
+    ] = 60.0
+    amqp_connection_pool_size: Annotated[
+        int, Setting(_AMQP, _int_converter(1), "adapter.amqp_connection_pool_size")
+    ] = 100
+
+    # ---- STOMP sessions -----------------------------------------------------------------------------------
+    # Used when CONNECT has no login/passcode (and for implicit connect); None disables.
+    default_user: Annotated[str | None, Setting(_SESSION, _credential, "stomp.default_user")] = "guest"
+    default_pass: Annotated[str | None, Setting(_SESSION, _credential, "stomp.default_pass")] = Field(
+        default="guest", repr=False
+    )
+    default_vhost: Annotated[str, Setting(_SESSION, _non_empty_str, "stomp.default_vhost")] = "/"
+    implicit_connect: Annotated[bool, Setting(_SESSION, _to_bool, "stomp.implicit_connect")] = False
+    hide_server_info: Annotated[bool, Setting(_SESSION, _to_bool, "stomp.hide_server_info")] = False
+    default_nack_requeue: Annotated[bool, Setting(_SESSION, _to_bool, "stomp.default_nack_requeue")] = True
+    default_topic_exchange: Annotated[
+        str, Setting(_SESSION, _non_empty_str, "stomp.default_topic_exchange")
+    ] = "amq.topic"
+    # Users that may only log in when the STOMP client connects from a loopback address.
+    loopback_users: Annotated[tuple[str, ...], Setting(_SESSION, _user_list, "adapter.loopback_users")] = (
+        "guest",
+    )
+    # Append LF after the NUL of every outgoing frame, as the plugin does.
+    trailing_lf: Annotated[bool, Setting(_SESSION, _to_bool, "adapter.trailing_lf")] = True
+    # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
+    # (docs/migration-activemq.md).
+    profile: Annotated[
+        Literal["rabbitmq", "activemq"],
+        Setting(
+            _SESSION,
+            _one_of("rabbitmq", "activemq"),
+            "adapter.profile",
+            flag=Flag(
+                "--profile",
+                "STOMP dialect of every listener: rabbitmq (the STOMP plugin's, default) or activemq "
+                "(legacy ActiveMQ clients, docs/migration-activemq.md)",
+                choices=("rabbitmq", "activemq"),
+            ),
+        ),
+    ] = "rabbitmq"
+
+    # ---- limits -------------------------------------------------------------------------------------------
+    max_frame_size: Annotated[int, Setting(_LIMITS, _int_converter(1), "stomp.max_frame_size")] = (
+        4 * 1024 * 1024
+    )
+    max_frame_size_unauthenticated: Annotated[
+        int,
+        Setting(
+            _LIMITS,
+            _int_converter(1),
+            "stomp.max_frame_size_unauthenticated",
+            "adapter.max_frame_size_unauthenticated",
+        ),
+    ] = 65536
+    max_headers: Annotated[int, Setting(_LIMITS, _int_converter(1), "adapter.max_headers")] = 100
+    max_header_length: Annotated[int, Setting(_LIMITS, _int_converter(1), "adapter.max_header_length")] = (
+        102400
+    )
+    # Seconds (the ini key stomp.login_timeout is in milliseconds, as in the plugin).
+    login_timeout: Annotated[
+        float,
+        Setting(
+            _LIMITS,
+            _float_converter(0, inclusive=False),
+            IniKey("stomp.login_timeout", _milliseconds(1)),
+            "adapter.login_timeout",
+        ),
+    ] = 10.0
+    # Seconds a client has to complete a frame once it has started sending it; 0: no limit.
+    frame_timeout: Annotated[
+        float, Setting(_LIMITS, _float_converter(0, inclusive=True), "adapter.frame_timeout")
+    ] = 60.0
+    # Bytes all connections together may hold in frames they have not completed.
+    incomplete_frames_budget: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.incomplete_frames_budget")
+    ] = 256 * 1024 * 1024
+    # Bytes of SEND bodies in open transactions: per connection, and all connections together.
+    # activemq profile: bytes of unacknowledged client-ack deliveries kept for NACK, likewise.
+    # (docs/configuration.md, "Byte budgets", argues the defaults)
+    max_transaction_bytes: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.max_transaction_bytes")
+    ] = 64 * 1024 * 1024
+    transaction_bytes_budget: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.transaction_bytes_budget")
+    ] = 1024 * 1024 * 1024
+    max_unacked_bytes: Annotated[int, Setting(_LIMITS, _int_converter(1), "adapter.max_unacked_bytes")] = (
+        64 * 1024 * 1024
+    )
+    unacked_bytes_budget: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.unacked_bytes_budget")
+    ] = 1024 * 1024 * 1024
+    # Factor applied to the client's heart-beat interval before the connection is declared dead.
+    heartbeat_tolerance: Annotated[
+        float, Setting(_LIMITS, _float_converter(1, inclusive=True, unit=""), "adapter.heartbeat_tolerance")
+    ] = 1.5
     # Connection caps (adapter/caps.py, docs/configuration.md "Connection caps"); None: no cap.
     # max_connections: STOMP sessions of every listener (TCP, TLS, WebSocket), counted from
     # CONNECT to close, the CONNECT over it refused; web_stomp_max_connections: the sockets of
     # each web_stomp listener, the request over it answered 503.  With --workers N each
     # process applies the ceiling of the value / N.
-    max_connections: int | None = None
-    web_stomp_max_connections: int | None = None
-    # Users that may only log in when the STOMP client connects from a loopback address.
-    loopback_users: Annotated[tuple[str, ...], NoDecode] = ("guest",)
-    tcp_backlog: int = 128
-    tcp_nodelay: bool = True
-    tcp_keepalive: bool = False
-    tcp_sndbuf: int | None = None
-    tcp_recbuf: int | None = None
-    log_level: str = "INFO"
+    max_connections: Annotated[int | None, Setting(_LIMITS, _connection_cap, "stomp.max_connections")] = None
+    web_stomp_max_connections: Annotated[
+        int | None, Setting(_LIMITS, _connection_cap, "web_stomp.max_connections")
+    ] = None
+    # bytes of permessage-deflate state all WebSockets together may hold (adapter-only)
+    web_stomp_compress_budget: Annotated[
+        int, Setting(_LIMITS, _int_converter(0), "adapter.web_stomp_compress_budget")
+    ] = 256 * 1024 * 1024
+
+    # ---- operations ---------------------------------------------------------------------------------------
+    log_level: Annotated[
+        str,
+        Setting(
+            _OPS,
+            _log_level,
+            "adapter.log_level",
+            flag=Flag("--log-level", "DEBUG, INFO, WARNING or ERROR (default INFO)", metavar="LEVEL"),
+        ),
+    ] = "INFO"
     # "text": one human-readable line per event; "json": one JSON object per line (log shippers)
-    log_format: Literal["text", "json"] = "text"
+    log_format: Annotated[
+        Literal["text", "json"],
+        Setting(
+            _OPS,
+            _one_of("text", "json"),
+            "adapter.log_format",
+            flag=Flag(
+                "--log-format",
+                "text (default) or json: one JSON object per line, with the connection lines' fields as keys",
+                metavar="FORMAT",
+            ),
+        ),
+    ] = "text"
     # HOST:PORT of the HTTP listener for /metrics, /healthz and /readyz; None: no HTTP port
-    http_listen: str | None = None
+    http_listen: Annotated[
+        str | None,
+        Setting(
+            _OPS,
+            _http_listen,
+            "adapter.http_listen",
+            flag=Flag(
+                "--http-listen",
+                "serve GET /metrics (Prometheus), /healthz and /readyz on this address "
+                "(default: no HTTP port; it has no authentication, keep it private)",
+                metavar="HOST:PORT",
+            ),
+        ),
+    ] = None
     # adapter processes sharing the listeners; 1: this process serves everything itself
     # (adapter/server/workers.py and docs/architecture.md, "Workers")
-    workers: int = 1
+    workers: Annotated[
+        int,
+        Setting(
+            _OPS,
+            _int_converter(1, 256),
+            "adapter.workers",
+            flag=Flag(
+                "--workers",
+                "adapter processes sharing the listeners (default 1: this process alone); with more, "
+                "this process supervises them, restarts one that dies and serves --http-listen for all",
+                metavar="N",
+            ),
+        ),
+    ] = 1
     # per-destination metric series: at most this many destinations per process get their own,
     # later ones count as "other"; 0: no per-destination series (adapter/server/stats.py)
-    metrics_destinations: int = 0
-    # Append LF after the NUL of every outgoing frame, as the plugin does.
-    trailing_lf: bool = True
-    # STOMP over WebSocket (the web_stomp.* keys of rabbitmq_web_stomp).  No listener unless a
-    # web_stomp.* key is in the ini file (then web_stomp.tcp.port, default 15674) or the
-    # STOMP_ADAPTER_WEB_STOMP_LISTENERS variable names some.
-    web_stomp_listeners: Annotated[tuple[str, ...], NoDecode] = ()
-    web_stomp_ssl_listeners: Annotated[tuple[str, ...], NoDecode] = ()
-    web_stomp_ssl_certfile: str | None = None
-    web_stomp_ssl_keyfile: str | None = None
-    web_stomp_ssl_cacertfile: str | None = None
-    web_stomp_ssl_password: str | None = Field(default=None, repr=False)
-    web_stomp_ssl_versions: Annotated[tuple[str, ...], NoDecode] = ()
-    web_stomp_backlog: int = 1024
-    web_stomp_ws_path: str = "/ws"
-    web_stomp_ws_frame: Literal["text", "binary"] = "text"
-    # bytes per WebSocket message; None: no limit (the STOMP frame limits still apply)
-    web_stomp_max_frame_size: int | None = None
-    web_stomp_use_http_auth: bool = False
-    web_stomp_compress: bool = True
-    # seconds (the ini keys are in milliseconds, as in the plugin)
-    web_stomp_idle_timeout: float = 60.0
-    # seconds a new connection has for its HTTP request: cowboy's request_timeout, which the
-    # plugin leaves at 5 s (its cowboy_opts.idle_timeout only times request bodies)
-    web_stomp_request_timeout: float = 5.0
-    web_stomp_allow_origins: Annotated[tuple[str, ...], NoDecode] = ()
-    web_stomp_proxy_protocol: bool = False
-    web_stomp_hsts_policy: str | None = None
-    web_stomp_console: bool = True
-    # bytes of permessage-deflate state all WebSockets together may hold (adapter-only)
-    web_stomp_compress_budget: int = 256 * 1024 * 1024
-    # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
-    # (docs/migration-activemq.md).
-    profile: Literal["rabbitmq", "activemq"] = "rabbitmq"
-    # plain TCP listeners that always speak the activemq profile, beside the others (a migration
-    # serves RabbitMQ-style and legacy ActiveMQ clients from one adapter)
-    activemq_listeners: Annotated[tuple[str, ...], NoDecode] = ()
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _convert(cls, value: object, info: Any) -> object:
-        return _CONVERTERS[info.field_name](value)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # First wins: command line, then environment, then the ini file given to load_settings.
-        # No .env or secrets-directory sources: the adapter reads nothing the operator did not name.
-        return init_settings, env_settings, IniSettingsSource(settings_cls, _ACTIVE_INI.get())
+    metrics_destinations: Annotated[
+        int,
+        Setting(
+            _OPS,
+            _int_converter(0, 10_000),
+            "adapter.metrics_destinations",
+            flag=Flag(
+                "--metrics-destinations",
+                "per-destination message series on /metrics for at most N destinations per process, "
+                "later ones counted as other (default 0: none)",
+                metavar="N",
+            ),
+        ),
+    ] = 0
+    # seconds a graceful shutdown waits for the connections before it gives up on them
+    shutdown_timeout: Annotated[
+        float, Setting(_OPS, _float_converter(0, inclusive=True), "adapter.shutdown_timeout")
+    ] = 10.0
 
 
-# Every field must have a converter (the wildcard validator looks them up by name).
-assert set(_CONVERTERS) == set(Settings.model_fields), set(_CONVERTERS) ^ set(Settings.model_fields)
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """One declared setting, as the rest of this module (and cli.py) reads it."""
+
+    name: str
+    setting: Setting
+    default: Any
+    secret: bool  # declared with Field(repr=False): never shown, not even in an error message
+
+    @property
+    def env(self) -> str:
+        """Its environment variable (matched without regard to case)."""
+        return (ENV_PREFIX + self.name).upper()
+
+    def shown(self, raw: object) -> str:
+        """*raw* as an error message may show it."""
+        if self.secret:
+            return "'***'"
+        if self.setting.redact is not None and isinstance(raw, str):
+            return repr(self.setting.redact(raw))
+        return repr(raw)
+
+
+def _declarations(model: type[BaseModel]) -> dict[str, Declared]:
+    declared = {}
+    for name, info in model.model_fields.items():
+        found = [item for item in info.metadata if isinstance(item, Setting)]
+        if len(found) != 1:
+            raise TypeError(f"setting {name}: declare it as Annotated[<type>, Setting(...)] = <default>")
+        declared[name] = Declared(name, found[0], info.default, secret=not info.repr)
+    return declared
+
+
+# Every setting, in declaration order (the order of the groups above).
+DECLARED: dict[str, Declared] = _declarations(Settings)
+
+
+def _ini_key_table() -> dict[str, tuple[str, Callable[[object], Any]]]:
+    table: dict[str, tuple[str, Callable[[object], Any]]] = {}
+    for declared in DECLARED.values():
+        for key in declared.setting.keys:
+            if key.name in table:
+                raise TypeError(
+                    f"ini key {key.name} declared by both {table[key.name][0]} and {declared.name}"
+                )
+            table[key.name] = (declared.name, key.convert)
+    return table
+
+
+# ini key -> (setting, converter), for the keys that set one setting directly.
+_KEYS = _ini_key_table()
 
 
 # --------------------------------------------------------------------------------------------------------
-# The ini file (rabbitmq.conf style)
+# The ini file (rabbitmq.conf style).  `read_ini` looks every key up in a table of handlers, one per key
+# family: the keys declared above, the listener and node families (stomp.listeners.tcp.<name>, ...),
+# web_stomp's listener parts, the keys that are ignored and the ones refused.  The families that gather
+# several lines into one setting are combined once the whole file is read (`_IniReader.finish`).
 # --------------------------------------------------------------------------------------------------------
 
-# rabbitmq.conf keys of the STOMP plugin, accepted unchanged.
-_STOMP_KEYS: dict[str, str] = {
-    "stomp.default_user": "default_user",
-    "stomp.default_pass": "default_pass",
-    "stomp.default_vhost": "default_vhost",
-    "stomp.implicit_connect": "implicit_connect",
-    "stomp.max_frame_size": "max_frame_size",
-    "stomp.max_frame_size_unauthenticated": "max_frame_size_unauthenticated",
-    "stomp.default_topic_exchange": "default_topic_exchange",
-    "stomp.hide_server_info": "hide_server_info",
-    "stomp.default_nack_requeue": "default_nack_requeue",
-    "stomp.proxy_protocol": "proxy_protocol",
-    "stomp.login_timeout": "login_timeout",  # milliseconds, see _read_value
-    "stomp.max_connections": "max_connections",
-    "stomp.tcp_listen_options.backlog": "tcp_backlog",
-    "stomp.tcp_listen_options.nodelay": "tcp_nodelay",
-    "stomp.tcp_listen_options.keepalive": "tcp_keepalive",
-    "stomp.tcp_listen_options.sndbuf": "tcp_sndbuf",
-    "stomp.tcp_listen_options.recbuf": "tcp_recbuf",
-}
-
-# rabbitmq.conf's TLS options (used by stomp.listeners.ssl.<name>), accepted unchanged.
-_SSL_OPTION_KEYS: dict[str, str] = {
-    "ssl_options.cacertfile": "ssl_cacertfile",
-    "ssl_options.certfile": "ssl_certfile",
-    "ssl_options.keyfile": "ssl_keyfile",
-    "ssl_options.password": "ssl_password",
-    "ssl_options.verify": "ssl_verify",
-    "ssl_options.fail_if_no_peer_cert": "ssl_fail_if_no_peer_cert",
-}
-_SSL_VERSIONS_PREFIX = "ssl_options.versions."
-
-# The adapter's own keys.
-_ADAPTER_KEYS: dict[str, str] = {
-    f"adapter.{name}": name
-    for name in (
-        "listeners",
-        "amqp_url",
-        "amqp_node_order",
-        "amqp_tls_cafile",
-        "amqp_tls_certfile",
-        "amqp_tls_keyfile",
-        "amqp_tls_verify",
-        "amqp_tls_server_name",
-        "amqp_tls_min_version",
-        "max_frame_size_unauthenticated",
-        "max_headers",
-        "max_header_length",
-        "login_timeout",
-        "frame_timeout",
-        "incomplete_frames_budget",
-        "max_transaction_bytes",
-        "transaction_bytes_budget",
-        "max_unacked_bytes",
-        "unacked_bytes_budget",
-        "heartbeat_tolerance",
-        "shutdown_timeout",
-        "amqp_connect_timeout",
-        "amqp_heartbeat",
-        "amqp_connection_reuse",
-        "amqp_connection_idle_seconds",
-        "amqp_connection_max_age_seconds",
-        "amqp_connection_pool_size",
-        "loopback_users",
-        "proxy_protocol_trusted",
-        "log_level",
-        "log_format",
-        "http_listen",
-        "workers",
-        "metrics_destinations",
-        "trailing_lf",
-        "profile",
-        "activemq_listeners",
-    )
-}
-
-# rabbitmq.conf keys of the web_stomp plugin, accepted unchanged (the listener keys are below).
-_WEB_STOMP_KEYS: dict[str, str] = {
-    "web_stomp.ws_path": "web_stomp_ws_path",
-    "web_stomp.ws_frame": "web_stomp_ws_frame",
-    "web_stomp.use_http_auth": "web_stomp_use_http_auth",
-    "web_stomp.proxy_protocol": "web_stomp_proxy_protocol",
-    "web_stomp.allow_origins": "web_stomp_allow_origins",
-    "web_stomp.hsts.policy": "web_stomp_hsts_policy",
-    "web_stomp.tcp.backlog": "web_stomp_backlog",
-    "web_stomp.max_connections": "web_stomp_max_connections",
-    "web_stomp.ws_opts.compress": "web_stomp_compress",
-    "web_stomp.ws_opts.max_frame_size": "web_stomp_max_frame_size",
-    "web_stomp.max_frame_size": "web_stomp_max_frame_size",  # the name issue #11 uses
-    "web_stomp.ws_opts.idle_timeout": "web_stomp_idle_timeout",  # milliseconds
-    "web_stomp.ssl.certfile": "web_stomp_ssl_certfile",
-    "web_stomp.ssl.keyfile": "web_stomp_ssl_keyfile",
-    "web_stomp.ssl.cacertfile": "web_stomp_ssl_cacertfile",
-    "web_stomp.ssl.password": "web_stomp_ssl_password",
-    "adapter.web_stomp_console": "web_stomp_console",
-    "adapter.web_stomp_compress_budget": "web_stomp_compress_budget",
-}
-_MILLISECOND_KEYS = {
-    "stomp.login_timeout",
-    "web_stomp.ws_opts.idle_timeout",
-}
 # cowboy's HTTP idle timeout: in cowboy 2.8 it runs only while a request body is read, and a
 # WebSocket upgrade has none, so it changes nothing the plugin's clients see.  Checked as the
 # plugin's schema checks it (milliseconds, >= 0), then ignored with a warning.
@@ -766,13 +976,12 @@ _WEB_LISTENER_KEYS = {
 _WEB_STOMP_DEFAULT_PORT = 15674
 _WEB_SSL_VERSIONS_PREFIX = "web_stomp.ssl.versions."
 _WEB_ALLOW_ORIGINS_PREFIX = "web_stomp.allow_origins."
-
-_KEYS = {**_STOMP_KEYS, **_SSL_OPTION_KEYS, **_ADAPTER_KEYS, **_WEB_STOMP_KEYS}
-
 _TCP_LISTENER_PREFIX = "stomp.listeners.tcp."
 _AMQP_NODE_PREFIX = "adapter.amqp_url."  # one broker node per key, like stomp.listeners.tcp.<name>
 _SSL_LISTENER_PREFIX = "stomp.listeners.ssl."
+_SSL_VERSIONS_PREFIX = "ssl_options.versions."
 _ACCEPTORS_PREFIX = "stomp.num_acceptors."
+_CIPHERS_PREFIX = "web_stomp.ssl.ciphers."
 
 # Valid plugin keys that make no sense for the adapter: accepted, ignored, logged.
 _IGNORED_KEYS = {
@@ -799,12 +1008,8 @@ _IGNORED_KEYS = {
     "web_stomp.use_file_handle_cache",
 }
 
-# Valid plugin keys for features the adapter does not have: refused so nobody believes they are on.
-_UNSUPPORTED_KEYS = {
-    "stomp.ssl_cert_login",
-    "web_stomp.ssl.crl_check",
-    "ssl_options.crl_check",
-}
+# Valid plugin keys for features the adapter does not have: refused (with the reason) so nobody
+# believes they are on; the plugin's default value, which is what the adapter does, is accepted.
 # CRL checks: the plugin's crl_check (true, peer, best_effort) looks certificates up in Erlang's
 # CRL cache, which rabbitmq.conf cannot fill (the plugin's schema has no CRL file or URL key), so
 # there is no CRL source the adapter could read the same way; false is the default and accepted.
@@ -815,15 +1020,17 @@ _CRL_CHECK_REASON = (
     "a CRL (HAProxy crl-file, nginx ssl_crl) in front of a plain listener, with "
     "stomp.proxy_protocol / web_stomp.proxy_protocol to pass the client's address on"
 )
-_UNSUPPORTED_REASONS = {
-    "web_stomp.ssl.crl_check": _CRL_CHECK_REASON,
-    "ssl_options.crl_check": _CRL_CHECK_REASON,
-    "stomp.ssl_cert_login": (
-        "the plugin logs a client in by its certificate's name without a password because it runs "
-        "inside the broker; a separate process has no such login (docs/compatibility.md, 'Login by "
-        "certificate'): give these clients passwords (over a TLS listener), or keep the clients that "
-        "need certificate login on the plugin"
-    ),
+_CERT_LOGIN_REASON = (
+    "the plugin logs a client in by its certificate's name without a password because it runs "
+    "inside the broker; a separate process has no such login (docs/compatibility.md, 'Login by "
+    "certificate'): give these clients passwords (over a TLS listener), or keep the clients that "
+    "need certificate login on the plugin"
+)
+# key -> (the converter checking its value, the accepted default, why any other value is refused)
+_UNSUPPORTED: dict[str, tuple[Callable[[object], object], object, str]] = {
+    "stomp.ssl_cert_login": (_to_bool, False, _CERT_LOGIN_REASON),
+    "web_stomp.ssl.crl_check": (_one_of(*_CRL_CHECK_VALUES), "false", _CRL_CHECK_REASON),
+    "ssl_options.crl_check": (_one_of(*_CRL_CHECK_VALUES), "false", _CRL_CHECK_REASON),
 }
 
 # Candidates offered by "did you mean".
@@ -876,7 +1083,7 @@ def _suggest(key: str) -> str:
     if key.startswith("ssl_options."):
         # rabbitmq.conf has many more TLS options (depth, ciphers, ...): say which are
         # honoured, so that a pasted file fails with the list instead of a guess.
-        read = ", ".join(k.removeprefix("ssl_options.") for k in _SSL_OPTION_KEYS)
+        read = ", ".join(k.removeprefix("ssl_options.") for k in _KEYS if k.startswith("ssl_options."))
         return f" (the ssl_options.* keys read are {read} and versions.<n>)"
     if not key.startswith(("stomp.", "adapter.", "web_stomp.")):
         return " (only stomp.*, web_stomp.*, ssl_options.* and adapter.* keys are read)"
@@ -884,11 +1091,237 @@ def _suggest(key: str) -> str:
 
 
 def _shown(field_name: str, raw: object) -> str:
-    if field_name == "amqp_url" and isinstance(raw, str):
-        return repr(redact_url(raw))
-    if field_name == "default_pass":
-        return "'***'"
-    return repr(raw)
+    declared = DECLARED.get(field_name)
+    return declared.shown(raw) if declared is not None else repr(raw)
+
+
+class _IniReader:
+    """The state of reading one file: what each key family has gathered so far.  One method per
+    family reads one line of it (`_EXACT_KEYS`, `_KEY_PREFIXES`); `finish` combines them."""
+
+    def __init__(self, shown_path: str) -> None:
+        self.path = shown_path
+        self.ini = IniFile(path=shown_path)
+        self.tcp_listeners: dict[str, tuple[str, _Origin]] = {}
+        self.ssl_listeners: dict[str, tuple[str, _Origin]] = {}
+        self.ssl_versions: dict[str, str] = {}
+        self.amqp_nodes: dict[str, tuple[str, _Origin]] = {}
+        self.tcp_none: _Origin | None = None
+        self.ssl_none: _Origin | None = None
+        self.adapter_listeners: _Origin | None = None
+        self.web_parts: dict[tuple[str, str], tuple[str, _Origin]] = {}
+        self.web_ssl_versions: dict[str, str] = {}
+        self.web_origins: dict[str, str] = {}
+        self.web_seen: _Origin | None = None
+
+    @staticmethod
+    def fail(origin: _Origin, message: str) -> ConfigError:
+        shown = _shown(_KEYS[origin.key][0] if origin.key in _KEYS else "", origin.raw)
+        return ConfigError(f"{origin.where}: {origin.key} = {shown}: {message}")
+
+    def checked(self, origin: _Origin, convert: Callable[[object], Any]) -> Any:
+        try:
+            return convert(origin.raw)
+        except ValueError as exc:
+            raise self.fail(origin, str(exc)) from None
+
+    # ---- one handler per key family ----
+
+    def declared(self, origin: _Origin) -> None:
+        """A key that sets one declared setting."""
+        name, convert = _KEYS[origin.key]
+        value = self.checked(origin, convert)
+        previous = self.ini.origins.get(name)
+        if previous is not None and previous.key != origin.key:
+            raise ConfigError(
+                f"{origin.where}: {origin.key} sets the same setting as {previous.key} ({previous.where}); "
+                "keep one of them"
+            )
+        if name == "listeners":
+            self.adapter_listeners = origin
+        self.ini.values[name] = value
+        self.ini.origins[name] = origin
+
+    def web_password(self, origin: _Origin) -> None:
+        if origin.raw.strip().lower().startswith("encrypted:"):
+            raise ConfigError(
+                f"{origin.where}: {origin.key} = 'encrypted:…': values encrypted with "
+                "rabbitmqctl encode need the broker's config_entry_decoder passphrase, which the "
+                "adapter does not read; write the password itself (and protect the file)"
+            )
+        self.declared(origin)
+
+    def web_listener_part(self, origin: _Origin) -> None:
+        self.web_parts[_WEB_LISTENER_KEYS[origin.key]] = (origin.raw, origin)
+
+    def web_ssl_version(self, origin: _Origin) -> None:
+        self.web_ssl_versions[origin.key] = origin.raw
+
+    def web_origin(self, origin: _Origin) -> None:
+        self.web_origins[origin.key] = origin.raw
+
+    def cowboy_timeout(self, origin: _Origin) -> None:
+        self.checked(origin, _int_converter(0, what="an integer >= 0 (milliseconds)"))
+        log.warning(
+            "%s: key %r has no effect on WebSocket connections (as in the plugin, whose cowboy "
+            "applies it to request bodies only) and is ignored",
+            origin.where,
+            origin.key,
+        )
+
+    def web_ciphers(self, origin: _Origin) -> None:
+        raise ConfigError(
+            f"{origin.where}: key {origin.key!r} is not supported: cipher suites use Erlang's names in the "
+            "plugin; the adapter uses OpenSSL's default suites for the TLS versions allowed "
+            "(web_stomp.ssl.versions.<n>)"
+        )
+
+    def tcp_listeners_none(self, origin: _Origin) -> None:
+        if origin.raw.lower() != "none":
+            raise self.fail(
+                origin, "only 'none' is allowed here; add listeners as stomp.listeners.tcp.<name> = PORT"
+            )
+        self.tcp_none = origin
+
+    def ssl_listeners_none(self, origin: _Origin) -> None:
+        if origin.raw.lower() != "none":
+            raise self.fail(
+                origin, "only 'none' is allowed here; add listeners as stomp.listeners.ssl.<name> = PORT"
+            )
+        self.ssl_none = origin
+
+    def tcp_listener(self, origin: _Origin) -> None:
+        # a repeated name replaces, as in rabbitmq.conf
+        self.tcp_listeners[origin.key] = (self.checked(origin, _normalise_listener), origin)
+
+    def ssl_listener(self, origin: _Origin) -> None:
+        self.ssl_listeners[origin.key] = (self.checked(origin, _normalise_listener), origin)
+
+    def ssl_version(self, origin: _Origin) -> None:
+        self.ssl_versions[origin.key] = origin.raw  # ssl_options.versions.1 = tlsv1.3 ..., in key order
+
+    def amqp_node(self, origin: _Origin) -> None:
+        try:
+            url = _amqp_url(origin.raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin.where}: {origin.key} = {redact_url(origin.raw)!r}: {exc}") from None
+        if "," in url:
+            raise ConfigError(
+                f"{origin.where}: {origin.key}: one node per key (a comma separates nodes elsewhere)"
+            )
+        self.amqp_nodes[origin.key] = (url, origin)  # a repeated name replaces, as for listeners
+
+    def unsupported(self, origin: _Origin) -> None:
+        convert, default, reason = _UNSUPPORTED[origin.key]
+        if self.checked(origin, convert) == default:
+            return  # the plugin's default, and what the adapter does anyway
+        raise ConfigError(f"{origin.where}: key {origin.key!r} is not supported: {reason}")
+
+    def ignored(self, origin: _Origin) -> None:
+        log.warning("%s: key %r has no meaning for the adapter and is ignored", origin.where, origin.key)
+
+    def unknown(self, origin: _Origin) -> None:
+        raise ConfigError(f"{origin.where}: unknown key {origin.key!r}{_suggest(origin.key)}")
+
+    # ---- the families that gather several lines ----
+
+    def finish(self) -> IniFile:
+        ini, path = self.ini, self.path
+        if self.ssl_none is not None:
+            # As in the plugin's schema (and as for TCP below), "stomp.listeners.ssl = none" wins over
+            # named TLS listeners.
+            _warn_ignored_listeners(self.ssl_listeners, self.ssl_none)
+            ini.values["ssl_listeners"] = ()
+            ini.origins["ssl_listeners"] = self.ssl_none
+        elif self.ssl_listeners:
+            ini.values["ssl_listeners"] = tuple(listener for listener, _origin in self.ssl_listeners.values())
+            ini.origins["ssl_listeners"] = next(iter(self.ssl_listeners.values()))[1]
+        if self.ssl_versions:
+            keys = sorted(self.ssl_versions)
+            try:
+                ini.values["ssl_versions"] = _tls_versions([self.ssl_versions[k] for k in keys])
+            except ValueError as exc:
+                raise ConfigError(f"{path}: {keys[0]}: {exc}") from None
+            ini.origins["ssl_versions"] = _Origin(path, keys[0], self.ssl_versions[keys[0]])
+        if self.amqp_nodes:
+            previous = ini.origins.get("amqp_url")
+            first = next(iter(self.amqp_nodes.values()))[1]
+            if previous is not None:
+                raise ConfigError(
+                    f"{first.where}: {first.key} and {previous.key} ({previous.where}) both name the broker; "
+                    "keep one form"
+                )
+            ini.values["amqp_url"] = ",".join(url for url, _origin in self.amqp_nodes.values())
+            ini.origins["amqp_url"] = first
+        if self.web_seen is not None:
+            _web_listeners(ini, path, self.web_parts, self.web_ssl_versions, self.web_origins, self.web_seen)
+        adapter_listeners = self.adapter_listeners
+        if self.tcp_listeners and adapter_listeners is not None:
+            first = next(iter(self.tcp_listeners.values()))[1]
+            raise ConfigError(
+                f"{adapter_listeners.where}: adapter.listeners and {first.key} ({first.where}) both set the "
+                "listeners; keep one of them"
+            )
+        if self.tcp_none is not None:
+            # As in the plugin's schema, "stomp.listeners.tcp = none" wins over named listeners.
+            _warn_ignored_listeners(self.tcp_listeners, self.tcp_none)
+            if adapter_listeners is not None:
+                raise ConfigError(
+                    f"{self.tcp_none.where}: stomp.listeners.tcp = none and adapter.listeners "
+                    f"({adapter_listeners.where}) both set the listeners; keep one of them"
+                )
+            ini.values["listeners"] = ()
+            ini.origins["listeners"] = self.tcp_none
+        elif self.tcp_listeners:
+            ini.values["listeners"] = tuple(listener for listener, _origin in self.tcp_listeners.values())
+            ini.origins["listeners"] = next(iter(self.tcp_listeners.values()))[1]
+        return ini
+
+
+_Handler = Callable[[_IniReader, _Origin], None]
+
+
+def _exact_keys() -> dict[str, _Handler]:
+    table: dict[str, _Handler] = {key: _IniReader.declared for key in _KEYS}
+    families: list[tuple[Iterable[str], _Handler]] = [
+        (["web_stomp.ssl.password"], _IniReader.web_password),  # also a declared key: checked first
+        (_WEB_LISTENER_KEYS, _IniReader.web_listener_part),
+        (_WEB_COWBOY_TIMEOUT_KEYS, _IniReader.cowboy_timeout),
+        (["stomp.listeners.tcp"], _IniReader.tcp_listeners_none),
+        (["stomp.listeners.ssl"], _IniReader.ssl_listeners_none),
+        (_UNSUPPORTED, _IniReader.unsupported),
+        (_IGNORED_KEYS, _IniReader.ignored),
+    ]
+    for keys, handler in families:
+        for key in keys:
+            if key in table and key != "web_stomp.ssl.password":
+                raise TypeError(f"ini key {key} belongs to two families")
+            table[key] = handler
+    return table
+
+
+# Keys read by one handler each, then families named by a prefix (a key longer than the prefix).
+_EXACT_KEYS = _exact_keys()
+_KEY_PREFIXES: tuple[tuple[str, _Handler], ...] = (
+    (_WEB_SSL_VERSIONS_PREFIX, _IniReader.web_ssl_version),
+    (_WEB_ALLOW_ORIGINS_PREFIX, _IniReader.web_origin),
+    (_CIPHERS_PREFIX, _IniReader.web_ciphers),
+    (_TCP_LISTENER_PREFIX, _IniReader.tcp_listener),
+    (_AMQP_NODE_PREFIX, _IniReader.amqp_node),
+    (_SSL_LISTENER_PREFIX, _IniReader.ssl_listener),
+    (_SSL_VERSIONS_PREFIX, _IniReader.ssl_version),
+    (_ACCEPTORS_PREFIX, _IniReader.ignored),
+)
+
+
+def _handler(key: str) -> _Handler:
+    handler = _EXACT_KEYS.get(key)
+    if handler is not None:
+        return handler
+    for prefix, family in _KEY_PREFIXES:
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return family
+    return _IniReader.unknown
 
 
 def read_ini(path: str | os.PathLike[str]) -> IniFile:
@@ -903,19 +1336,7 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"cannot read configuration file {shown_path!r}: {reason}") from None
 
-    ini = IniFile(path=shown_path)
-    tcp_listeners: dict[str, tuple[str, _Origin]] = {}
-    ssl_listeners: dict[str, tuple[str, _Origin]] = {}
-    ssl_versions: dict[str, str] = {}
-    amqp_nodes: dict[str, tuple[str, _Origin]] = {}
-    tcp_none: _Origin | None = None
-    ssl_none: _Origin | None = None
-    adapter_listeners: _Origin | None = None
-    web_parts: dict[tuple[str, str], tuple[str, _Origin]] = {}
-    web_ssl_versions: dict[str, str] = {}
-    web_origins: dict[str, str] = {}
-    web_seen: _Origin | None = None
-
+    reader = _IniReader(shown_path)
     for number, line in enumerate(lines, start=1):
         where = f"{shown_path} line {number}"
         text = line.strip()
@@ -931,173 +1352,10 @@ def read_ini(path: str | os.PathLike[str]) -> IniFile:
         if not equals or not key or re.search(r"\s", key):
             raise ConfigError(f"{where}: expected 'key = value', got {text!r}")
         origin = _Origin(where, key, raw)
-
-        def fail(message: str, origin: _Origin = origin) -> ConfigError:
-            shown = _shown(_KEYS.get(origin.key, ""), origin.raw)
-            return ConfigError(f"{origin.where}: {origin.key} = {shown}: {message}")
-
-        if key.startswith("web_stomp.") and web_seen is None:
-            web_seen = origin  # any web_stomp.* key starts the WebSocket listener (the plugin enabled)
-        if key in _WEB_LISTENER_KEYS:
-            web_parts[_WEB_LISTENER_KEYS[key]] = (raw, origin)
-            continue
-        if key.startswith(_WEB_SSL_VERSIONS_PREFIX) and len(key) > len(_WEB_SSL_VERSIONS_PREFIX):
-            web_ssl_versions[key] = raw
-            continue
-        if key.startswith(_WEB_ALLOW_ORIGINS_PREFIX) and len(key) > len(_WEB_ALLOW_ORIGINS_PREFIX):
-            web_origins[key] = raw
-            continue
-        if key in _WEB_COWBOY_TIMEOUT_KEYS:
-            try:
-                _int_converter(0, what="an integer >= 0 (milliseconds)")(raw)
-            except ValueError as exc:
-                raise fail(str(exc)) from None
-            log.warning(
-                "%s: key %r has no effect on WebSocket connections (as in the plugin, whose cowboy "
-                "applies it to request bodies only) and is ignored",
-                where,
-                key,
-            )
-            continue
-        if key == "web_stomp.ssl.password" and raw.strip().lower().startswith("encrypted:"):
-            raise ConfigError(
-                f"{where}: {key} = 'encrypted:…': values encrypted with "
-                "rabbitmqctl encode need the broker's config_entry_decoder passphrase, which the "
-                "adapter does not read; write the password itself (and protect the file)"
-            )
-        if key.startswith("web_stomp.ssl.ciphers."):
-            raise ConfigError(
-                f"{where}: key {key!r} is not supported: cipher suites use Erlang's names in the plugin; "
-                "the adapter uses OpenSSL's default suites for the TLS versions allowed "
-                "(web_stomp.ssl.versions.<n>)"
-            )
-        if key == "stomp.listeners.tcp":
-            if raw.lower() != "none":
-                raise fail("only 'none' is allowed here; add listeners as stomp.listeners.tcp.<name> = PORT")
-            tcp_none = origin
-            continue
-        if key == "stomp.listeners.ssl":
-            if raw.lower() != "none":
-                raise fail("only 'none' is allowed here; add listeners as stomp.listeners.ssl.<name> = PORT")
-            ssl_none = origin
-            continue
-        if key.startswith(_TCP_LISTENER_PREFIX) and len(key) > len(_TCP_LISTENER_PREFIX):
-            try:
-                listener = _normalise_listener(raw)
-            except ValueError as exc:
-                raise fail(str(exc)) from None
-            tcp_listeners[key] = (listener, origin)  # a repeated name replaces, as in rabbitmq.conf
-            continue
-        if key.startswith(_AMQP_NODE_PREFIX) and len(key) > len(_AMQP_NODE_PREFIX):
-            try:
-                url = _amqp_url(raw)
-            except ValueError as exc:
-                raise ConfigError(f"{where}: {key} = {redact_url(raw)!r}: {exc}") from None
-            if "," in url:
-                raise ConfigError(f"{where}: {key}: one node per key (a comma separates nodes elsewhere)")
-            amqp_nodes[key] = (url, origin)  # a repeated name replaces, as for listeners
-            continue
-        if key.startswith(_SSL_LISTENER_PREFIX) and len(key) > len(_SSL_LISTENER_PREFIX):
-            try:
-                listener = _normalise_listener(raw)
-            except ValueError as exc:
-                raise fail(str(exc)) from None
-            ssl_listeners[key] = (listener, origin)
-            continue
-        if key.startswith(_SSL_VERSIONS_PREFIX) and len(key) > len(_SSL_VERSIONS_PREFIX):
-            ssl_versions[key] = raw  # ssl_options.versions.1 = tlsv1.3 and so on, in key order
-            continue
-        if key in _UNSUPPORTED_KEYS:
-            if key == "stomp.ssl_cert_login":
-                try:
-                    if not _to_bool(raw):
-                        continue  # false is the plugin's default and what the adapter does anyway
-                except ValueError as exc:
-                    raise fail(str(exc)) from None
-            if key in ("web_stomp.ssl.crl_check", "ssl_options.crl_check"):
-                try:
-                    if _one_of(*_CRL_CHECK_VALUES)(raw) == "false":
-                        continue  # the plugin's default: no CRL check, as the adapter does
-                except ValueError as exc:
-                    raise fail(str(exc)) from None
-            if key in _UNSUPPORTED_REASONS:
-                raise ConfigError(f"{where}: key {key!r} is not supported: {_UNSUPPORTED_REASONS[key]}")
-            raise ConfigError(f"{where}: key {key!r} is not supported by the adapter (yet)")
-        if key.startswith(_ACCEPTORS_PREFIX) or key in _IGNORED_KEYS:
-            log.warning("%s: key %r has no meaning for the adapter and is ignored", where, key)
-            continue
-        if key not in _KEYS:
-            raise ConfigError(f"{where}: unknown key {key!r}{_suggest(key)}")
-
-        name = _KEYS[key]
-        try:
-            if key in _MILLISECOND_KEYS:
-                minimum = 0 if key == "web_stomp.ws_opts.idle_timeout" else 1
-                what = "a positive integer (milliseconds)" if minimum else "an integer >= 0 (milliseconds)"
-                value: Any = _int_converter(minimum, what=what)(raw) / 1000
-            else:
-                value = _CONVERTERS[name](raw)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-        previous = ini.origins.get(name)
-        if previous is not None and previous.key != key:
-            raise ConfigError(
-                f"{where}: {key} sets the same setting as {previous.key} ({previous.where}); keep one of them"
-            )
-        if name == "listeners":
-            adapter_listeners = origin
-        ini.values[name] = value
-        ini.origins[name] = origin
-
-    if ssl_none is not None:
-        # As in the plugin's schema (and as for TCP below), "stomp.listeners.ssl = none" wins over
-        # named TLS listeners.
-        _warn_ignored_listeners(ssl_listeners, ssl_none)
-        ini.values["ssl_listeners"] = ()
-        ini.origins["ssl_listeners"] = ssl_none
-    elif ssl_listeners:
-        ini.values["ssl_listeners"] = tuple(listener for listener, _origin in ssl_listeners.values())
-        ini.origins["ssl_listeners"] = next(iter(ssl_listeners.values()))[1]
-    if ssl_versions:
-        ordered = [ssl_versions[k] for k in sorted(ssl_versions)]
-        first_key = sorted(ssl_versions)[0]
-        try:
-            ini.values["ssl_versions"] = _tls_versions(ordered)
-        except ValueError as exc:
-            raise ConfigError(f"{shown_path}: {first_key}: {exc}") from None
-        ini.origins["ssl_versions"] = _Origin(shown_path, first_key, ssl_versions[first_key])
-    if amqp_nodes:
-        previous = ini.origins.get("amqp_url")
-        first = next(iter(amqp_nodes.values()))[1]
-        if previous is not None:
-            raise ConfigError(
-                f"{first.where}: {first.key} and {previous.key} ({previous.where}) both name the broker; "
-                "keep one form"
-            )
-        ini.values["amqp_url"] = ",".join(url for url, _origin in amqp_nodes.values())
-        ini.origins["amqp_url"] = first
-    if web_seen is not None:
-        _web_listeners(ini, shown_path, web_parts, web_ssl_versions, web_origins, web_seen)
-    if tcp_listeners and adapter_listeners is not None:
-        first = next(iter(tcp_listeners.values()))[1]
-        raise ConfigError(
-            f"{adapter_listeners.where}: adapter.listeners and {first.key} ({first.where}) both set the "
-            "listeners; keep one of them"
-        )
-    if tcp_none is not None:
-        # As in the plugin's schema, "stomp.listeners.tcp = none" wins over named listeners.
-        _warn_ignored_listeners(tcp_listeners, tcp_none)
-        if adapter_listeners is not None:
-            raise ConfigError(
-                f"{tcp_none.where}: stomp.listeners.tcp = none and adapter.listeners "
-                f"({adapter_listeners.where}) both set the listeners; keep one of them"
-            )
-        ini.values["listeners"] = ()
-        ini.origins["listeners"] = tcp_none
-    elif tcp_listeners:
-        ini.values["listeners"] = tuple(listener for listener, _origin in tcp_listeners.values())
-        ini.origins["listeners"] = next(iter(tcp_listeners.values()))[1]
-    return ini
+        if key.startswith("web_stomp.") and reader.web_seen is None:
+            reader.web_seen = origin  # any web_stomp.* key starts the WebSocket listener (the plugin enabled)
+        _handler(key)(reader, origin)
+    return reader.finish()
 
 
 def _web_listener(
@@ -1189,46 +1447,13 @@ def _web_listeners(
         ini.origins["web_stomp_allow_origins"] = _Origin(shown_path, keys[0], origins[keys[0]])
 
 
-class IniSettingsSource(PydanticBaseSettingsSource):
-    """pydantic-settings source for an already parsed `IniFile` (or nothing)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], ini: IniFile | None) -> None:
-        super().__init__(settings_cls)
-        self._ini = ini
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        if self._ini is None or field_name not in self._ini.values:
-            return None, field_name, False
-        return self._ini.values[field_name], field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._ini.values) if self._ini is not None else {}
-
-
-# The ini file of the load_settings call in progress (settings_customise_sources is a classmethod, so
-# this is how the file reaches it without a subclass per call).
-_ACTIVE_INI: contextvars.ContextVar[IniFile | None] = contextvars.ContextVar("_ACTIVE_INI", default=None)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------------------
 
-# Command-line flags that exist (cli.py), for error messages about overrides.
-_CLI_FLAGS = {
-    "listeners": "--listen",
-    "amqp_url": "--amqp-url",
-    "log_level": "--log-level",
-    "log_format": "--log-format",
-    "http_listen": "--http-listen",
-    "workers": "--workers",
-    "metrics_destinations": "--metrics-destinations",
-    "profile": "--profile",
-}
-
 
 def _env_var(field_name: str, environ: Mapping[str, str]) -> str | None:
-    wanted = (ENV_PREFIX + field_name).upper()
+    wanted = DECLARED[field_name].env
     for name in environ:
         if name.upper() == wanted:
             return name
@@ -1237,7 +1462,7 @@ def _env_var(field_name: str, environ: Mapping[str, str]) -> str | None:
 
 def _warn_unknown_env(environ: Mapping[str, str]) -> None:
     # A warning, not an error: other tools may share the prefix, and the environment is not ours alone.
-    env_names = {(ENV_PREFIX + name).upper(): name for name in Settings.model_fields}
+    env_names = {declared.env for declared in DECLARED.values()}
     for name in environ:
         upper = name.upper()
         if upper.startswith(ENV_PREFIX) and upper not in env_names:
@@ -1250,16 +1475,17 @@ def _describe(
     field_name: str, overrides: Mapping[str, object], environ: Mapping[str, str], ini: IniFile | None
 ) -> str:
     """'<where>: <key> = <value>' for the source whose value won, as the operator wrote it."""
+    declared = DECLARED[field_name]
     if field_name in overrides:
-        flag = _CLI_FLAGS.get(field_name)
-        where = f"command line: {flag}" if flag else f"override: {field_name}"
-        return f"{where} = {_shown(field_name, overrides[field_name])}"
+        flag = declared.setting.flag
+        where = f"command line: {flag.option}" if flag else f"override: {field_name}"
+        return f"{where} = {declared.shown(overrides[field_name])}"
     env_name = _env_var(field_name, environ)
     if env_name is not None:
-        return f"environment: {env_name} = {_shown(field_name, environ[env_name])}"
+        return f"environment: {env_name} = {declared.shown(environ[env_name])}"
     if ini is not None and field_name in ini.origins:
         origin = ini.origins[field_name]
-        return f"{origin.where}: {origin.key} = {_shown(field_name, origin.raw)}"
+        return f"{origin.where}: {origin.key} = {declared.shown(origin.raw)}"
     return f"setting {field_name}"
 
 
@@ -1276,13 +1502,14 @@ def load_settings(
 ) -> Settings:
     """Build the settings from defaults, the ini file, ``STOMP_ADAPTER_*`` variables and *overrides*.
 
-    *overrides* are command-line values keyed by field name; None values are ignored.  Every problem
-    raises `ConfigError` naming the key, the value and what is allowed.
+    *overrides* are command-line values keyed by setting name; None values are ignored.  Every problem
+    raises `ConfigError` naming the key, the value and what is allowed (every bad value at once, in
+    declaration order, one per line).
     """
     given = {name: value for name, value in (overrides or {}).items() if value is not None}
     for name in given:
-        if name not in Settings.model_fields:
-            close = difflib.get_close_matches(name, list(Settings.model_fields), n=1)
+        if name not in DECLARED:
+            close = difflib.get_close_matches(name, list(DECLARED), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"override: unknown setting {name!r}{hint}")
 
@@ -1290,19 +1517,34 @@ def load_settings(
     environ = dict(os.environ)
     _warn_unknown_env(environ)
 
-    token = _ACTIVE_INI.set(ini)
+    # First wins: command line, then environment, then the ini file (its values already converted,
+    # each error reported with its line), then the declared default.
+    values: dict[str, Any] = {}
+    problems = []
+    for name, declared in DECLARED.items():
+        env_name = _env_var(name, environ)
+        if name in given:
+            raw = given[name]
+        elif env_name is not None:
+            raw = environ[env_name]
+        elif ini is not None and name in ini.values:
+            values[name] = ini.values[name]
+            continue
+        else:
+            continue
+        try:
+            values[name] = declared.setting.convert(raw)
+        except ValueError as exc:
+            problems.append(f"{_describe(name, given, environ, ini)}: {exc}")
+    if problems:
+        raise ConfigError("\n".join(problems))
     try:
-        # the values are raw (strings, lists) on purpose: every field's validator converts them
-        return Settings(**given)  # type: ignore[arg-type]
-    except ValidationError as exc:
-        problems = []
+        return Settings(**values)
+    except ValidationError as exc:  # a converter let through a value of the wrong type
+        lines = []
         for error in exc.errors():
             loc = error.get("loc") or ()
-            field_name = str(loc[0]) if loc else ""
-            if field_name in Settings.model_fields:
-                problems.append(f"{_describe(field_name, given, environ, ini)}: {_error_text(error)}")
-            else:
-                problems.append(f"{field_name or 'settings'}: {_error_text(error)}")
-        raise ConfigError("\n".join(problems)) from None
-    finally:
-        _ACTIVE_INI.reset(token)
+            name = str(loc[0]) if loc else ""
+            where = _describe(name, given, environ, ini) if name in DECLARED else name or "settings"
+            lines.append(f"{where}: {_error_text(error)}")
+        raise ConfigError("\n".join(lines)) from None

@@ -34,12 +34,10 @@ from collections.abc import Callable
 
 from adapter.amqp import wire
 from adapter.amqp.connection import AmqpConnection
-from adapter.cli import session_settings
+from adapter.cli import build_server
 from adapter.config import Settings
 from adapter.mapping.properties import MessageProperties
-from adapter.server.brokers import BrokerNodes, parse_nodes
-from adapter.server.connection import BrokerSettings, ClientConnection
-from adapter.server.listener import Server
+from adapter.server.connection import ClientConnection
 
 BODY = b"x" * 1024
 
@@ -151,13 +149,8 @@ def timed(action: Callable[[], None], messages: int, repeat: int) -> float:
 async def measure(
     amqp_url: str, messages: int, repeat: int, metrics_destinations: int = 0
 ) -> dict[str, float]:
-    settings = Settings(amqp_url=amqp_url)
-    server = Server(
-        session_settings=session_settings(settings),
-        broker=BrokerSettings(settings.amqp_heartbeat, settings.amqp_connect_timeout),
-        nodes=BrokerNodes(parse_nodes(amqp_url)),
-        listeners=[],
-        metrics_destinations=metrics_destinations,
+    server = build_server(
+        Settings(amqp_url=amqp_url, listeners=(), metrics_destinations=metrics_destinations)
     )
     client = Recorder()
     conn = ClientConnection(server)

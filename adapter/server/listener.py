@@ -17,102 +17,68 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
-from ..caps import ConnectionCap
 from ..session import SessionSettings
-from .amqp_pool import AmqpReuse
-from .brokers import BrokerNodes
-from .connection import BrokerSettings, ClientConnection, refuse_untrusted_proxy
+from .connection import ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
 from .metrics import add_connection, build_registry
-from .proxy_protocol import ProxyHeader, ProxyHeaderError, ProxyTrust, parse_proxy_header
+from .options import AmqpLink, Limits, Listening, Operations, WebListener
+from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
 from .stats import DestinationCounts, ServerStats
-from .websocket import WebSocketConnection, WebStompSettings, warn_open_origins
+from .websocket import WebSocketConnection, warn_open_origins
 from .wsdeflate import CompressionBudget
 
 log = logging.getLogger("adapter.server")
 
 
-@dataclass(frozen=True, slots=True)
-class WebListener:
-    """A web_stomp listener: where, how its WebSockets behave, TLS for wss:// (or None), and
-    its own web_stomp.max_connections count (or None: no cap)."""
-
-    host: str
-    port: int
-    settings: WebStompSettings
-    tls: ssl.SSLContext | None = None
-    backlog: int = 1024
-    cap: ConnectionCap | None = None
-
-
 class Server:
+    """The listeners, the live connections and the lifecycle, built from the settings groups
+    (adapter/server/options.py)."""
+
     def __init__(
         self,
-        *,
         session_settings: SessionSettings,
-        broker: BrokerSettings,
-        nodes: BrokerNodes,
-        listeners: list[tuple[str, int]],
-        tls_listeners: list[tuple[str, int]] | None = None,
-        tls_context: ssl.SSLContext | None = None,
-        web_listeners: list[WebListener] | None = None,
-        activemq_listeners: list[tuple[str, int]] | None = None,
-        proxy_protocol: bool = False,
-        proxy_trust: ProxyTrust | None = None,
-        login_timeout: float = 10.0,
-        heartbeat_tolerance: float = 1.5,
-        shutdown_timeout: float = 10.0,
-        backlog: int = 128,
-        nodelay: bool = True,
-        keepalive: bool = False,
-        sndbuf: int | None = None,
-        recbuf: int | None = None,
-        frame_timeout: float = 60.0,
-        incomplete_input_budget: int = 256 * 1024 * 1024,
-        ws_compress_budget: int = 256 * 1024 * 1024,
-        http_listen: tuple[str, int] | None = None,
-        metrics_destinations: int = 0,
-        amqp_reuse: AmqpReuse | None = None,
+        *,
+        listening: Listening,
+        link: AmqpLink,
+        limits: Limits,
+        operations: Operations,
+        web: tuple[WebListener, ...] = (),
         inherited_sockets: dict[tuple[str, int], list[socket.socket]] | None = None,
     ) -> None:
         self.session_settings = session_settings
-        self.broker = broker
-        self.nodes = nodes
-        self.listeners = listeners
-        self.tls_listeners = tls_listeners or []
-        self._tls_context = tls_context
-        self.web_listeners = web_listeners or []
+        self.broker = link.broker
+        self.nodes = link.nodes
+        self.listeners = list(listening.stomp)
+        self.tls_listeners = list(listening.tls)
+        self._tls_context = listening.tls_context
+        self.web_listeners = list(web)
         # TCP listeners whose clients get the activemq profile whatever the global one is
-        self.activemq_listeners = activemq_listeners or []
+        self.activemq_listeners = list(listening.activemq)
         self.activemq_addresses: list[tuple[str, int]] = []
         # every connection starts with a PROXY protocol header (stomp.proxy_protocol)
-        self.proxy_protocol = proxy_protocol
+        self.proxy_protocol = listening.proxy_protocol
         # the peers a PROXY header is believed from, on every listener that expects one
-        self.proxy_trust = proxy_trust or ProxyTrust()
-        self.login_timeout = login_timeout
-        self.heartbeat_tolerance = heartbeat_tolerance
-        self.shutdown_timeout = shutdown_timeout
-        self._backlog = backlog
-        self._nodelay = nodelay
-        self._keepalive = keepalive
-        self._sndbuf = sndbuf
-        self._recbuf = recbuf
+        self.proxy_trust = listening.proxy_trust
+        # stomp.tcp_listen_options.*
+        self._sockets = listening.sockets
+        self.login_timeout = limits.login_timeout
+        self.heartbeat_tolerance = limits.heartbeat_tolerance
+        self.shutdown_timeout = operations.shutdown_timeout
         # a frame must be complete this many seconds after its first byte (0: no limit)
-        self.frame_timeout = frame_timeout
+        self.frame_timeout = limits.frame_timeout
         # bytes of incomplete frames held across all connections, and their bound
         self.incomplete_input = 0
-        self.incomplete_input_budget = incomplete_input_budget
+        self.incomplete_input_budget = limits.incomplete_frames_budget
         # zlib state of every WebSocket's permessage-deflate together (adapter/server/wsdeflate.py)
-        self.ws_compression = CompressionBudget(ws_compress_budget)
+        self.ws_compression = CompressionBudget(limits.web_stomp_compress_budget)
         self.descriptors = DescriptorWatch()
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
-        self.amqp_reuse = amqp_reuse
+        self.amqp_reuse = link.reuse
         # every accepted socket until its transport reports connection_lost (also while a closed
         # connection lingers for the client's last reads, or a WebSocket waits for the client's
         # Close): what is still open at the end of shutdown is aborted
@@ -132,15 +98,15 @@ class Server:
         self.tls_addresses: list[tuple[str, int]] = []
         self.web_addresses: list[tuple[str, int]] = []  # web_stomp listeners, ws:// and wss://
         # metrics and health (adapter/server/http.py): where to listen, None for nowhere
-        self.http_listen = http_listen
+        self.http_listen = operations.http_listen
         self.http_addresses: list[tuple[str, int]] = []
         self.http_connections: set[OperatorHttp] = set()
         # a worker of --workers N serves the listening sockets its supervisor bound, by the
         # listener's configured (host, port) (adapter/server/workers.py)
         self._inherited_sockets = dict(inherited_sockets or {})
         self.stats = ServerStats()
-        if metrics_destinations:
-            self.stats.destinations = DestinationCounts(metrics_destinations)
+        if operations.metrics_destinations:
+            self.stats.destinations = DestinationCounts(operations.metrics_destinations)
         self.registry = build_registry(self)
         self.broker_check = BrokerCheck(self)
         self.started = False
@@ -189,7 +155,7 @@ class Server:
                     self, proxy_protocol=False, listener="tls", client_address=source
                 ),
                 self.tls_addresses,
-                self._backlog,
+                self._sockets.tcp_backlog,
                 "STOMP",
             )
         for web in self.web_listeners:
@@ -254,7 +220,9 @@ class Server:
         --workers N takes the sockets its supervisor bound instead of binding its own."""
         inherited = self._inherited_sockets.pop((host, port), None)
         for sock in inherited or []:
-            server = await loop.create_server(factory, sock=sock, backlog=backlog or self._backlog)
+            server = await loop.create_server(
+                factory, sock=sock, backlog=backlog or self._sockets.tcp_backlog
+            )
             self._servers.append(server)
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
@@ -262,7 +230,7 @@ class Server:
         if inherited is not None:
             return
         server = await loop.create_server(
-            factory, host or None, port, backlog=backlog or self._backlog, reuse_address=True
+            factory, host or None, port, backlog=backlog or self._sockets.tcp_backlog, reuse_address=True
         )
         self._servers.append(server)
         for sock in server.sockets:
@@ -440,13 +408,14 @@ class Server:
     def tune_socket(self, sock: socket.socket) -> None:
         """Apply ``stomp.tcp_listen_options`` to an accepted client socket."""
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if self._nodelay else 0)
-            if self._keepalive:
+            options = self._sockets
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if options.tcp_nodelay else 0)
+            if options.tcp_keepalive:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if self._sndbuf:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
-            if self._recbuf:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._recbuf)
+            if options.tcp_sndbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, options.tcp_sndbuf)
+            if options.tcp_recbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, options.tcp_recbuf)
         except OSError as error:  # pragma: no cover - depends on the platform
             log.debug("could not tune socket: %s", error)
 

@@ -1,0 +1,95 @@
+"""What `Server` is built from: the settings groups of adapter/config.py, turned into the objects
+the server uses (parsed addresses, TLS contexts, the broker nodes, the pool of idle AMQP
+connections).  ``cli.build_server`` builds them; a test builds them by hand.
+
+Plain frozen data: no sockets are opened and no file is read here.  A field whose name is that of
+a setting (``login_timeout``, ``tcp_backlog``, ...) is filled from it by name (``cli.group``), so a
+new setting of one of these groups is its declaration in adapter/config.py, a field here and the
+code that uses it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+
+from ..caps import ConnectionCap
+from .amqp_pool import AmqpReuse
+from .brokers import BrokerNodes
+from .connection import BrokerSettings
+from .proxy_protocol import ProxyTrust
+from .websocket import WebStompSettings
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SocketOptions:
+    """stomp.tcp_listen_options.*: the STOMP listeners' backlog, and what every accepted STOMP
+    socket is set to (None: the OS default)."""
+
+    tcp_backlog: int
+    tcp_nodelay: bool
+    tcp_keepalive: bool
+    tcp_sndbuf: int | None
+    tcp_recbuf: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """Group "listeners and TLS": the STOMP listeners (plain, activemq-profile and TLS with its
+    context), the PROXY protocol on the plain ones and whose header is believed anywhere."""
+
+    stomp: tuple[Address, ...]
+    sockets: SocketOptions
+    activemq: tuple[Address, ...] = ()
+    tls: tuple[Address, ...] = ()
+    tls_context: ssl.SSLContext | None = None
+    proxy_protocol: bool = False
+    proxy_trust: ProxyTrust = ProxyTrust()
+
+
+@dataclass(frozen=True, slots=True)
+class WebListener:
+    """Group "WebSocket", one per web_stomp listener: where, how its WebSockets behave, TLS for
+    wss:// (or None), and its own web_stomp.max_connections count (or None: no cap)."""
+
+    host: str
+    port: int
+    settings: WebStompSettings
+    tls: ssl.SSLContext | None = None
+    backlog: int = 1024
+    cap: ConnectionCap | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpLink:
+    """Group "AMQP link": how AMQP connections are opened, to which nodes, and the pool of idle
+    ones (adapter.amqp_connection_reuse; None when off)."""
+
+    broker: BrokerSettings
+    nodes: BrokerNodes
+    reuse: AmqpReuse | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Group "limits", the part the server applies (the frame and byte limits of a session are in
+    its SessionSettings): seconds to log in, to finish a frame (0: no limit), the heart-beat
+    tolerance, and the process-wide bytes of unfinished frames and of compression state."""
+
+    login_timeout: float
+    frame_timeout: float
+    heartbeat_tolerance: float
+    incomplete_frames_budget: int
+    web_stomp_compress_budget: int
+
+
+@dataclass(frozen=True, slots=True)
+class Operations:
+    """Group "operations": the graceful shutdown's wait, the HTTP listener of /metrics, /healthz
+    and /readyz (None: none), and the per-destination metric series."""
+
+    shutdown_timeout: float
+    http_listen: Address | None
+    metrics_destinations: int
