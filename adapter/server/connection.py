@@ -43,6 +43,7 @@ from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
+from . import connection_log
 from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import InputGuard
@@ -213,7 +214,7 @@ class ClientConnection(asyncio.Protocol):
         # the client's address from a PROXY header read before the TLS handshake (listener.py)
         self._client_address = client_address
         self._expect_proxy_header = server.proxy_protocol if proxy_protocol is None else proxy_protocol
-        self._label = label
+        self.label = label  # the transport's name in the log
         self.listener = listener or ("websocket" if label.startswith("WebSocket") else "tcp")
         # a transport that frames each write (WebSocket: one message per STOMP frame) gets the
         # frames as separate items of one writelines call instead of joined
@@ -244,7 +245,7 @@ class ClientConnection(asyncio.Protocol):
         self.lifecycle = Lifecycle.NEW
         self._closed = False  # lifecycle is CLOSED or FINISHED
         self._finished = False  # lifecycle is FINISHED
-        self._close_reason = ""
+        self.close_reason = ""  # why it closed, for the close log line
         self._linger: asyncio.TimerHandle | None = None  # after our half-close, see _close
         self._pause_reasons: set[str] = set()
         self._proxy_header = b""  # with stomp.proxy_protocol: the header's start until complete
@@ -324,18 +325,7 @@ class ClientConnection(asyncio.Protocol):
                 self._refuse_proxy("not a trusted proxy", "PROXY protocol", None)
             return
         self._enter(Lifecycle.OPEN)
-        self._log_opened(f" via proxy {proxy}" if proxy is not None else "")
-
-    def _log_opened(self, via: str = "") -> None:
-        if not log.isEnabledFor(logging.INFO):
-            return  # the fields cost ~1 % of a connect cycle each, for nothing at WARNING
-        log.info(
-            "%sconnection opened peer=%s%s",
-            self._label,
-            self.peer,
-            via,
-            extra={"fields": {"event": "connection_opened", "peer": self.peer, "listener": self.listener}},
-        )
+        connection_log.opened(self, f" via proxy {proxy}" if proxy is not None else "")
 
     def _read_proxy_header(self, data: bytes) -> bytes | None:
         """Collect and apply the PROXY header; the bytes after it, or None while incomplete.
@@ -357,9 +347,9 @@ class ClientConnection(asyncio.Protocol):
             host, port = header.source
             self.peer = _address(host, port)
             self.session.peer_is_loopback = is_loopback(host)
-            self._log_opened(f" via proxy {proxy}")
+            connection_log.opened(self, f" via proxy {proxy}")
         else:
-            self._log_opened(" (PROXY header without a client address)")
+            connection_log.opened(self, " (PROXY header without a client address)")
         return buffered[header.length :]
 
     def _refuse_proxy(self, problem: str, reason: str, counted_as: str | None) -> None:
@@ -369,7 +359,7 @@ class ClientConnection(asyncio.Protocol):
             self._server.stats.connections_refused[counted_as] += 1
         self._proxy_header = b""
         self._enter(Lifecycle.CLOSED)
-        self._close_reason = f"{reason}: {problem}"
+        self.close_reason = f"{reason}: {problem}"
         if self.transport is not None:
             self.transport.abort()
         self._finish()
@@ -436,7 +426,7 @@ class ClientConnection(asyncio.Protocol):
             self._linger = None
         if not self._closed:
             self._enter(Lifecycle.CLOSED)
-            self._close_reason = (
+            self.close_reason = (
                 f"client closed the connection ({exc})" if exc else "client closed the connection"
             )
         self._finish()
@@ -693,34 +683,10 @@ class ClientConnection(asyncio.Protocol):
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
-        if log.isEnabledFor(logging.INFO):  # the fields cost ~1 % of a connect cycle
-            self._log_logged_in(op)
+        connection_log.logged_in(self, op)
         # a heart-beat every half of the client's interval (it is late after a whole one); the
         # client may be late by the tolerance (adapter.heartbeat_tolerance)
         self._heartbeats.start(op.send_ms / 2000, op.receive_ms * self._server.heartbeat_tolerance / 1000)
-
-    def _log_logged_in(self, op: ops.Established) -> None:
-        session = self.session
-        log.info(
-            "connection logged in peer=%s user=%s vhost=%s version=%s heart-beat=%s,%s",
-            self.peer,
-            session.user,
-            session.vhost,
-            op.version,
-            op.send_ms,
-            op.receive_ms,
-            extra={
-                "fields": {
-                    "event": "connection_logged_in",
-                    "peer": self.peer,
-                    "listener": self.listener,
-                    "user": session.user,
-                    "vhost": session.vhost,
-                    "version": op.version,
-                    "heart_beat": f"{op.send_ms},{op.receive_ms}",
-                }
-            },
-        )
 
     # the HeartBeatHost side (adapter/server/heartbeats.py)
     def heartbeat_output_pending(self) -> bool:
@@ -959,7 +925,7 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._enter(Lifecycle.CLOSED)
-        self._close_reason = reason
+        self.close_reason = reason
         self._flush()
         transport = self.transport
         if transport is not None:
@@ -1027,51 +993,12 @@ class ClientConnection(asyncio.Protocol):
         for reason in list(self.paused_since):
             self._end_pause_clock(reason)
         self._server.add_finished(self)
-        self._log_closed()
+        connection_log.closed(self)
         if amqp is not None and amqp.is_open:
             task = self._server.spawn(self._close_amqp(amqp, self._delete_on_close))
             task.add_done_callback(lambda _t: self._set_done())
         else:
             self._set_done()
-
-    def _log_closed(self) -> None:
-        if not log.isEnabledFor(logging.INFO):
-            return
-        session = self.session
-        logged_in = session.user is not None
-        frames_sent = sum(session.frames_sent.values()) + session.messages_sent
-        fields = {
-            "event": "connection_closed",
-            "peer": self.peer,
-            "listener": self.listener,
-            "user": session.requested_user,
-            "vhost": session.requested_vhost,
-            "logged_in": logged_in,
-            "version": session.version if logged_in else None,
-            "duration_seconds": round(time.monotonic() - self.opened_at, 3),
-            "frames_received": sum(self.frames_received.values()),
-            "frames_sent": frames_sent,
-            "messages_published": self.messages_published,
-            "messages_delivered": session.messages_sent,
-            "bytes_received": self.bytes_received,
-            "bytes_sent": self.bytes_sent,
-            "reason": self._close_reason,
-        }
-        log.info(
-            "connection closed peer=%s user=%s vhost=%s version=%s duration=%.3fs frames_in=%d"
-            " frames_out=%d published=%d delivered=%d reason=%s",
-            self.peer,
-            fields["user"],
-            fields["vhost"],
-            fields["version"],
-            fields["duration_seconds"],
-            fields["frames_received"],
-            frames_sent,
-            self.messages_published,
-            fields["messages_delivered"],
-            self._close_reason,
-            extra={"fields": fields},
-        )
 
     async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
         for queue in delete_queues:

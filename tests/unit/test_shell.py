@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import logging
 import typing
 from typing import Any
 
@@ -646,7 +647,7 @@ async def test_connection_lost_finishes_counts_and_releases() -> None:
     await asyncio.wait_for(client.done, 1)
     assert link.closed and client not in server.connections and client not in server.open_sockets
     assert server.stats.closed.messages_published == 1
-    assert "client closed the connection (gone)" in client._close_reason  # noqa: SLF001
+    assert "client closed the connection (gone)" in client.close_reason
 
 
 async def test_server_cancel_tells_the_client() -> None:
@@ -772,3 +773,16 @@ async def test_a_delivery_over_the_unacknowledged_budget_closes_and_is_not_sent(
     (error,) = transport.frames()
     assert error.startswith(b"ERROR\n") and b"100 bytes" in error and client.closed
     assert b"MESSAGE" not in transport.written  # not sent: the broker requeues it
+
+
+async def test_the_three_log_lines_carry_their_fields(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="adapter.connection")
+    client, _transport, _link = await logged_in()
+    client.data_received(send())
+    client.connection_lost(None)
+    events = {record.fields["event"]: record.fields for record in caplog.records if hasattr(record, "fields")}
+    assert events["connection_opened"]["peer"] == "127.0.0.1:40000"
+    assert events["connection_logged_in"]["user"] == "guest"
+    closed = events["connection_closed"]
+    assert closed["messages_published"] == 1 and closed["logged_in"] is True
+    assert closed["reason"] == "client closed the connection"
