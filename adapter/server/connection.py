@@ -394,7 +394,6 @@ class ClientConnection(asyncio.Protocol):
                     guard.account(held, self.bytes_received - held, self._busy)
         finally:
             self._in_read = False
-            self._clocks.read_clock = 0.0
         if self._amqp is not None:
             self._amqp.flush()
         self.flush()
@@ -458,6 +457,7 @@ class ClientConnection(asyncio.Protocol):
         session = self.session
         parser = self._parser
         clocks = self._clocks
+        clocks.read_clock = 0.0  # the receipted frames of this batch share one reading
         while not self._busy and not self._closed:
             steps = self._steps
             if steps is None:

@@ -51,7 +51,7 @@ class LatencyClocks:
         # answered; a receipt-id reused while it still waits queues its later frames here
         self._timed: dict[str, tuple[str, float]] = {}
         self._reused: dict[str, list[tuple[str, float]]] = {}
-        # one clock reading shared by the receipted frames of one read (reset after each read)
+        # one clock reading shared by the receipted frames of one batch (reset as each starts)
         # and by the RECEIPTs one confirm releases (0: not read yet)
         self.read_clock = 0.0
         self.confirm_clock = 0.0
@@ -78,7 +78,7 @@ class LatencyClocks:
     def receipt_asked(self, frame: Frame) -> None:
         """Start the clock of a frame's receipt (stopped by ``receipt_sent``).  The frames
         handled in one batch (one read, or those a broker reply let through) share one reading:
-        the shell resets ``read_clock`` after each batch."""
+        the shell resets ``read_clock`` as each batch starts."""
         command = frame.command
         if command in _ANSWERED_BY_CONNECTED:
             return

@@ -80,7 +80,7 @@ def test_the_frames_of_one_read_share_one_clock_reading() -> None:
     first = clocks.read_clock
     clocks.receipt_asked(frame("SEND", "b"))
     assert first and clocks.read_clock == first
-    clocks.read_clock = 0.0  # the shell, after the read
+    clocks.read_clock = 0.0  # the shell, as the next batch starts
     clocks.receipt_asked(frame("SEND", "c"))
     assert clocks.read_clock >= first
 

@@ -1,8 +1,12 @@
-"""The asyncio shell (adapter/server/connection.py, websocket.py) with in-memory transports and no
-broker: what reaches the client socket for input that never needs the broker (bad frames,
-frames before CONNECT, a PROXY header, incomplete frames), a CONNECT when every broker node
-refuses, and a WebSocket upgrade carrying the same session.  Frames written by the shell are
-read back with a plain split on NUL, not with the adapter's codec."""
+"""The asyncio shell (adapter/server/connection.py, websocket.py) with in-memory transports.
+
+The first tests need no broker at all (bad frames, frames before CONNECT, a PROXY header,
+incomplete frames, every broker node refusing, a WebSocket upgrade).  The rest log in on an
+in-memory AMQP link (tests/unit/fake_amqp.py, handed out by BrokerLogin.opener) and run the
+whole shell: the quick paths, receipts and confirms, broker calls in order, heart-beats,
+timeouts, flow control, errors, the close and its linger, the interpreter table, the activemq
+dispatcher.  Timers are never waited for: their callbacks are called directly.  Frames written
+by the shell are read back with a plain split on NUL, not with the adapter's codec."""
 
 from __future__ import annotations
 
@@ -692,13 +696,10 @@ async def test_too_much_unhandled_input_stops_reading_while_the_broker_works() -
     assert transport.reading and len(link.published) == 1100
 
 
-def test_the_lifecycle_allows_only_its_moves() -> None:
-    async def run() -> None:
-        client, _transport = connect_client(make_server())
-        with pytest.raises(AssertionError, match="open -> new"):
-            client._enter(Lifecycle.NEW)  # noqa: SLF001
-
-    asyncio.run(run())
+async def test_the_lifecycle_allows_only_its_moves() -> None:
+    client, _transport = connect_client(make_server())
+    with pytest.raises(AssertionError, match="open -> new"):
+        client._enter(Lifecycle.NEW)  # noqa: SLF001
 
 
 # ---------------------------------------------------------------------- the interpreter table
