@@ -1,9 +1,18 @@
-"""The asyncio shell around one STOMP client: socket in, session, AMQP link, socket out.
+"""The asyncio shell around one STOMP client: socket events, the pump, output and close.
 
-Owns the client socket, the frame pump that drives the session's operation generators, the
-write buffer (flushed once per loop iteration), heart-beat and login timers, and the flow
-control between the two sockets.  No protocol decisions are made here: they are in
-``adapter/session.py``.
+``ClientConnection`` owns the client socket, the frame pump that drives the session's operation
+generators, the write buffer (flushed once per read or loop iteration), the flow control between
+the two sockets, and the close (half-close and linger).  Everything else a connection needs is
+an object of its own, which the shell only calls:
+
+* ``login.BrokerLogin``: the AMQP login over the broker nodes, the pool, TLS diagnosis;
+* ``input_guard.InputGuard``: the incomplete-input budget and the frame timeout;
+* ``heartbeats.HeartBeats`` (over ``adapter.liveness.Liveness``): STOMP heart-beats;
+* ``latency.LatencyClocks``: the confirm and receipt latency histograms;
+* ``dispatching.DispatchGlue``: the queue dispatchers of the activemq profile.
+
+The session's operations are interpreted by one table, ``INTERPRETER``, keyed by operation type.
+No protocol decisions are made here: they are in ``adapter/session.py``.
 
 The pump runs inside ``data_received`` as long as operations need no reply (SEND, ACK, MESSAGE
 ...), so the per-message path has no task, future or queue.  When an operation must wait for the
@@ -21,7 +30,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,8 +43,12 @@ from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
-from .dispatching import DispatchLink
-from .fdlimit import EXHAUSTED
+from . import connection_log
+from .dispatching import DispatchGlue, DispatchLink
+from .heartbeats import HeartBeats
+from .input_guard import InputGuard
+from .latency import LatencyClocks
+from .login import BrokerLogin, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 
 if TYPE_CHECKING:
@@ -47,28 +60,50 @@ if TYPE_CHECKING:
     from .stats import ServerStats
     from .wsdeflate import CompressionBudget
 
+__all__ = [
+    "INTERPRETER",
+    "BrokerSettings",
+    "ClientConnection",
+    "ConnectionServices",
+    "ConnectionSettings",
+    "Lifecycle",
+    "ServerState",
+    "SharedCounters",
+    "is_loopback",
+    "refuse_untrusted_proxy",
+    "tls_failure",
+]
 
-class ServerState(Protocol):
-    """What a connection may use of the server that accepted it, and nothing more: settings,
-    the budgets and registries shared by all connections, and a task spawner.  The listener's
-    ``Server`` implements it; a new transport (TLS, WebSocket, a test's in-memory socket) hands
-    ``ClientConnection`` the same object, so the shell never sees listeners or sockets."""
+
+# ---------------------------------------------------------------------- what the shell sees of the server
+class ConnectionSettings(Protocol):
+    """Read-only settings every connection of a server shares."""
 
     session_settings: SessionSettings
     broker: BrokerSettings
-    nodes: BrokerNodes
     proxy_protocol: bool  # the TCP listeners' setting (TLS and WebSocket read theirs first)
     proxy_trust: ProxyTrust  # adapter.proxy_protocol_trusted: whose PROXY header is believed
     login_timeout: float
     heartbeat_tolerance: float
-    frame_timeout: float
-    incomplete_input: int  # bytes of unfinished frames held by all connections
+    frame_timeout: float  # see input_guard.IncompleteInput
     incomplete_input_budget: int
-    ws_compression: CompressionBudget  # permessage-deflate state of all WebSockets
-    descriptors: DescriptorWatch
+
+
+class SharedCounters(Protocol):
+    """Counters and budgets all connections of the process add to."""
+
     stats: ServerStats
-    connections: set[ClientConnection]  # logged in or logging in; shutdown closes them
+    incomplete_input: int  # bytes of unfinished frames held by all connections (InputGuard)
+    descriptors: DescriptorWatch
+    ws_compression: CompressionBudget  # permessage-deflate state of all WebSockets
+
+
+class ConnectionServices(Protocol):
+    """What a connection asks the server to do or keep for it."""
+
+    nodes: BrokerNodes
     amqp_reuse: AmqpReuse | None  # adapter.amqp_connection_reuse: the pool, None when off
+    connections: set[ClientConnection]  # logged in or logging in; shutdown closes them
     open_sockets: set[Any]  # every socket until connection_lost; shutdown aborts the rest
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
@@ -76,6 +111,15 @@ class ServerState(Protocol):
     def tune_socket(self, sock: socket.socket) -> None: ...
 
     def add_finished(self, connection: ClientConnection) -> None: ...
+
+
+class ServerState(ConnectionSettings, SharedCounters, ConnectionServices, Protocol):
+    """What a connection may use of the server that accepted it, and nothing more: its
+    settings, the counters shared by all connections, and its services.  The listener's
+    ``Server`` implements it; a new transport (TLS, WebSocket, a test's in-memory socket) hands
+    ``ClientConnection`` the same object, so the shell never sees listeners or sockets.  The
+    parts of a connection are each given the narrowest view they need (``InputGuard`` an
+    ``IncompleteInput``, ``BrokerLogin`` its ``LoginServices``, ``LatencyClocks`` the stats)."""
 
 
 # After the adapter closes a connection, how long it keeps reading (and dropping) what the
@@ -86,10 +130,6 @@ log = logging.getLogger("adapter.connection")
 
 # Stop reading from the client while this many bytes of parsed-but-unhandled input wait
 _MAX_BUFFERED_INPUT = 1024 * 1024
-# receipts a connection times at once (see _receipt_asked)
-_MAX_TIMED_RECEIPTS = 10_000
-# never answered by a RECEIPT; plain strings: comparing with the enum members costs more
-_ANSWERED_BY_CONNECTED = frozenset({"CONNECT", "STOMP"})
 # How long DISCONNECT waits for outstanding publisher confirms before closing anyway
 _CONFIRM_WAIT_ON_DISCONNECT = 30.0
 
@@ -127,7 +167,7 @@ class BrokerSettings:
     tls_server_name: str | None = None
 
 
-def refuse_untrusted_proxy(server: ServerState, peer: str) -> None:
+def refuse_untrusted_proxy(server: SharedCounters, peer: str) -> None:
     """Log and count a connection that every listener closes before reading a byte, because
     its peer may not send a PROXY header (adapter.proxy_protocol_trusted)."""
     log.warning(
@@ -147,6 +187,10 @@ def is_loopback(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return address.is_loopback
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ClientConnection(asyncio.Protocol):
@@ -170,52 +214,52 @@ class ClientConnection(asyncio.Protocol):
         # the client's address from a PROXY header read before the TLS handshake (listener.py)
         self._client_address = client_address
         self._expect_proxy_header = server.proxy_protocol if proxy_protocol is None else proxy_protocol
-        self._label = label
+        self.label = label  # the transport's name in the log
         self.listener = listener or ("websocket" if label.startswith("WebSocket") else "tcp")
         # a transport that frames each write (WebSocket: one message per STOMP frame) gets the
         # frames as separate items of one writelines call instead of joined
         self.frame_per_write = False
         # a listener may give its clients other settings (adapter.activemq_listeners: the profile)
         self._settings: SessionSettings = session_settings or server.session_settings
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self.session: Session | None = None
+        # the session exists from the start; connection_made tells it whether its peer is local
+        self.session = Session(
+            self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=False
+        )
         self._parser = FrameParser(self._settings.unauthenticated_limits)
         self._amqp: AmqpConnection | None = None
         self._out: list[bytes] = []
         self._out_large = False  # _out holds a large MESSAGE: write with writelines, unjoined
         self._flush_handle: asyncio.Handle | None = None
-        # the frame being handled and its operation generator
+        # the frame being handled, its operation generator, and the last broker call's answer
         self._frame: Frame | None = None
         self._steps: Generator[ops.Operation, object, None] | None = None
+        self._result: object = None
         self._busy = False  # a task is waiting for the broker
         self._in_read = False  # handling a batch of input: whoever runs it flushes at the end
-        self._linger: asyncio.TimerHandle | None = None  # after our half-close, see _close
         self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
         self._delete_on_close: list[str] = []  # queues to delete before the AMQP link closes
-        # activemq profile: this connection's selector subscriptions on queues (created on the first)
-        self._dispatch: DispatchLink | None = None
-        self._amqp_flush_handle: asyncio.Handle | None = None
+        self._confirm_waiter: asyncio.Future[None] | None = None  # DISCONNECT's AwaitConfirms
         self.lifecycle = Lifecycle.NEW
         self._closed = False  # lifecycle is CLOSED or FINISHED
         self._finished = False  # lifecycle is FINISHED
-        self._close_reason = ""
+        self.close_reason = ""  # why it closed, for the close log line
+        self._linger: asyncio.TimerHandle | None = None  # after our half-close, see _close
         self._pause_reasons: set[str] = set()
-        self._read_since_check = False
-        self._wrote_since_check = False
-        self._timers: list[asyncio.TimerHandle] = []
-        self._confirm_waiter: asyncio.Future[None] | None = None
-        # incomplete input: the bytes this connection holds that are not yet a whole frame (its
-        # share of server.incomplete_input), and when the frame they start began arriving
-        self._held_input = 0
-        self._frames_read = 0  # frames taken from the parser; a new one restarts the frame clock
-        self._frames_at_start = 0
-        self._frame_started: float | None = None
-        self._frame_timer: asyncio.TimerHandle | None = None
-        # with stomp.proxy_protocol: the start of the PROXY header until it is complete
-        self._proxy_header = b""
-        self.done: asyncio.Future[None] = self._loop.create_future()
+        self._proxy_header = b""  # with stomp.proxy_protocol: the header's start until complete
+        self._login_timer: asyncio.TimerHandle | None = None
+        # the parts (see the module docstring); liveness is the heart-beat monitor's flags,
+        # set on every read and flush
+        self._login = BrokerLogin(server, loop)
+        self._guard = InputGuard(server, loop, self._fail_input, lambda: self.peer)
+        self._heartbeats = HeartBeats(self, loop)
+        self._liveness = self._heartbeats.liveness
+        self._clocks = LatencyClocks(server.stats)
+        self.session.on_receipt = self._clocks.receipt_sent
+        self._dispatch: DispatchGlue | None = None  # activemq profile: made on the first selector
+        self.done: asyncio.Future[None] = loop.create_future()
         # Counters for the metrics and the close log line: plain attributes, read by
         # adapter/server/metrics.py at scrape time and added to server.stats when the
         # connection finishes (adapter/server/stats.py says why not prometheus counters).
@@ -229,21 +273,6 @@ class ClientConnection(asyncio.Protocol):
         self.bytes_sent = 0
         self.paused_seconds: dict[str, float] = {}
         self.paused_since: dict[str, float] = {}  # pause reason -> when it started
-        # publisher-confirm latency: one publish per connection is timed at a time (the
-        # sequence number it got, when it was sent; 0 when none is being timed), so the
-        # message path pays one comparison, not a clock read and a dict entry per message
-        self._timed_publish = 0
-        self._timed_publish_at = 0.0
-        # receipt latency: receipt-id -> (command, when its frame was read) of each receipt
-        # asked for and not yet answered; only frames with a receipt header read the clock.
-        # A receipt-id reused while it still waits queues its later frames in the second dict.
-        self._receipts_timed: dict[str, tuple[str, float]] = {}
-        self._receipts_reused: dict[str, list[tuple[str, float]]] = {}
-        self._receipt_latency = server.stats.receipt_latency  # by command
-        # one clock reading shared by the receipted frames of one read, and by the RECEIPTs
-        # one confirm releases (0: not read yet); only valid within that read or confirm
-        self._read_clock = 0.0
-        self._confirm_clock = 0.0
         # per-destination counts (adapter.metrics_destinations), None when off: the message
         # path then pays one comparison
         self._destinations = server.stats.destinations
@@ -271,45 +300,32 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
-        self._server.open_sockets.add(self)
+        server = self._server
+        server.open_sockets.add(self)
         peername = transport.get_extra_info("peername")
         host, port = (peername[0], peername[1]) if peername else ("?", 0)
-        self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.peer = _address(host, port)
         proxy = None
         if self._client_address is not None:
             proxy, (host, port) = self.peer, self._client_address
-            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            self.peer = _address(host, port)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            self._server.tune_socket(sock)
-            self._server.descriptors.accepted(sock.fileno())
-        self.session = Session(
-            self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=is_loopback(host)
-        )
-        self.session.on_receipt = self._receipt_sent
-        self._server.connections.add(self)
-        self._server.stats.connections_opened[self.listener] += 1
+            server.tune_socket(sock)
+            server.descriptors.accepted(sock.fileno())
+        self.session.peer_is_loopback = is_loopback(host)
+        server.connections.add(self)
+        server.stats.connections_opened[self.listener] += 1
         # the login timeout also bounds a PROXY header that arrives slowly
-        self._timers.append(self._loop.call_later(self._server.login_timeout, self._login_timed_out))
+        self._login_timer = self._loop.call_later(server.login_timeout, self._login_timed_out)
         if self._expect_proxy_header:
             self._enter(Lifecycle.PROXY_HEADER)  # the peer is the proxy: wait for the client's address
-            if not self._server.proxy_trust.trusts(host):
-                refuse_untrusted_proxy(self._server, self.peer)
+            if not server.proxy_trust.trusts(host):
+                refuse_untrusted_proxy(server, self.peer)
                 self._refuse_proxy("not a trusted proxy", "PROXY protocol", None)
             return
         self._enter(Lifecycle.OPEN)
-        self._log_opened(f" via proxy {proxy}" if proxy is not None else "")
-
-    def _log_opened(self, via: str = "") -> None:
-        if not log.isEnabledFor(logging.INFO):
-            return  # the fields cost ~1 % of a connect cycle each, for nothing at WARNING
-        log.info(
-            "%sconnection opened peer=%s%s",
-            self._label,
-            self.peer,
-            via,
-            extra={"fields": {"event": "connection_opened", "peer": self.peer, "listener": self.listener}},
-        )
+        connection_log.opened(self, f" via proxy {proxy}" if proxy is not None else "")
 
     def _read_proxy_header(self, data: bytes) -> bytes | None:
         """Collect and apply the PROXY header; the bytes after it, or None while incomplete.
@@ -329,12 +345,11 @@ class ClientConnection(asyncio.Protocol):
         if header.source is not None:
             proxy = self.peer
             host, port = header.source
-            self.peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            assert self.session is not None
+            self.peer = _address(host, port)
             self.session.peer_is_loopback = is_loopback(host)
-            self._log_opened(f" via proxy {proxy}")
+            connection_log.opened(self, f" via proxy {proxy}")
         else:
-            self._log_opened(" (PROXY header without a client address)")
+            connection_log.opened(self, " (PROXY header without a client address)")
         return buffered[header.length :]
 
     def _refuse_proxy(self, problem: str, reason: str, counted_as: str | None) -> None:
@@ -344,13 +359,13 @@ class ClientConnection(asyncio.Protocol):
             self._server.stats.connections_refused[counted_as] += 1
         self._proxy_header = b""
         self._enter(Lifecycle.CLOSED)
-        self._close_reason = f"{reason}: {problem}"
+        self.close_reason = f"{reason}: {problem}"
         if self.transport is not None:
             self.transport.abort()
         self._finish()
 
     def data_received(self, data: bytes) -> None:
-        self._read_since_check = True
+        self._liveness.read = True
         self.bytes_received += len(data)
         if self._closed:
             return
@@ -374,81 +389,21 @@ class ClientConnection(asyncio.Protocol):
                 self._internal_error()
             if not self._closed:
                 held = self._parser.buffered
-                if held or self._held_input:
-                    self._account_input(held)
-                else:  # the common case: every byte read was a whole frame
-                    self._frame_started = None
+                guard = self._guard
+                if held or guard.held:  # the common case, every byte read a whole frame, skips it
+                    guard.account(held, self.bytes_received - held, self._busy)
         finally:
             self._in_read = False
-            self._read_clock = 0.0
         if self._amqp is not None:
             self._amqp.flush()
         self.flush()
 
-    def _account_input(self, held: int) -> None:
-        """Bound what a client can make the adapter hold in frames it has not finished (``held``
-        bytes now): the bytes count against one budget shared by all connections, and a frame
-        must be complete within ``frame_timeout`` of the read that started it (docs/behaviour.md,
-        Limits)."""
-        server = self._server
-        if held != self._held_input:
-            server.incomplete_input += held - self._held_input
-            grew = held > self._held_input
-            self._held_input = held
-            if grew and server.incomplete_input > server.incomplete_input_budget:
-                log.warning(
-                    "peer=%s: incomplete frames of all connections hold %d bytes, over the budget of %d;"
-                    " closing this connection (it holds %d)",
-                    self.peer,
-                    server.incomplete_input,
-                    server.incomplete_input_budget,
-                    held,
-                )
-                self._fail_input(
-                    "Too much incomplete input",
-                    "Incomplete frames of all connections exceed the adapter's budget of "
-                    f"{server.incomplete_input_budget} bytes\n",
-                )
-                return
-        if held and not self._busy:
-            # the clock restarts with every frame taken: a client streaming frames whose reads
-            # end mid-frame is making progress
-            if self._frame_started is None or self._frames_read != self._frames_at_start:
-                self._frame_started = self._loop.time()
-                self._frames_at_start = self._frames_read
-                if self._frame_timer is None and server.frame_timeout:
-                    self._frame_timer = self._loop.call_later(server.frame_timeout, self._check_frame_time)
-        else:
-            # nothing pending, or complete frames waiting for the broker: not the client's delay
-            self._frame_started = None
-
-    def _check_frame_time(self) -> None:
-        self._frame_timer = None
-        started = self._frame_started
-        if self._closed or started is None:
-            return
-        timeout = self._server.frame_timeout
-        waited = self._loop.time() - started
-        if waited < timeout:
-            self._frame_timer = self._loop.call_later(timeout - waited, self._check_frame_time)
-            return
-        log.info(
-            "peer=%s: frame not completed within %g s (%d bytes held)", self.peer, timeout, self._held_input
-        )
-        self._fail_input("Frame timeout", f"A frame was not completed within {timeout:g} s\n")
-
     def _fail_input(self, message: str, detail: str) -> None:
-        assert self.session is not None
+        """The input guard's verdict: ERROR naming the limit, then close."""
+        if self._closed:
+            return
         self._run_all(self.session.close_with_error(message, detail))
         self.flush()
-
-    def _release_input(self) -> None:
-        self._server.incomplete_input -= self._held_input
-        self._held_input = 0
-        self._frame_started = None
-        if self._frame_timer is not None:
-            self._frame_timer.cancel()
-            self._frame_timer = None
 
     @property
     def frame_limits(self) -> FrameLimits:
@@ -457,7 +412,7 @@ class ClientConnection(asyncio.Protocol):
 
     def mark_read(self) -> None:
         """Input that carried no STOMP bytes (a WebSocket pong) still shows the client is alive."""
-        self._read_since_check = True
+        self._liveness.read = True
 
     def eof_received(self) -> bool:
         return False  # the transport closes itself; after our half-close this ends the linger
@@ -470,7 +425,7 @@ class ClientConnection(asyncio.Protocol):
             self._linger = None
         if not self._closed:
             self._enter(Lifecycle.CLOSED)
-            self._close_reason = (
+            self.close_reason = (
                 f"client closed the connection ({exc})" if exc else "client closed the connection"
             )
         self._finish()
@@ -500,8 +455,9 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ the pump
     def _pump(self) -> None:
         session = self.session
-        assert session is not None
         parser = self._parser
+        clocks = self._clocks
+        clocks.read_clock = 0.0  # the receipted frames of this batch share one reading
         while not self._busy and not self._closed:
             steps = self._steps
             if steps is None:
@@ -512,12 +468,11 @@ class ClientConnection(asyncio.Protocol):
                     return
                 if frame is None:
                     break
-                self._frames_read += 1
                 self._frame = frame
                 received = self.frames_received
                 received[frame.command] = received.get(frame.command, 0) + 1
                 if "receipt" in frame.headers:
-                    self._receipt_asked(frame)
+                    clocks.receipt_asked(frame)
                 # the two frames of the message flow skip the generator when they can
                 if frame.command == "SEND":
                     publish = session.quick_send(frame)
@@ -528,8 +483,8 @@ class ClientConnection(asyncio.Protocol):
                                 publish.exchange, publish.routing_key, publish.properties, publish.body
                             )
                             self.messages_published += 1
-                            if not self._timed_publish:
-                                self._time_publish()
+                            if not clocks.timed_publish:
+                                clocks.time_publish(session.publish_seq)
                             if self._destinations is not None:
                                 self._destinations.count_published(publish.destination)
                         except ProcessingError as error:  # a value AMQP cannot carry
@@ -551,7 +506,7 @@ class ClientConnection(asyncio.Protocol):
                 result = self._result
             try:
                 op = steps.send(result)
-                self._result = self._execute(op)
+                self._result = INTERPRETER[type(op)](self, op, True)
             except StopIteration:
                 self._steps = None
                 self._frame = None
@@ -571,107 +526,85 @@ class ClientConnection(asyncio.Protocol):
             else:
                 self._resume("input")
 
-    _result: object = None
-
-    def _time_publish(self) -> None:
-        """Start timing the publish just made, if it will be confirmed (confirm mode is on
-        once a SEND asked for a receipt)."""
-        assert self.session is not None
-        seq = self.session.publish_seq
-        if seq:
-            self._timed_publish = seq
-            self._timed_publish_at = time.monotonic()
-
-    def _receipt_asked(self, frame: Frame) -> None:
-        """Start the clock of a frame's receipt (stopped by ``_receipt_sent``)."""
-        command = frame.command
-        if command in _ANSWERED_BY_CONNECTED:
-            return
-        timed = self._receipts_timed
-        if len(timed) >= _MAX_TIMED_RECEIPTS:
-            # receipts that never came (an aborted transaction's SENDs, a refused message) or a
-            # client far ahead of its receipts: start over rather than grow
-            timed.clear()
-            self._receipts_reused.clear()
-        if self._in_read:  # the frames of one read arrived together
-            now = self._read_clock
-            if not now:
-                now = self._read_clock = time.monotonic()
-        else:  # a frame left waiting behind a broker call, handled now
-            now = time.monotonic()
-        receipt = frame.headers["receipt"]
-        if receipt in timed:  # reused before its RECEIPT came: timed in order
-            self._receipts_reused.setdefault(receipt, []).append((command, now))
-        else:
-            timed[receipt] = (command, now)
-
-    def _receipt_sent(self, receipt: str) -> None:
-        started = self._receipts_timed.pop(receipt, None)
-        if started is None:
-            return
-        if self._receipts_reused:
-            reused = self._receipts_reused.get(receipt)
-            if reused:
-                self._receipts_timed[receipt] = reused.pop(0)
-                if not reused:
-                    del self._receipts_reused[receipt]
-        command, asked_at = started
-        histogram = self._receipt_latency.get(command)
-        if histogram is None:
-            histogram = self._server.stats.receipt_histogram(command)
-        histogram.observe((self._confirm_clock or time.monotonic()) - asked_at)
-
     def _execute(self, op: ops.Operation, in_frame: bool = True) -> object:
-        """The one interpreter of the session's operations: run one that needs no reply, or
-        start the task for one that does (``_run_sync``/``_call``: the broker's answer goes back
-        into the frame's generator).  Outside a frame's generator (``in_frame`` False: an
-        error, a timeout, a broker event) there is nothing to answer, so an operation that needs
-        a reply there is a bug and raises, never dropped."""
+        """Run one operation through ``INTERPRETER``.  ``in_frame`` False: outside a frame's
+        generator (an error, a timeout, a broker event), where nothing could take a broker
+        call's answer, so an operation needing one is a bug and raises, never dropped."""
+        handler = INTERPRETER.get(type(op))
+        if handler is None:
+            raise AssertionError(f"no interpreter entry for operation {op!r}")
+        return handler(self, op, in_frame)
+
+    def _run_all(self, operations: list[ops.Operation]) -> None:
+        """The operations of an answer outside a frame's generator (an error, a timeout)."""
+        for op in operations:
+            self._execute(op, in_frame=False)
+
+    # the entries of INTERPRETER that run at once: (self, op, in_frame) -> the generator's input
+    def _op_publish(self, op: ops.BasicPublish, in_frame: bool) -> None:
         amqp = self._amqp
-        if isinstance(op, ops.BasicPublish):
-            assert amqp is not None
-            amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
-            self.messages_published += 1
-            if not self._timed_publish:
-                self._time_publish()
-            if self._destinations is not None and op.destination:  # "": a dead-letter copy
-                self._destinations.count_published(op.destination)
-        elif isinstance(op, ops.SendFrame):
-            self._write(op.data)
-        elif isinstance(op, ops.BasicAck):
-            assert amqp is not None
-            amqp.ack(op.delivery_tag, op.multiple)
-            self.acks += 1
-        elif isinstance(op, ops.BasicNack):
-            assert amqp is not None
-            amqp.nack(op.delivery_tag, op.multiple, op.requeue)
-            self.nacks += 1
-        elif isinstance(op, ops.QueueDeclare) and op.nowait:
-            assert amqp is not None
-            amqp.declare_nowait(op)
-        elif isinstance(op, ops.Established):
-            self._established(op)
-        elif isinstance(op, ops.CloseClient):
-            self._close(op.reason)
-        elif isinstance(op, ops.DeleteQueueOnClose):
-            self._delete_on_close.append(op.queue)  # deleted before the AMQP link closes
-        elif isinstance(op, ops.DISPATCH_OPS):
-            self._dispatch_op(op)
-        elif isinstance(op, ops.OpenConnection) and (pooled := self._pooled_amqp(op)) is not None:
+        assert amqp is not None
+        amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
+        self.messages_published += 1
+        clocks = self._clocks
+        if not clocks.timed_publish:
+            clocks.time_publish(self.session.publish_seq)
+        if self._destinations is not None and op.destination:  # "": a dead-letter copy
+            self._destinations.count_published(op.destination)
+
+    def _op_send_frame(self, op: ops.SendFrame, in_frame: bool) -> None:
+        self._write(op.data)
+
+    def _op_ack(self, op: ops.BasicAck, in_frame: bool) -> None:
+        assert self._amqp is not None
+        self._amqp.ack(op.delivery_tag, op.multiple)
+        self.acks += 1
+
+    def _op_nack(self, op: ops.BasicNack, in_frame: bool) -> None:
+        assert self._amqp is not None
+        self._amqp.nack(op.delivery_tag, op.multiple, op.requeue)
+        self.nacks += 1
+
+    def _op_declare(self, op: ops.QueueDeclare, in_frame: bool) -> None:
+        if not op.nowait:
+            self._start_call(_amqp_call, op, in_frame)
+            return
+        assert self._amqp is not None
+        self._amqp.declare_nowait(op)
+
+    def _op_established(self, op: ops.Established, in_frame: bool) -> None:
+        self._established(op)
+
+    def _op_close_client(self, op: ops.CloseClient, in_frame: bool) -> None:
+        self._close(op.reason)
+
+    def _op_delete_on_close(self, op: ops.DeleteQueueOnClose, in_frame: bool) -> None:
+        self._delete_on_close.append(op.queue)  # deleted before the AMQP link closes
+
+    def _op_dispatch(self, op: ops.DispatchOp, in_frame: bool) -> None:
+        self._dispatch_op(op)
+
+    def _op_open(self, op: ops.OpenConnection, in_frame: bool) -> ops.LoginResult | None:
+        pooled = self._login.pooled(op, self)
+        if pooled is not None:
             return self._logged_in(pooled)  # no broker call: the pump goes on, no task
-        elif in_frame:
-            self._busy = True
-            self._pause("broker")
-            self._server.spawn(self._run_sync(op))
-        else:
-            raise AssertionError(f"operation {op!r} cannot run outside a frame's handling")
+        self._start_call(_open_connection, op, in_frame)
         return None
 
-    async def _run_sync(self, op: ops.Operation) -> None:
+    def _start_call(self, call: _Call, op: ops.Operation, in_frame: bool) -> None:
+        """An operation that waits for the broker: stop reading the client and run it as a
+        task, whose answer goes back into the frame's generator (``_run_call``)."""
+        if not in_frame:
+            raise AssertionError(f"operation {op!r} cannot run outside a frame's handling")
+        self._busy = True
+        self._pause("broker")
+        self._server.spawn(self._run_call(call, op))
+
+    async def _run_call(self, call: _Call, op: Any) -> None:
         if self._closed:
             return  # closed between spawning this task and its first step: the link is gone
         try:
-            self._result = await self._call(op)
+            self._result = await call(self, op)
         except AmqpError:
             # on_amqp_closed has already sent the ERROR and closed the client
             return
@@ -679,7 +612,6 @@ class ClientConnection(asyncio.Protocol):
             self._processing_error(error)
             return
         except (OSError, TimeoutError) as error:
-            assert self.session is not None
             self._run_all(self.session.on_connection_lost(str(error) or type(error).__name__))
             return
         except Exception:  # a bug must not take the server down: report and close this client
@@ -691,235 +623,99 @@ class ClientConnection(asyncio.Protocol):
         self._resume("broker")
         self._pump_batch()
 
-    async def _call(self, op: ops.Operation) -> object:
-        if isinstance(op, ops.OpenConnection):
-            return await self._open_amqp(op)
+    # the broker calls (the awaited half of INTERPRETER's entries that wait)
+    async def _await_confirms(self, op: ops.AwaitConfirms) -> bool:
+        """True when every confirm came (DISCONNECT goes ahead either way; a NACK to a
+        dead-letter queue does not acknowledge the original without it)."""
+        if self.session.confirms_outstanding:
+            self._confirm_waiter = self._loop.create_future()
+            try:
+                async with asyncio.timeout(_CONFIRM_WAIT_ON_DISCONNECT):
+                    await self._confirm_waiter
+            except TimeoutError:
+                log.warning(
+                    "peer=%s: publisher confirms did not all come within %g s",
+                    self.peer,
+                    _CONFIRM_WAIT_ON_DISCONNECT,
+                )
+                return False
+        return True
+
+    async def _close_amqp_link(self, op: ops.CloseAmqp) -> None:
         amqp = self._amqp
         assert amqp is not None
-        if isinstance(op, ops.BROKER_CALLS):
-            return await amqp.execute(op)
-        if isinstance(op, ops.AwaitConfirms):
-            # the result says whether every confirm came (DISCONNECT goes ahead either way; a
-            # NACK to a dead-letter queue does not acknowledge the original without it)
-            assert self.session is not None
-            if self.session.confirms_outstanding:
-                self._confirm_waiter = self._loop.create_future()
-                try:
-                    async with asyncio.timeout(_CONFIRM_WAIT_ON_DISCONNECT):
-                        await self._confirm_waiter
-                except TimeoutError:
-                    log.warning(
-                        "peer=%s: publisher confirms did not all come within %g s",
-                        self.peer,
-                        _CONFIRM_WAIT_ON_DISCONNECT,
-                    )
-                    return False
-            return True
-        elif isinstance(op, ops.CloseAmqp):
-            self._leave_dispatchers()  # before the channel closes (its unacked messages requeue)
-            self._amqp = None
-            await self._release_amqp(amqp, queues_to_delete=bool(self._delete_on_close))
-        else:  # pragma: no cover - exhaustive over SYNCHRONOUS_OPS
-            raise AssertionError(f"unhandled operation {op!r}")
-        return None
+        self._leave_dispatchers()  # before the channel closes (its unacked messages requeue)
+        self._amqp = None
+        await self._release_amqp(amqp, queues_to_delete=bool(self._delete_on_close))
 
     async def _open_amqp(self, op: ops.OpenConnection) -> ops.LoginResult:
-        """Log in on the first broker node that answers, in the order server.nodes gives, all
-        within the login timeout.  A refusing, unreachable or timing-out node is skipped (and
-        rested); a login the broker refuses is final (docs/behaviour.md, "Broker nodes")."""
-        broker = self._server.broker
-        nodes = self._server.nodes
-        failures = self._server.stats.amqp_connection_failures
-        deadline = self._loop.time() + self._server.login_timeout
-        amqp: AmqpConnection | None = None
-        reuse = self._server.amqp_reuse
-        for node in nodes.attempt_order():
-            # closed meanwhile (by the login timeout; a client that leaves is not seen yet:
-            # its socket is not read while a broker call is pending)
-            if self._closed:
-                return ops.LoginResult(False, "other", "closed")
-            remaining = deadline - self._loop.time()
-            if remaining <= 0:
-                break
-            target = node.resolver.target()
-            try:
-                amqp = await AmqpConnection.open(
-                    self,
-                    host=target,
-                    port=node.port,
-                    user=op.user,
-                    password=op.password,
-                    vhost=op.vhost,
-                    heartbeat=broker.heartbeat,
-                    timeout=min(broker.connect_timeout, remaining),
-                    connection_name=f"STOMP {self.peer}",
-                    ssl_context=broker.tls if node.tls else None,
-                    server_hostname=(broker.tls_server_name or node.host) if node.tls else None,
-                    reusable=reuse is not None,
-                )
-            except AmqpError as error:
-                log.info(
-                    "login refused peer=%s user=%s vhost=%s node=%s: %s",
-                    self.peer,
-                    op.user,
-                    op.vhost,
-                    node.label,
-                    error.text,
-                )
-                if error.code == 403 or (error.phase == "auth" and error.code == 0):
-                    # RabbitMQ closes the socket on a failed login (authentication_failure_close)
-                    failures["access_refused"] += 1
-                    return ops.LoginResult(False, "auth", error.text)
-                if error.code in (530, 402) or error.phase == "vhost":
-                    failures["vhost"] += 1
-                    return ops.LoginResult(False, "vhost", error.text)
-                failures["refused"] += 1
-                # the broker's text may name its node or the adapter's internals: logged above,
-                # and the client gets the plugin's body for a login that failed otherwise
-                return ops.LoginResult(False, "other")
-            except ssl.SSLError as error:
-                failures["tls"] += 1
-                nodes.failed(node)
-                if isinstance(error, ssl.SSLCertVerificationError):
-                    problem = f"TLS certificate verification failed for {node.label}: {error.verify_message}"
-                else:
-                    problem = f"TLS handshake with {node.label} failed: {_tls_failure(error)}"
-                log.warning("peer=%s: %s (%s)", self.peer, problem, error)
-            except (OSError, TimeoutError) as error:
-                if isinstance(error, OSError) and error.errno in EXHAUSTED:
-                    failures["file_descriptors"] += 1
-                    self._server.descriptors.exhausted(f"cannot open an AMQP connection: {error.strerror}")
-                    return ops.LoginResult(
-                        False, "other", "The adapter is out of file descriptors, try again later"
-                    )
-                failures["timeout" if isinstance(error, TimeoutError) else "unreachable"] += 1
-                nodes.failed(node)
-                reason = str(error) or type(error).__name__
-                log.warning("broker node unreachable for peer=%s: %s: %s", self.peer, node.label, reason)
-            else:
-                nodes.connected(node, target, amqp.peer_address)
-                nodes.announced(node, amqp.broker_version)  # logged and exported once per node
-                if reuse is not None:
-                    reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
-                break
-        if amqp is None:
-            # the client has not logged in: it learns no node, address, certificate problem or
-            # setting (the log above has them all), only what an unreachable broker tells it
-            return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
-        return self._logged_in(amqp)
-
-    def _pooled_amqp(self, op: ops.OpenConnection) -> AmqpConnection | None:
-        """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
-        passcode, with a fresh channel number (adapter/server/amqp_pool.py); None: log in
-        afresh, and the broker decides, as without reuse."""
-        reuse = self._server.amqp_reuse
-        if reuse is None:
-            return None
-        # the configured order: attempt_order() would advance the round robin of fresh logins
-        labels = (node.label for node in self._server.nodes.nodes)
-        return reuse.acquire(labels, op.user, op.vhost, op.password, self)
+        """Log in (``BrokerLogin.open``: the node loop, within the login timeout)."""
+        result = await self._login.open(op, self, self.peer, lambda: self._closed)
+        if isinstance(result, ops.LoginResult):
+            return result
+        return self._logged_in(result)
 
     def _logged_in(self, amqp: AmqpConnection) -> ops.LoginResult:
-        if self._closed:
-            if self._server.amqp_reuse is None:
+        if self._closed:  # by the login timeout, while the broker answered
+            if not self._login.reusing:
                 amqp.close_nowait()
             else:
                 self._server.spawn(self._release_amqp(amqp, queues_to_delete=False))
             return ops.LoginResult(False, "other", "closed")
         self._amqp = amqp
-        props = amqp.server_properties
-        product = _text(props.get("product", "RabbitMQ"))
-        version = _text(props.get("version", ""))
-        server = f"{product}/{version}" if version else product
-        return ops.LoginResult(True, server_version=server, broker=amqp.broker_generation)
+        return logged_in(amqp)
 
     def _internal_error(self) -> None:
         """Called from an ``except`` block: log the traceback (a bug), answer ERROR, close."""
         log.exception("internal error peer=%s", self.peer)
         self._steps = None
-        if self.session is not None and not self._closed:
+        if not self._closed:
             self._run_all(self.session.close_with_error("Internal error", "Internal error", self._frame))
 
     def _processing_error(self, error: ProcessingError) -> None:
-        assert self.session is not None
         log.info("processing error peer=%s: %s", self.peer, error.detail)
         self._run_all(self.session.close_with_error(error.message, f"{error.detail}\n", self._frame))
 
-    def _run_all(self, operations: list[ops.Operation]) -> None:
-        """The operations of an answer outside a frame's generator (an error, a timeout)."""
-        for op in operations:
-            self._execute(op, in_frame=False)
-
     # ------------------------------------------------------------------ login and heart-beats
     def _established(self, op: ops.Established) -> None:
-        session = self.session
-        assert session is not None
         self._parser.set_version(op.version)
         self._parser.limits = self._settings.frame_limits
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
-        if log.isEnabledFor(logging.INFO):  # the fields cost ~1 % of a connect cycle
-            self._log_logged_in(session, op)
-        if op.send_ms:
-            self._timers.append(
-                self._loop.call_later(op.send_ms / 2000, self._send_heartbeat, op.send_ms / 2000)
-            )
-        if op.receive_ms:
-            interval = op.receive_ms * self._server.heartbeat_tolerance / 1000
-            self._read_since_check = False
-            self._timers.append(self._loop.call_later(interval, self._check_heartbeat, interval))
+        if self._login_timer is not None:
+            self._login_timer.cancel()
+            self._login_timer = None
+        connection_log.logged_in(self, op)
+        # a heart-beat every half of the client's interval (it is late after a whole one); the
+        # client may be late by the tolerance (adapter.heartbeat_tolerance)
+        self._heartbeats.start(op.send_ms / 2000, op.receive_ms * self._server.heartbeat_tolerance / 1000)
 
-    def _log_logged_in(self, session: Session, op: ops.Established) -> None:
-        log.info(
-            "connection logged in peer=%s user=%s vhost=%s version=%s heart-beat=%s,%s",
-            self.peer,
-            session.user,
-            session.vhost,
-            op.version,
-            op.send_ms,
-            op.receive_ms,
-            extra={
-                "fields": {
-                    "event": "connection_logged_in",
-                    "peer": self.peer,
-                    "listener": self.listener,
-                    "user": session.user,
-                    "vhost": session.vhost,
-                    "version": op.version,
-                    "heart_beat": f"{op.send_ms},{op.receive_ms}",
-                }
-            },
-        )
+    # the HeartBeatHost side (adapter/server/heartbeats.py)
+    def heartbeat_output_pending(self) -> bool:
+        return bool(self._out)
 
-    def _send_heartbeat(self, interval: float) -> None:
+    def write_heartbeat(self) -> None:
         if self._closed or self.transport is None:
             return
-        if not self._wrote_since_check and not self._out:
-            self.transport.write(b"\n")
-            self.bytes_sent += 1
-        self._wrote_since_check = False
-        self._timers.append(self._loop.call_later(interval, self._send_heartbeat, interval))
+        self.transport.write(b"\n")
+        self.bytes_sent += 1
 
-    def _check_heartbeat(self, interval: float) -> None:
-        if self._closed:
-            return
+    def reading_excused(self) -> bool:
         # while we are not reading the client (waiting for the broker, broker flow control)
         # its heart-beats wait unread in the socket: not the client's fault
-        if not self._read_since_check and not self._pause_reasons:
-            assert self.session is not None
-            self._run_all(
-                self.session.close_with_error(
-                    "Heart-beat timeout", f"No data received from the client for {interval:.1f} s\n"
-                )
-            )
+        return bool(self._pause_reasons)
+
+    def heartbeat_timed_out(self, interval: float) -> None:
+        if self._closed:
             return
-        self._read_since_check = False
-        self._timers.append(self._loop.call_later(interval, self._check_heartbeat, interval))
+        self._run_all(
+            self.session.close_with_error(
+                "Heart-beat timeout", f"No data received from the client for {interval:.1f} s\n"
+            )
+        )
 
     def _login_timed_out(self) -> None:
+        self._login_timer = None
         session = self.session
-        if self._closed or session is None or session.state is State.CONNECTED:
+        if self._closed or session.state is State.CONNECTED:
             return
         if self.lifecycle is Lifecycle.PROXY_HEADER:  # no STOMP peer yet to send an ERROR to
             self._refuse_proxy(
@@ -930,7 +726,7 @@ class ClientConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ broker events
     def on_deliver(self, delivery: ops.Delivery) -> None:
-        if self._closed or self.session is None:
+        if self._closed:
             return
         try:
             data = self.session.on_delivery(delivery)
@@ -960,31 +756,87 @@ class ClientConnection(asyncio.Protocol):
     def _over_budget(self, error: BudgetExceeded) -> None:
         """A delivery the session would have to keep does not fit its byte budget: ERROR, then
         close.  The delivery is not sent and stays unacknowledged, so the broker requeues it."""
-        if self._closed or self.session is None:
+        if self._closed:
             return
         log.warning("peer=%s: %s", self.peer, error.detail.rstrip("\n"))
         self._run_all(self.session.close_with_error(error.message, error.detail))
 
     def _count_delivered(self, consumer_tag: str) -> None:
         """Per-destination series: a MESSAGE for the subscription behind ``consumer_tag``."""
-        assert self.session is not None and self._destinations is not None
+        assert self._destinations is not None
         destination = self.session.subscription_destination(consumer_tag)
         if destination is not None:
             self._destinations.count_delivered(destination)
 
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        if self._closed:
+            return
+        session = self.session
+        clocks = self._clocks
+        clocks.confirmed(delivery_tag, multiple)
+        data = session.on_confirm(delivery_tag, multiple, ack)
+        clocks.confirm_clock = 0.0
+        if data:
+            self._out.append(data)  # flushed by on_read_done, as for deliveries
+            if not ack:
+                self._close("the broker refused a message (basic.nack)")
+        waiter = self._confirm_waiter
+        if waiter is not None and not session.confirms_outstanding and not waiter.done():
+            waiter.set_result(None)
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        if self._closed:
+            return
+        session = self.session
+        dispatched = session.is_dispatched(consumer_tag)
+        self._write(session.on_server_cancel(consumer_tag))
+        if dispatched:
+            # out of its dispatcher, or messages routed to it would be rendered for a
+            # subscription that is gone (and, with auto acks, acked on their way there)
+            self._dispatch_op(ops.LeaveDispatch(consumer_tag))
+
+    def on_amqp_closed(self, error: AmqpError) -> None:
+        if not error.channel_only:
+            self._amqp = None  # the connection itself is gone; a closed channel still needs closing
+        if self._closed:
+            return
+        if not error.channel_only:
+            # the broker closed the connection (connection.close: forced, a memory alarm ...) or
+            # the link died without one (network, broker crash)
+            reason = "closed_by_broker" if error.code else "connection_lost"
+            self._server.stats.amqp_connection_failures[reason] += 1
+        if error.code:
+            # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close
+            # (docs/behaviour.md#error-handling)
+            frame = self._frame if self._busy else None
+            self._run_all(self.session.on_broker_error(error.name, error.text, frame))
+        else:
+            self._run_all(self.session.on_connection_lost(error.text))
+
+    def on_read_done(self) -> None:
+        self.flush()
+
+    def on_broker_backpressure(self, paused: bool) -> None:
+        if paused:
+            self._pause("broker-flow")
+        else:
+            self._resume("broker-flow")
+
     # ------------------------------------------------------------------ queue dispatchers
     def _dispatch_op(self, op: ops.DispatchOp) -> None:
-        link = self._dispatch
-        if link is None:
-            assert self.session is not None and self.session.vhost is not None
-            link = self._dispatch = DispatchLink(
-                self, self._settings.dispatchers, self.session.vhost, self._loop
+        glue = self._dispatch
+        if glue is None:
+            session = self.session
+            assert session.vhost is not None
+            link = DispatchLink(self, self._settings.dispatchers, session.vhost, self._loop)
+            glue = self._dispatch = DispatchGlue(
+                link, self._loop, lambda: self._amqp, lambda: not self.session.plain_acks
             )
-        link.execute(op)
+        glue.execute(op)
 
     def deliver_dispatched(self, delivery: ops.Delivery) -> None:
         """The queue's dispatcher gives this client a message (adapter/server/dispatching.py)."""
-        if self._closed or self.session is None:
+        if self._closed:
             return
         try:
             data = self.session.render_dispatched(delivery)
@@ -1003,94 +855,20 @@ class ClientConnection(asyncio.Protocol):
 
     def settle_dispatched(self, delivery_tag: int, ack: bool, requeue: bool) -> None:
         """The queue's dispatcher settles a delivery of this connection's channel (acks are
-        gathered and written, coalesced, one loop turn later: DispatchLink.flush_acks)."""
-        amqp, link = self._amqp, self._dispatch
-        if amqp is None or link is None or not amqp.is_open:
+        gathered and written, coalesced, one loop turn later: DispatchGlue.flush)."""
+        amqp, glue = self._amqp, self._dispatch
+        if amqp is None or glue is None or not amqp.is_open:
             return  # the channel is gone: the broker has requeued it
         if ack:
             self.acks += 1
         else:
             self.nacks += 1
-        link.settle(amqp, delivery_tag, ack, requeue)
-        if self._amqp_flush_handle is None:
-            self._amqp_flush_handle = self._loop.call_soon(self._flush_amqp)
-
-    def _flush_amqp(self) -> None:
-        self._amqp_flush_handle = None
-        amqp, link = self._amqp, self._dispatch
-        if amqp is None:
-            return
-        if link is not None and self.session is not None:
-            link.flush_acks(amqp, coalesce=not self.session.plain_acks)
-        amqp.flush()
+        glue.settle(amqp, delivery_tag, ack, requeue)
 
     def _leave_dispatchers(self) -> None:
-        if self._amqp is not None and self._dispatch is not None and self.session is not None:
-            # the acks of this loop turn first: they are the client's (or auto mode's) answer
-            self._dispatch.flush_acks(self._amqp, coalesce=not self.session.plain_acks)
-        link, self._dispatch = self._dispatch, None
-        if link is not None:
-            link.channel_closed()
-
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        session = self.session
-        if session is None or self._closed:
-            return
-        now = 0.0
-        timed = self._timed_publish
-        if timed and (delivery_tag == timed or (multiple and delivery_tag > timed)):
-            now = time.monotonic()
-            self._server.stats.confirm_latency.observe(now - self._timed_publish_at)
-            self._timed_publish = 0
-        if self._receipts_timed:  # the RECEIPTs this confirm releases share one clock reading
-            self._confirm_clock = now or time.monotonic()
-        data = session.on_confirm(delivery_tag, multiple, ack)
-        self._confirm_clock = 0.0
-        if data:
-            self._out.append(data)  # flushed by on_read_done, as for deliveries
-            if not ack:
-                self._close("the broker refused a message (basic.nack)")
-        waiter = self._confirm_waiter
-        if waiter is not None and not session.confirms_outstanding and not waiter.done():
-            waiter.set_result(None)
-
-    def on_server_cancel(self, consumer_tag: str) -> None:
-        session = self.session
-        if session is not None and not self._closed:
-            dispatched = session.is_dispatched(consumer_tag)
-            self._write(session.on_server_cancel(consumer_tag))
-            if dispatched:
-                # out of its dispatcher, or messages routed to it would be rendered for a
-                # subscription that is gone (and, with auto acks, acked on their way there)
-                self._dispatch_op(ops.LeaveDispatch(consumer_tag))
-
-    def on_amqp_closed(self, error: AmqpError) -> None:
-        session = self.session
-        if not error.channel_only:
-            self._amqp = None  # the connection itself is gone; a closed channel still needs closing
-        if session is None or self._closed:
-            return
-        if not error.channel_only:
-            # the broker closed the connection (connection.close: forced, a memory alarm ...) or
-            # the link died without one (network, broker crash)
-            reason = "closed_by_broker" if error.code else "connection_lost"
-            self._server.stats.amqp_connection_failures[reason] += 1
-        if error.code:
-            # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close
-            # (docs/behaviour.md#error-handling)
-            frame = self._frame if self._busy else None
-            self._run_all(session.on_broker_error(error.name, error.text, frame))
-        else:
-            self._run_all(session.on_connection_lost(error.text))
-
-    def on_read_done(self) -> None:
-        self.flush()
-
-    def on_broker_backpressure(self, paused: bool) -> None:
-        if paused:
-            self._pause("broker-flow")
-        else:
-            self._resume("broker-flow")
+        glue, self._dispatch = self._dispatch, None
+        if glue is not None:
+            glue.leave()
 
     # ------------------------------------------------------------------ output
     def _write(self, data: bytes) -> None:
@@ -1116,7 +894,7 @@ class ClientConnection(asyncio.Protocol):
         self._out = []
         if self._linger is not None:
             return  # after our half-close (see _close) nothing more goes to the client
-        self._wrote_since_check = True
+        self._liveness.wrote = True
         if self._out_large or self.frame_per_write:
             self._out_large = False  # large MESSAGEs are not copied again into one write
             self.bytes_sent += sum(map(len, out))
@@ -1147,7 +925,7 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         self._enter(Lifecycle.CLOSED)
-        self._close_reason = reason
+        self.close_reason = reason
         self._flush()
         transport = self.transport
         if transport is not None:
@@ -1189,18 +967,18 @@ class ClientConnection(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """Server shutdown: tell the client why, then close."""
-        if self._closed or self.session is None:
+        if self._closed:
             return
         self._write(self.session.shutdown_notice())
         self._close("server shutdown")
 
     def _finish(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
-        self._release_input()
-        if self.session is not None:
-            self.session.on_closed()  # activemq profile: frees its client-id
+        if self._login_timer is not None:
+            self._login_timer.cancel()
+            self._login_timer = None
+        self._heartbeats.stop()
+        self._guard.release()
+        self.session.on_closed()  # activemq profile: frees its client-id
         if self._dispatch is not None:
             self._leave_dispatchers()
         if self._steps is not None:
@@ -1215,51 +993,12 @@ class ClientConnection(asyncio.Protocol):
         for reason in list(self.paused_since):
             self._end_pause_clock(reason)
         self._server.add_finished(self)
-        self._log_closed()
+        connection_log.closed(self)
         if amqp is not None and amqp.is_open:
             task = self._server.spawn(self._close_amqp(amqp, self._delete_on_close))
             task.add_done_callback(lambda _t: self._set_done())
         else:
             self._set_done()
-
-    def _log_closed(self) -> None:
-        if not log.isEnabledFor(logging.INFO):
-            return
-        session = self.session
-        logged_in = session is not None and session.user is not None
-        frames_sent = sum(session.frames_sent.values()) + session.messages_sent if session else 0
-        fields = {
-            "event": "connection_closed",
-            "peer": self.peer,
-            "listener": self.listener,
-            "user": session.requested_user if session else None,
-            "vhost": session.requested_vhost if session else None,
-            "logged_in": logged_in,
-            "version": session.version if session and logged_in else None,
-            "duration_seconds": round(time.monotonic() - self.opened_at, 3),
-            "frames_received": sum(self.frames_received.values()),
-            "frames_sent": frames_sent,
-            "messages_published": self.messages_published,
-            "messages_delivered": session.messages_sent if session else 0,
-            "bytes_received": self.bytes_received,
-            "bytes_sent": self.bytes_sent,
-            "reason": self._close_reason,
-        }
-        log.info(
-            "connection closed peer=%s user=%s vhost=%s version=%s duration=%.3fs frames_in=%d"
-            " frames_out=%d published=%d delivered=%d reason=%s",
-            self.peer,
-            fields["user"],
-            fields["vhost"],
-            fields["version"],
-            fields["duration_seconds"],
-            fields["frames_received"],
-            frames_sent,
-            self.messages_published,
-            fields["messages_delivered"],
-            self._close_reason,
-            extra={"fields": fields},
-        )
 
     async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
         for queue in delete_queues:
@@ -1270,15 +1009,9 @@ class ClientConnection(asyncio.Protocol):
         await self._release_amqp(amqp, queues_to_delete=bool(delete_queues))
 
     async def _release_amqp(self, amqp: AmqpConnection, *, queues_to_delete: bool) -> None:
-        """The session is done with its AMQP connection: close it, or, with
-        adapter.amqp_connection_reuse, give it back to the pool if nothing of the session can
-        outlive its channel (adapter/server/amqp_pool.py decides)."""
-        reuse = self._server.amqp_reuse
-        if reuse is None:
-            await amqp.close()
-        else:
-            failed = self.session is None or bool(self.session.errors_sent)
-            await reuse.release(amqp, queues_to_delete=queues_to_delete, session_failed=failed)
+        await self._login.release(
+            amqp, queues_to_delete=queues_to_delete, session_failed=bool(self.session.errors_sent)
+        )
 
     def _set_done(self) -> None:
         self._server.connections.discard(self)
@@ -1286,40 +1019,47 @@ class ClientConnection(asyncio.Protocol):
             self.done.set_result(None)
 
 
-def _text(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
+# ---------------------------------------------------------------------- the operation interpreter
+# a broker call: awaited in the frame's task, its result goes back into the frame's generator
+_Call = Callable[[ClientConnection, Any], Awaitable[object]]
+# an entry: (connection, operation, in_frame) -> what goes back into the frame's generator
+_Entry = Callable[[ClientConnection, Any, bool], object]
 
 
-# OpenSSL's reason codes for a failed handshake with a broker node, in an operator's words
-_TLS_CLIENT_CERTIFICATE_REFUSED = frozenset(
-    {
-        "TLSV1_ALERT_UNKNOWN_CA",
-        "SSLV3_ALERT_BAD_CERTIFICATE",
-        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
-        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
-        "SSLV3_ALERT_CERTIFICATE_REVOKED",
-        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
-        "TLSV1_ALERT_ACCESS_DENIED",
-    }
-)
-_TLS_NO_COMMON_VERSION = frozenset(
-    {"TLSV1_ALERT_PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL", "NO_PROTOCOLS_AVAILABLE", "WRONG_SSL_VERSION"}
-)
+async def _amqp_call(connection: ClientConnection, op: Any) -> object:
+    amqp = connection._amqp  # noqa: SLF001 - the interpreter is the connection's own table
+    assert amqp is not None
+    return await amqp.execute(op)
 
 
-def _tls_failure(error: ssl.SSLError) -> str:
-    """What went wrong in a TLS handshake with a broker node (the log keeps OpenSSL's text)."""
-    reason = error.reason or ""
-    if reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
-        return "the broker requires a client certificate (adapter.amqp_tls_certfile and _keyfile)"
-    if reason in _TLS_CLIENT_CERTIFICATE_REFUSED:
-        return f"the broker refused the adapter's client certificate ({reason.lower()})"
-    if reason in _TLS_NO_COMMON_VERSION:
-        return "no TLS version in common with the broker (adapter.amqp_tls_min_version)"
-    if reason == "SSLV3_ALERT_HANDSHAKE_FAILURE":
-        return "the broker ended the handshake: it may require a client certificate, or share no cipher"
-    if reason == "WRONG_VERSION_NUMBER":
-        return "the node does not answer in TLS (is it a plain amqp:// port?)"
-    return reason.lower().replace("_", " ") or str(error)
+async def _open_connection(connection: ClientConnection, op: ops.OpenConnection) -> object:
+    return await connection._open_amqp(op)  # noqa: SLF001
+
+
+def _broker_call(call: _Call) -> _Entry:
+    """The entry of an operation that always waits for the broker."""
+
+    def start(connection: ClientConnection, op: Any, in_frame: bool) -> None:
+        connection._start_call(call, op, in_frame)  # noqa: SLF001
+
+    return start
+
+
+# Every operation the session emits, and what the shell does with it.  A type missing here is a
+# bug that closes the connection with "Internal error" (tests/unit/test_shell_interpreter.py
+# checks that every operation type has an entry).
+INTERPRETER: dict[type, _Entry] = {
+    ops.BasicPublish: ClientConnection._op_publish,
+    ops.SendFrame: ClientConnection._op_send_frame,
+    ops.BasicAck: ClientConnection._op_ack,
+    ops.BasicNack: ClientConnection._op_nack,
+    ops.Established: ClientConnection._op_established,
+    ops.CloseClient: ClientConnection._op_close_client,
+    ops.DeleteQueueOnClose: ClientConnection._op_delete_on_close,
+    ops.QueueDeclare: ClientConnection._op_declare,  # nowait: at once; else a broker call
+    ops.OpenConnection: ClientConnection._op_open,  # pooled: at once; else the login task
+    **{kind: ClientConnection._op_dispatch for kind in ops.DISPATCH_OPS},
+    **{kind: _broker_call(_amqp_call) for kind in ops.BROKER_CALLS if kind is not ops.QueueDeclare},
+    ops.AwaitConfirms: _broker_call(ClientConnection._await_confirms),
+    ops.CloseAmqp: _broker_call(ClientConnection._close_amqp_link),
+}

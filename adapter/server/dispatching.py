@@ -4,7 +4,8 @@
 is released; this module executes those decisions across connections (a delivery that arrived
 on one client's channel may be rendered to another client, and its ACK becomes a ``basic.ack``
 on the first client's channel) and arms each dispatcher's release timer.  One ``DispatchLink``
-per client connection holds that connection's members; the connection is their ``Owner``.
+per client connection holds that connection's members; the connection is their ``Owner``, and
+its ``DispatchGlue`` (made with the link) schedules the coalesced acks and leaves on close.
 Nothing here runs for a connection without a selector subscription on a queue.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from ..mapping import dispatch
@@ -64,6 +65,12 @@ class Channel(Protocol):
     def ack(self, delivery_tag: int, multiple: bool) -> None: ...
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None: ...
+
+
+class FlushableChannel(Channel, Protocol):
+    """A channel whose writes are buffered until ``flush`` (AmqpConnection)."""
+
+    def flush(self) -> None: ...
 
 
 class DispatchLink:
@@ -199,3 +206,56 @@ class DispatchLink:
     def _forget(self, dispatcher: QueueDispatcher, queue: str) -> None:
         arm_release(dispatcher, self._loop)
         self._dispatchers.forget_if_empty(self._vhost, queue)
+
+
+class DispatchGlue:
+    """A connection's side of the queue dispatchers, made on its first dispatched subscription:
+    its ``DispatchLink``, and the acks the dispatchers settle on its channel, written coalesced
+    one loop turn later (``settle``, then ``flush``).  ``channel`` gives the connection's AMQP
+    channel now (None once it is gone); ``coalesce`` says whether acks may be merged (the
+    session never had a client-ack subscription that is not dispatched)."""
+
+    __slots__ = ("_channel", "_coalesce", "_flush_handle", "_loop", "link")
+
+    def __init__(
+        self,
+        link: DispatchLink,
+        loop: asyncio.AbstractEventLoop,
+        channel: Callable[[], FlushableChannel | None],
+        coalesce: Callable[[], bool],
+    ) -> None:
+        self.link = link
+        self._loop = loop
+        self._channel = channel
+        self._coalesce = coalesce
+        self._flush_handle: asyncio.Handle | None = None
+
+    def execute(self, op: ops.DispatchOp) -> None:
+        self.link.execute(op)
+
+    def settle(self, channel: FlushableChannel, delivery_tag: int, ack: bool, requeue: bool) -> None:
+        """A dispatcher settles a delivery of this channel: a nack is written now, acks are
+        gathered and the flush is scheduled for the end of this loop turn."""
+        self.link.settle(channel, delivery_tag, ack, requeue)
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write the gathered acks and push the channel's buffer out."""
+        self._flush_handle = None
+        channel = self._channel()
+        if channel is None:
+            return
+        self.link.flush_acks(channel, coalesce=self._coalesce())
+        channel.flush()
+
+    def set_paused(self, paused: bool) -> None:
+        self.link.set_paused(paused)
+
+    def leave(self) -> None:
+        """The channel is closing or gone: the acks gathered so far first (they are the
+        client's, or auto mode's, answer), then every member leaves."""
+        channel = self._channel()
+        if channel is not None:
+            self.link.flush_acks(channel, coalesce=self._coalesce())
+        self.link.channel_closed()

@@ -1,0 +1,218 @@
+"""A client's AMQP login: the broker-node loop, the pool of reusable connections, TLS diagnosis.
+
+``BrokerLogin.open`` tries the broker nodes in the order ``BrokerNodes`` gives, all within the
+login timeout: a refusing, unreachable or timing-out node is skipped (and rested), a login the
+broker refuses is final (docs/behaviour.md, "Broker nodes").  What it returns is either the open
+``AmqpConnection`` or the ``LoginResult`` of a failure, whose text never names a node, address,
+certificate problem or setting (the log has those; the client has not logged in).
+``BrokerLogin.pooled`` takes a connection from adapter.amqp_connection_reuse's pool instead, and
+``release`` gives one back (or closes it).  The shell (``ClientConnection``) decides what a
+result means for the session; this module knows nothing of STOMP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..amqp.connection import AmqpConnection, AmqpError
+from ..mapping import operations as ops
+from .fdlimit import EXHAUSTED
+
+if TYPE_CHECKING:
+    from ..amqp.connection import BrokerEvents
+    from .amqp_pool import AmqpReuse
+    from .brokers import BrokerNodes
+    from .connection import BrokerSettings
+    from .fdlimit import DescriptorWatch
+    from .stats import ServerStats
+
+log = logging.getLogger("adapter.connection")
+
+# opens one AMQP connection: AmqpConnection.open's signature (a test passes its own)
+Opener = Callable[..., Awaitable[AmqpConnection]]
+
+
+class LoginServices(Protocol):
+    """What a login uses of the server: where and how to connect, the pool, and the counters
+    of failed attempts (the listener's ``Server`` has all of these)."""
+
+    broker: BrokerSettings
+    nodes: BrokerNodes
+    login_timeout: float
+    amqp_reuse: AmqpReuse | None
+    descriptors: DescriptorWatch
+    stats: ServerStats
+
+
+class BrokerLogin:
+    """The AMQP side of one client's CONNECT (and of its connection's release at the end)."""
+
+    __slots__ = ("_loop", "_services", "opener")
+
+    def __init__(self, services: LoginServices, loop: asyncio.AbstractEventLoop) -> None:
+        self._services = services
+        self._loop = loop
+        self.opener: Opener = AmqpConnection.open
+
+    @property
+    def reusing(self) -> bool:
+        """adapter.amqp_connection_reuse is on."""
+        return self._services.amqp_reuse is not None
+
+    def pooled(self, op: ops.OpenConnection, events: BrokerEvents) -> AmqpConnection | None:
+        """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
+        passcode, with a fresh channel number (adapter/server/amqp_pool.py); None: log in
+        afresh, and the broker decides, as without reuse."""
+        reuse = self._services.amqp_reuse
+        if reuse is None:
+            return None
+        # the configured order: attempt_order() would advance the round robin of fresh logins
+        labels = (node.label for node in self._services.nodes.nodes)
+        return reuse.acquire(labels, op.user, op.vhost, op.password, events)
+
+    async def open(
+        self, op: ops.OpenConnection, events: BrokerEvents, peer: str, closed: Callable[[], bool]
+    ) -> AmqpConnection | ops.LoginResult:
+        """Log in on the first node that answers.  ``closed``: the client went away meanwhile
+        (the login timeout closed it), so stop trying."""
+        services = self._services
+        broker = services.broker
+        nodes = services.nodes
+        failures = services.stats.amqp_connection_failures
+        deadline = self._loop.time() + services.login_timeout
+        reuse = services.amqp_reuse
+        for node in nodes.attempt_order():
+            # closed meanwhile (by the login timeout; a client that leaves is not seen yet:
+            # its socket is not read while a broker call is pending)
+            if closed():
+                return ops.LoginResult(False, "other", "closed")
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                break
+            target = node.resolver.target()
+            try:
+                amqp = await self.opener(
+                    events,
+                    host=target,
+                    port=node.port,
+                    user=op.user,
+                    password=op.password,
+                    vhost=op.vhost,
+                    heartbeat=broker.heartbeat,
+                    timeout=min(broker.connect_timeout, remaining),
+                    connection_name=f"STOMP {peer}",
+                    ssl_context=broker.tls if node.tls else None,
+                    server_hostname=(broker.tls_server_name or node.host) if node.tls else None,
+                    reusable=reuse is not None,
+                )
+            except AmqpError as error:
+                log.info(
+                    "login refused peer=%s user=%s vhost=%s node=%s: %s",
+                    peer,
+                    op.user,
+                    op.vhost,
+                    node.label,
+                    error.text,
+                )
+                if error.code == 403 or (error.phase == "auth" and error.code == 0):
+                    # RabbitMQ closes the socket on a failed login (authentication_failure_close)
+                    failures["access_refused"] += 1
+                    return ops.LoginResult(False, "auth", error.text)
+                if error.code in (530, 402) or error.phase == "vhost":
+                    failures["vhost"] += 1
+                    return ops.LoginResult(False, "vhost", error.text)
+                failures["refused"] += 1
+                # the broker's text may name its node or the adapter's internals: logged above,
+                # and the client gets the plugin's body for a login that failed otherwise
+                return ops.LoginResult(False, "other")
+            except ssl.SSLError as error:
+                failures["tls"] += 1
+                nodes.failed(node)
+                if isinstance(error, ssl.SSLCertVerificationError):
+                    problem = f"TLS certificate verification failed for {node.label}: {error.verify_message}"
+                else:
+                    problem = f"TLS handshake with {node.label} failed: {tls_failure(error)}"
+                log.warning("peer=%s: %s (%s)", peer, problem, error)
+            except (OSError, TimeoutError) as error:
+                if isinstance(error, OSError) and error.errno in EXHAUSTED:
+                    failures["file_descriptors"] += 1
+                    services.descriptors.exhausted(f"cannot open an AMQP connection: {error.strerror}")
+                    return ops.LoginResult(
+                        False, "other", "The adapter is out of file descriptors, try again later"
+                    )
+                failures["timeout" if isinstance(error, TimeoutError) else "unreachable"] += 1
+                nodes.failed(node)
+                reason = str(error) or type(error).__name__
+                log.warning("broker node unreachable for peer=%s: %s: %s", peer, node.label, reason)
+            else:
+                nodes.connected(node, target, amqp.peer_address)
+                nodes.announced(node, amqp.broker_version)  # logged and exported once per node
+                if reuse is not None:
+                    reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
+                return amqp
+        # the client has not logged in: it learns no node, address, certificate problem or
+        # setting (the log above has them all), only what an unreachable broker tells it
+        return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
+
+    async def release(self, amqp: AmqpConnection, *, queues_to_delete: bool, session_failed: bool) -> None:
+        """The session is done with its AMQP connection: close it, or, with
+        adapter.amqp_connection_reuse, give it back to the pool if nothing of the session can
+        outlive its channel (adapter/server/amqp_pool.py decides)."""
+        reuse = self._services.amqp_reuse
+        if reuse is None:
+            await amqp.close()
+        else:
+            await reuse.release(amqp, queues_to_delete=queues_to_delete, session_failed=session_failed)
+
+
+def logged_in(amqp: AmqpConnection) -> ops.LoginResult:
+    """The successful result: the broker's product/version (the CONNECTED frame's ``server``)
+    and its generation (which queue arguments it takes)."""
+    props = amqp.server_properties
+    product = _text(props.get("product", "RabbitMQ"))
+    version = _text(props.get("version", ""))
+    server = f"{product}/{version}" if version else product
+    return ops.LoginResult(True, server_version=server, broker=amqp.broker_generation)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+# OpenSSL's reason codes for a failed handshake with a broker node, in an operator's words
+_TLS_CLIENT_CERTIFICATE_REFUSED = frozenset(
+    {
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE",
+        "TLSV1_ALERT_ACCESS_DENIED",
+    }
+)
+_TLS_NO_COMMON_VERSION = frozenset(
+    {"TLSV1_ALERT_PROTOCOL_VERSION", "UNSUPPORTED_PROTOCOL", "NO_PROTOCOLS_AVAILABLE", "WRONG_SSL_VERSION"}
+)
+
+
+def tls_failure(error: ssl.SSLError) -> str:
+    """What went wrong in a TLS handshake with a broker node (the log keeps OpenSSL's text)."""
+    reason = error.reason or ""
+    if reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
+        return "the broker requires a client certificate (adapter.amqp_tls_certfile and _keyfile)"
+    if reason in _TLS_CLIENT_CERTIFICATE_REFUSED:
+        return f"the broker refused the adapter's client certificate ({reason.lower()})"
+    if reason in _TLS_NO_COMMON_VERSION:
+        return "no TLS version in common with the broker (adapter.amqp_tls_min_version)"
+    if reason == "SSLV3_ALERT_HANDSHAKE_FAILURE":
+        return "the broker ended the handshake: it may require a client certificate, or share no cipher"
+    if reason == "WRONG_VERSION_NUMBER":
+        return "the node does not answer in TLS (is it a plain amqp:// port?)"
+    return reason.lower().replace("_", " ") or str(error)

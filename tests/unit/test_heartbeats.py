@@ -1,0 +1,99 @@
+"""adapter/server/heartbeats.py: the STOMP heart-beat timers over a fake host.  The ticks are
+called directly (no waiting for a timer): the timers are checked to be armed, not to fire."""
+
+from __future__ import annotations
+
+import asyncio
+
+from adapter.server.heartbeats import HeartBeats
+
+
+class Host:
+    def __init__(self) -> None:
+        self.pending = False
+        self.excused = False
+        self.beats = 0
+        self.timed_out: list[float] = []
+
+    def heartbeat_output_pending(self) -> bool:
+        return self.pending
+
+    def write_heartbeat(self) -> None:
+        self.beats += 1
+
+    def reading_excused(self) -> bool:
+        return self.excused
+
+    def heartbeat_timed_out(self, interval: float) -> None:
+        self.timed_out.append(interval)
+
+
+def make() -> tuple[HeartBeats, Host]:
+    host = Host()
+    return HeartBeats(host, asyncio.get_running_loop()), host
+
+
+async def test_nothing_is_armed_before_start_or_with_zero_intervals() -> None:
+    beats, _host = make()
+    assert not beats.running
+    beats.start(0, 0)
+    assert not beats.running
+
+
+async def test_start_arms_both_and_stop_cancels_both() -> None:
+    beats, _host = make()
+    beats.start(0.5, 1.5)
+    assert beats.running
+    beats.stop()
+    assert not beats.running
+
+
+async def test_start_forgets_reads_from_before_the_negotiation() -> None:
+    beats, _host = make()
+    beats.liveness.read = True
+    beats.start(0, 1.0)
+    assert beats.liveness.read is False
+    beats.stop()
+
+
+async def test_a_silent_send_interval_writes_one_heart_beat_and_rearms() -> None:
+    beats, host = make()
+    beats.start(10, 0)
+    beats.send_tick(10)
+    assert host.beats == 1 and beats.running
+    beats.liveness.wrote = True  # a flush happened meanwhile
+    beats.send_tick(10)
+    assert host.beats == 1
+    beats.stop()
+
+
+async def test_pending_output_replaces_the_heart_beat() -> None:
+    beats, host = make()
+    host.pending = True
+    beats.send_tick(10)
+    assert host.beats == 0
+    beats.stop()
+
+
+async def test_a_silent_client_times_out_once_and_the_timers_stop() -> None:
+    beats, host = make()
+    beats.start(10, 15)
+    beats.receive_tick(15)
+    assert host.timed_out == [15] and not beats.running
+
+
+async def test_a_client_that_read_stays() -> None:
+    beats, host = make()
+    beats.start(0, 15)
+    beats.liveness.read = True
+    beats.receive_tick(15)
+    assert host.timed_out == [] and beats.running
+    beats.stop()
+
+
+async def test_a_client_we_do_not_read_is_excused() -> None:
+    beats, host = make()
+    host.excused = True
+    beats.receive_tick(15)
+    assert host.timed_out == []
+    beats.stop()
