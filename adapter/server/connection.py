@@ -28,10 +28,8 @@ import ipaddress
 import logging
 import os
 import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -48,7 +46,7 @@ from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import InputGuard
 from .latency import LatencyClocks
-from .login import BrokerLogin, logged_in, tls_failure
+from .login import BrokerLogin, BrokerSettings, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 
 if TYPE_CHECKING:
@@ -153,18 +151,6 @@ _NEXT: dict[Lifecycle, frozenset[Lifecycle]] = {
     Lifecycle.CLOSED: frozenset({Lifecycle.FINISHED}),
     Lifecycle.FINISHED: frozenset(),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerSettings:
-    """How AMQP connections are opened (the nodes themselves are in server.nodes)."""
-
-    heartbeat: int
-    connect_timeout: float
-    # for amqps:// nodes: the TLS context (CA, client certificate, verification, minimum
-    # version) and the name to check the certificate against (None: the node's host name)
-    tls: ssl.SSLContext | None = None
-    tls_server_name: str | None = None
 
 
 def refuse_untrusted_proxy(server: SharedCounters, peer: str) -> None:

@@ -9,16 +9,32 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..mapping import operations as ops
-    from .connection import ClientConnection
+    from ..session import Session
 
 log = logging.getLogger("adapter.connection")
 
 
-def opened(connection: ClientConnection, via: str = "") -> None:
+class LoggedConnection(Protocol):
+    """What the log lines read of a client connection (``ClientConnection`` has it), named here so
+    that this module does not import the shell that calls it (tests/unit/test_layers.py)."""
+
+    label: str
+    listener: str
+    peer: str
+    session: Session
+    opened_at: float
+    frames_received: dict[str, int]
+    messages_published: int
+    bytes_received: int
+    bytes_sent: int
+    close_reason: str
+
+
+def opened(connection: LoggedConnection, via: str = "") -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     log.info(
@@ -32,7 +48,7 @@ def opened(connection: ClientConnection, via: str = "") -> None:
     )
 
 
-def logged_in(connection: ClientConnection, op: ops.Established) -> None:
+def logged_in(connection: LoggedConnection, op: ops.Established) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     session = connection.session
@@ -58,7 +74,7 @@ def logged_in(connection: ClientConnection, op: ops.Established) -> None:
     )
 
 
-def closed(connection: ClientConnection) -> None:
+def closed(connection: LoggedConnection) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
     session = connection.session

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp.connection import AmqpConnection, AmqpError
@@ -26,11 +27,23 @@ if TYPE_CHECKING:
     from ..amqp.connection import BrokerEvents
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
-    from .connection import BrokerSettings
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
 
 log = logging.getLogger("adapter.connection")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """How AMQP connections are opened (the nodes themselves are in server.nodes)."""
+
+    heartbeat: int
+    connect_timeout: float
+    # for amqps:// nodes: the TLS context (CA, client certificate, verification, minimum
+    # version) and the name to check the certificate against (None: the node's host name)
+    tls: ssl.SSLContext | None = None
+    tls_server_name: str | None = None
+
 
 # opens one AMQP connection: AmqpConnection.open's signature (a test passes its own)
 Opener = Callable[..., Awaitable[AmqpConnection]]
