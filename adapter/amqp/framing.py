@@ -51,6 +51,11 @@ class FrameReader:
         """Bytes of an unfinished frame held until the next read."""
         return len(self._partial)
 
+    def set_method_handler(self, on_method: Callable[[int, bytes], None]) -> None:
+        """Hand method frames to ``on_method`` from the next frame on (the AMQP client's handler
+        changes once, when the handshake ends); takes effect within the current ``feed``."""
+        self._on_method = on_method
+
     def stop(self) -> None:
         """Hand out no more frames (the connection is gone)."""
         self._stopped = True
