@@ -380,6 +380,10 @@ class AmqpClient:
             self._channel_unopened = True
             self._reader.set_method_handler(self._on_method)
             self._handshake_done()
+        elif event is Input.CHANNEL_METHOD:
+            # refused in the handshake phases; in a close begun before open-ok (refused input)
+            # there is no channel yet for it to mean anything: dropped
+            self._advance(event)
         else:
             self._on_connection_method(event, channel, payload)
 

@@ -290,6 +290,34 @@ def test_the_phase_table_decides_every_step(phase: Phase, event: Input) -> None:
     assert client.phase is expected
 
 
+@given(st.lists(st.sampled_from(list(Input)), max_size=12))
+def test_any_sequence_of_inputs_follows_the_table(events: list[Input]) -> None:
+    """From a fresh client, any sequence of broker inputs and shell actions, with the link's
+    answer to an input the table refuses (close with 503): the phase is always the table's."""
+    client = Recorder()
+    phase = Phase.CONNECT
+    for event in events:
+        if event is Input.LOST:
+            client._lost()
+            phase = Phase.CLOSED
+        elif event is Input.SEND_CLOSE:
+            client._send_close()
+            phase = phase if phase in (Phase.CLOSING, Phase.CLOSED) else Phase.CLOSING
+        elif phase is Phase.CLOSED:
+            client.feed(BROKER_INPUTS[event])
+        elif (phase, event) in TRANSITIONS:
+            client.feed(BROKER_INPUTS[event])
+            phase = TRANSITIONS[(phase, event)]
+        else:
+            with pytest.raises(UnexpectedMethod):
+                client.feed(BROKER_INPUTS[event])
+            client._refuse_input(503, "unexpected")
+            phase = phase if phase is Phase.CLOSING else Phase.CLOSING
+        assert client.phase is phase, (event, client.log)
+    closes = [value for _, value in client.take() if isinstance(value, commands.Connection.Close)]
+    assert len(closes) <= 1  # one connection.close, whoever asked
+
+
 def test_an_unexpected_method_is_refused_with_503_once() -> None:
     client = opened()
     with pytest.raises(UnexpectedMethod):
