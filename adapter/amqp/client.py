@@ -35,6 +35,8 @@ Pure: no asyncio, no sockets, no clock, no logging of its own beyond one debug l
 from __future__ import annotations
 
 import logging
+import struct
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Final, Protocol, assert_never
 
@@ -124,6 +126,17 @@ _CONNECTION_INPUTS: Final = {
     wire.CONNECTION_BLOCKED: Input.BLOCKED,
     wire.CONNECTION_UNBLOCKED: Input.UNBLOCKED,
 }
+
+
+_method_id: Final[Callable[[bytes], tuple[int, int]]] = struct.Struct(">HH").unpack_from
+
+
+def _method_of(payload: bytes) -> tuple[int, int]:
+    """(class id, method id) of a method frame's payload."""
+    try:
+        return _method_id(payload)
+    except struct.error:
+        raise wire.DecodeError("method frame shorter than its method id") from None
 
 
 def method_input(method: tuple[int, int]) -> Input:
@@ -340,7 +353,7 @@ class AmqpClient:
 
     # ----------------------------------------------------------------- the handshake
     def _on_handshake_method(self, channel: int, payload: bytes) -> None:
-        method = ((payload[0] << 8) | payload[1], (payload[2] << 8) | payload[3])
+        method = _method_of(payload)
         event = method_input(method)
         if event is Input.START:
             self._advance(event)
@@ -390,7 +403,10 @@ class AmqpClient:
     # ----------------------------------------------------------------- frames
     def _on_method(self, channel: int, payload: bytes) -> None:
         """A method after the handshake: deliveries and confirms first (per message)."""
-        method = ((payload[0] << 8) | payload[1], (payload[2] << 8) | payload[3])
+        try:
+            method = _method_id(payload)  # (class, method): one C call, compared with wire's tuples
+        except struct.error:
+            raise wire.DecodeError("method frame shorter than its method id") from None
         if method == wire.BASIC_DELIVER:
             self._delivery = wire.decode_deliver(payload)
             return

@@ -518,3 +518,12 @@ def test_one_reply_code_table() -> None:
     assert reply_code_name(404) == "not_found" == REPLY_CODE_NAMES[404]
     assert reply_code_name(0) == "AMQP connection died" == AmqpError(0, "lost").name
     assert reply_code_name(999, "999") == "999"
+
+
+@pytest.mark.parametrize("phase", [Phase.CONNECT, Phase.OPEN])
+def test_a_method_frame_too_short_for_its_method_id_is_undecodable(phase: Phase) -> None:
+    """Bad input from the broker, answered with 501 like any undecodable frame (not a bug's 541)."""
+    client = in_phase(phase)
+    with pytest.raises(wire.DecodeError, match="shorter than its method id") as caught:
+        client.feed(b"\x01\x00\x01\x00\x00\x00\x02\x00\x3c\xce")
+    assert not isinstance(caught.value, UnexpectedMethod)
