@@ -128,6 +128,7 @@ _CONNECTION_INPUTS: Final = {
 }
 
 
+_new_delivery: Final = tuple.__new__
 _method_id: Final[Callable[[bytes], tuple[int, int]]] = struct.Struct(">HH").unpack_from
 
 
@@ -489,7 +490,8 @@ class AmqpClient:
         self._delivery_parts = []
         if delivery is None or properties is None:
             return  # a basic.return's content, or a header without its method
-        self._events.on_deliver(Delivery(*delivery, properties, body))
+        # tuple.__new__ directly: a NamedTuple's generated __new__ is one more Python call per message
+        self._events.on_deliver(_new_delivery(Delivery, (*delivery, properties, body)))
 
     def delivery_context(self) -> str:
         """Which message a failure concerns, for a log line."""
