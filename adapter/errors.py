@@ -4,7 +4,7 @@ Each carries ``message`` (the ERROR frame's ``message`` header) and ``detail`` (
 those names everywhere: ``FrameError`` (the byte stream, adapter/stomp/codec.py),
 ``DestinationError`` and ``ProcessingError`` (a frame the mapping rules refuse, or a value AMQP
 cannot carry, adapter/mapping/destinations.py).  Errors the broker reports stay ``AmqpError``
-(adapter/amqp/connection.py), whose reply code is mapped to the plugin's ``message`` names.
+(adapter/amqp/errors.py), whose reply code is mapped to the plugin's ``message`` names there.
 
 Pure: no imports beyond the standard library.
 """

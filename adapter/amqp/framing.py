@@ -14,9 +14,12 @@ Pure: no I/O; imports neither asyncio nor pamqp.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 from .wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, DecodeError
+
+_FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size (AMQP 0-9-1 §2.3.5)
 
 # Body frames at least this large are handed on as views of the read (a multi-frame body is then
 # joined from them once, instead of copying each payload out first).
@@ -51,6 +54,11 @@ class FrameReader:
         """Bytes of an unfinished frame held until the next read."""
         return len(self._partial)
 
+    def set_method_handler(self, on_method: Callable[[int, bytes], None]) -> None:
+        """Hand method frames to ``on_method`` from the next frame on (the AMQP client's handler
+        changes once, when the handshake ends); takes effect within the current ``feed``."""
+        self._on_method = on_method
+
     def stop(self) -> None:
         """Hand out no more frames (the connection is gone)."""
         self._stopped = True
@@ -68,10 +76,10 @@ class FrameReader:
         offset = 0
         end = len(data)
         frame_max = self.frame_max
+        head = _FRAME_HEAD.unpack_from  # type, channel, size in one C call (no slice per frame)
         try:
             while end - offset >= 8:
-                frame_type = data[offset]
-                size = int.from_bytes(data[offset + 3 : offset + 7], "big")
+                frame_type, channel, size = head(data, offset)
                 if size > frame_max:
                     # AMQP 0-9-1 §4.2.3: no frame may exceed the negotiated frame_max; refusing it also
                     # bounds what one connection can make us hold
@@ -89,7 +97,7 @@ class FrameReader:
                     else:
                         self._on_body(data[start:frame_end])
                 elif frame_type == FRAME_METHOD:
-                    self._on_method((data[start - 6] << 8) | data[start - 5], data[start:frame_end])
+                    self._on_method(channel, data[start:frame_end])
                 elif frame_type == FRAME_HEADER:
                     self._on_header(data[start:frame_end])
                 elif frame_type != FRAME_HEARTBEAT:

@@ -13,7 +13,8 @@ Everything the broker sends is untrusted input.  One rule for its text: shortstr
 table keys and values are decoded with ``errors="surrogateescape"``, so bytes that are not
 UTF-8 are kept exactly and come out byte for byte wherever the adapter writes them again
 (STOMP headers, AMQP frames); nothing is dropped and nothing raises (docs/compatibility.md).
-Bytes that do not form a valid frame or value raise ``DecodeError``.
+Bytes that do not form a valid frame or value raise ``DecodeError``; a value the encoder cannot
+put into a frame raises ``EncodeError`` (adapter/amqp/errors.py maps it to STOMP).
 
 Pure: no I/O.
 """
@@ -27,7 +28,6 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from ..codegen import generate_function
-from ..mapping.destinations import ProcessingError
 from ..mapping.properties import BASIC_PROPERTIES, MessageProperties
 
 FRAME_METHOD = 1
@@ -62,6 +62,12 @@ MAX_TABLE_DEPTH = 100
 
 class DecodeError(ValueError):
     """Bytes from the broker that do not form a valid AMQP 0-9-1 frame, method or field value."""
+
+
+class EncodeError(ValueError):
+    """A value AMQP 0-9-1 cannot carry (a short string over 255 bytes, an integer out of the
+    range of a long, a timestamp before 1970).  The encoder knows nothing of STOMP: the link maps
+    this to the STOMP error the plugin answers with in one place (``errors.stomp_error``)."""
 
 
 # method ids (class, method)
@@ -103,7 +109,7 @@ CONFIRM_SELECT_OK = (85, 11)
 def shortstr(value: str) -> bytes:
     raw = value.encode("utf-8", "surrogateescape")
     if len(raw) > 255:
-        raise ProcessingError(f"name longer than 255 bytes: {value[:40]!r}...")
+        raise EncodeError(f"name longer than 255 bytes: {value[:40]!r}...")
     return bytes((len(raw),)) + raw
 
 
@@ -119,7 +125,7 @@ def field_value(value: object) -> bytes:
         kind, inner = value
         if kind == "timestamp":
             if not 0 <= int(inner) < 2**64:
-                raise ProcessingError(f"timestamp out of range: {inner}")
+                raise EncodeError(f"timestamp out of range: {inner}")
             return b"T" + _u64.pack(int(inner))
         if kind == "long":
             return field_value(int(inner))
@@ -130,7 +136,7 @@ def field_value(value: object) -> bytes:
         return b"t" + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
         if not -(2**63) <= value < 2**63:
-            raise ProcessingError(f"integer out of the range of an AMQP long: {value}")
+            raise EncodeError(f"integer out of the range of an AMQP long: {value}")
         return b"l" + _i64.pack(value)
     if isinstance(value, float):
         return b"d" + struct.pack(">d", value)
@@ -328,11 +334,11 @@ def _decode_properties_source() -> str:
     return "\n".join(lines) + "\n"
 
 
-def publish_method(channel: int, exchange: str, routing_key: str) -> bytes:
-    """The basic.publish method frame (mandatory and immediate off)."""
-    return method_frame(
-        channel, BASIC_PUBLISH, b"\0\0" + shortstr(exchange) + shortstr(routing_key) + b"\x00"
-    )
+def publish_method(channel: int, exchange: str, routing_key: str, mandatory: bool = False) -> bytes:
+    """The basic.publish method frame (immediate off; mandatory as asked: the Spark sink's
+    publishes come back as basic.return when no queue takes them)."""
+    flags = b"\x01" if mandatory else b"\x00"
+    return method_frame(channel, BASIC_PUBLISH, b"\0\0" + shortstr(exchange) + shortstr(routing_key) + flags)
 
 
 # Bodies at least this large are passed on as memoryview slices, never copied into frames: the
@@ -568,6 +574,18 @@ def decode_close(payload: bytes) -> tuple[int, str]:
     except (struct.error, IndexError) as error:
         raise _truncated("close", error) from None
     return code, text
+
+
+def decode_basic_return(payload: bytes) -> tuple[int, str, str, str]:
+    """Basic.Return: reply-code, reply-text, exchange, routing-key."""
+    try:
+        code: int = _close_head.unpack_from(payload, 4)[0]
+        text, offset = decode_shortstr(payload, 6)
+        exchange, offset = decode_shortstr(payload, offset)
+        routing_key, _ = decode_shortstr(payload, offset)
+    except (struct.error, IndexError) as error:
+        raise _truncated("basic.return", error) from None
+    return code, text, exchange, routing_key
 
 
 def decode_basic_cancel(payload: bytes) -> tuple[str, bool]:

@@ -1,20 +1,24 @@
 """A small blocking AMQP 0-9-1 client for the Spark side: one socket, one channel, no threads.
 
-Owns the broker URL option (``amqp[s]://user:pass@host:port/vhost``) and the few methods the
-Spark source and sink need: declare (passive or not), bind, qos, consume with arguments, ack,
-cancel, publish with publisher confirms, and waiting for deliveries or confirms with a
-deadline.
+Owns the broker URL option (``amqp[s]://user:pass@host:port/vhost``), the node loop, the
+blocking socket with its deadlines, and the few methods the Spark source and sink need:
+declare (passive or not), bind, qos, consume with arguments, ack, cancel, publish (mandatory)
+with publisher confirms, and waiting for deliveries or confirms with a deadline.  The protocol
+itself (handshake, phases, channel, calls, delivery assembly, confirms, closes) is the adapter's
+sans-IO AMQP client (``adapter.amqp.client.AmqpClient``), the same one the server's asyncio link
+extends; this is its blocking shell.
 
 Why its own client and not aio-pika or pika (docs/spark.md, "The AMQP client"): Spark calls a
 data source from plain blocking Python code in its workers, one task at a time, so an event
 loop buys nothing; the frames are encoded and decoded by the adapter's own pure modules
-(``adapter.amqp.wire``, ``adapter.amqp.framing``), so a delivery arrives as the very
+(``adapter.amqp.client``, ``adapter.amqp.wire``, ``adapter.amqp.framing``), so a delivery arrives as the very
 ``MessageProperties`` the adapter's MESSAGE rendering takes, names pamqp would refuse
 (``/queue/a%2fb``) work, and nothing new has to be installed on the executors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import socket
@@ -22,25 +26,33 @@ import ssl
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..amqp import wire
-from ..amqp.framing import FrameReader
-from ..mapping.operations import Delivery
+from ..amqp.client import CHANNEL, AmqpClient, BrokerCall, Phase, UnexpectedMethod
+from ..amqp.errors import AmqpError, reply_code_name
+from ..mapping.operations import (
+    BasicCancel,
+    BasicConsume,
+    BasicQos,
+    ConfirmSelect,
+    Delivery,
+    QueueBind,
+    QueueDeclare,
+    QueueDelete,
+)
 from ..mapping.properties import MessageProperties
 
-CHANNEL = 1
 _counts = struct.Struct(">II")
 
-REPLY_CODE_NAMES = {
-    320: "connection_forced",
-    403: "access_refused",
-    404: "not_found",
-    405: "resource_locked",
-    406: "precondition_failed",
-    530: "not_allowed",
-    541: "internal_error",
+# start-ok's client properties (the connection name is added per connection)
+_CAPABILITIES = {
+    "publisher_confirms": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "authentication_failure_close": True,
 }
 
 
@@ -140,8 +152,9 @@ class DeclareOk:
     consumer_count: int
 
 
-class BlockingBroker:
-    """One AMQP connection with channel 1, driven by blocking calls.
+class BlockingBroker(AmqpClient):
+    """One AMQP connection with channel 1, driven by blocking calls: the blocking shell over
+    the sans-IO client.
 
     Deliveries are queued as they are read and handed out by ``next_delivery``; confirms are
     counted as they arrive.  A channel or connection close from the broker raises BrokerError
@@ -150,42 +163,50 @@ class BlockingBroker:
     def __init__(self, url: BrokerUrl, *, connection_name: str, timeout: float = 30.0) -> None:
         self.url = url
         self.timeout = timeout
-        self.frame_max = 131072
-        self._reader = FrameReader(self._on_method, self._on_header, self._on_body)
-        self._methods: deque[tuple[tuple[int, int], bytes]] = deque()
         self.deliveries: deque[Delivery] = deque()
-        self._delivery: tuple[str, int, bool, str, str] | None = None
-        self._properties: MessageProperties | None = None
-        self._size = 0
-        self._parts: list[bytes] = []
-        self._received = 0
-        self._closed_error: BrokerError | None = None
         # publisher confirms: the broker numbers publishes 1, 2, ... once confirm.select is on
         self._confirming = False
         self.published = 0
         self.confirmed = 0  # every publish up to this number is settled
         self._nacked: list[int] = []
-        self._returned: list[str] = []  # mandatory publishes the broker could not route
-        self._out: list[bytes | memoryview] = []
+        self._returned_messages: list[str] = []  # mandatory publishes the broker could not route
+        client_properties = wire.table(
+            {
+                "product": "stomp-amqp-adapter (spark)",
+                "connection_name": connection_name,
+                "capabilities": _CAPABILITIES,
+            }
+        )
         failures = []
         for node in url.nodes():
             self.url = node
+            self._start(node, client_properties)
             try:
-                self._sock = self._connect(connection_name)
+                self._sock = self._connect()
                 break
             except BrokerError as error:
                 failures.append(str(error))
-                # a fresh start for the next node
-                self._reader = FrameReader(self._on_method, self._on_header, self._on_body)
-                self._methods.clear()
-                self._closed_error = None
         else:
             if len(failures) == 1:
                 raise BrokerError(failures[0])
             raise BrokerError(f"no broker node could be used: {'; '.join(failures)}")
 
+    def _start(self, node: BrokerUrl, client_properties: bytes) -> None:
+        """A fresh client for ``node`` (the next node starts from nothing)."""
+        # no heart-beats: every wait here has its own deadline, and a task that waits for the
+        # broker longer than that fails anyway
+        super().__init__(
+            self,
+            heartbeat=0,
+            client_properties=client_properties,
+            credentials=(node.user, node.password, node.vhost),
+        )
+        self._closed_error: BrokerError | None = None
+        self._reply: bytes | None = None
+        self._failed_step = ""  # the handshake step a broker's close came in
+
     # ----------------------------------------------------------------- connection
-    def _connect(self, connection_name: str) -> socket.socket:
+    def _connect(self) -> socket.socket:
         url = self.url
         try:
             sock = socket.create_connection((url.host, url.port), timeout=self.timeout)
@@ -201,40 +222,30 @@ class BlockingBroker:
                 raise BrokerError(f"TLS handshake with {url.redacted} failed: {error}") from error
         self._sock = sock
         try:
-            sock.sendall(wire.PROTOCOL_HEADER)
-            self._expect(wire.CONNECTION_START, phase="connecting")
-            client_properties = {
-                "product": "stomp-amqp-adapter (spark)",
-                "connection_name": connection_name,
-                "capabilities": {
-                    "publisher_confirms": True,
-                    "basic.nack": True,
-                    "consumer_cancel_notify": True,
-                    "authentication_failure_close": True,
-                },
-            }
-            sock.sendall(wire.connection_start_ok(url.user, url.password, client_properties))
-            payload = self._expect(wire.CONNECTION_TUNE, phase="logging in")
-            _, frame_max, _ = wire.decode_connection_tune(payload)
-            self.frame_max = min(frame_max or 131072, 131072)
-            self._reader.frame_max = self.frame_max
-            # no heart-beats: every wait here has its own deadline, and a task that waits for
-            # the broker longer than that fails anyway
-            sock.sendall(wire.connection_tune_ok(1, self.frame_max, 0) + wire.connection_open(url.vhost))
-            self._expect(wire.CONNECTION_OPEN_OK, phase=f"opening virtual host {url.vhost!r}")
-            sock.sendall(wire.channel_open(CHANNEL))
-            self._expect(wire.CHANNEL_OPEN_OK, phase="opening a channel")
+            self._flush()  # the protocol header; the client answers start and tune as they come
+            self._wait(lambda: self.phase is Phase.OPEN, self._login_step, login=True)
+            # the channel is opened here, not lazily: a refusal names this step
+            self._channel_unopened = False
+            self._call(wire.channel_open(CHANNEL), wire.CHANNEL_OPEN_OK, "opening a channel")
         except BaseException:
             sock.close()
             raise
         return sock
 
+    def _login_step(self) -> str:
+        step = self._failed_step or self.handshake_step
+        if step == Phase.CONNECT:
+            return "connecting"
+        if step == Phase.AUTH:
+            return "logging in"
+        return f"opening virtual host {self.url.vhost!r}"
+
     def close(self) -> None:
         """Close politely (the broker then forgets consumers at once), never raise."""
         try:
             if self._closed_error is None:
+                self._send_close()
                 self._flush()
-                self._sock.sendall(wire.connection_close())
                 deadline = time.monotonic() + 2.0
                 while self._closed_error is None and time.monotonic() < deadline:
                     if not self._read(deadline):
@@ -252,7 +263,7 @@ class BlockingBroker:
 
     # ----------------------------------------------------------------- reading
     def _read(self, deadline: float) -> bool:
-        """Read once, feeding the frame reader; False when the deadline passed first."""
+        """Read once, feeding the client; False when the deadline passed first."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
@@ -262,111 +273,103 @@ class BlockingBroker:
         except TimeoutError:
             return False
         except OSError as error:
-            raise self._lost(f"connection to {self.url.redacted} failed: {error}") from error
+            raise self._lost_link(f"connection to {self.url.redacted} failed: {error}") from error
         if not data:
-            raise self._lost(f"the broker at {self.url.redacted} closed the connection")
+            raise self._lost_link(f"the broker at {self.url.redacted} closed the connection")
         try:
             self._reader.feed(data)
+        except UnexpectedMethod as error:
+            raise self._lost_link(f"unexpected method from the broker: {error}") from error
         except wire.DecodeError as error:
-            raise self._lost(f"undecodable frame from the broker: {error}") from error
+            raise self._lost_link(f"undecodable frame from the broker: {error}") from error
+        if self._out:
+            # what the client answered (start-ok, tune-ok, a close-ok ...)
+            out, self._out = self._out, []
+            with contextlib.suppress(OSError):  # the next read reports the failure
+                self._sock.sendall(b"".join(out))
         if self._closed_error is not None:
             raise self._closed_error
         return True
 
-    def _lost(self, text: str) -> BrokerError:
+    def _lost_link(self, text: str) -> BrokerError:
         self._closed_error = BrokerError(text)
         return self._closed_error
 
-    def _expect(self, *replies: tuple[int, int], phase: str = "") -> bytes:
-        """Read until one of ``replies`` arrives on the channel; other methods are dropped."""
+    def _wait(self, ready: Callable[[], bool], what: Callable[[], str], *, login: bool = False) -> None:
+        """Read until ``ready()``; ``what`` names what is awaited in a timeout's message."""
         deadline = time.monotonic() + self.timeout
-        while True:
-            while self._methods:
-                method, payload = self._methods.popleft()
-                if method in replies:
-                    return payload
+        while not ready():
             if self._closed_error is not None:
                 raise self._closed_error
             try:
                 read = self._read(deadline)
             except BrokerError as error:
-                if phase and "closed the connection" in str(error):
+                if login and "closed the connection" in str(error):
                     # RabbitMQ drops the socket after a failed login unless it can send a close
-                    raise BrokerError(f"{error} while {phase} (wrong user or password?)") from None
+                    raise BrokerError(f"{error} while {what()} (wrong user or password?)") from None
                 raise
             if not read:
-                what = phase or f"the reply to AMQP method {replies[0]}"
                 raise BrokerError(
                     f"no answer from the broker at {self.url.redacted} within "
-                    f"{self.timeout:g} s while waiting for {what}"
+                    f"{self.timeout:g} s while waiting for {what()}"
                 )
 
-    def _on_method(self, channel: int, payload: bytes) -> None:
-        method = ((payload[0] << 8) | payload[1], (payload[2] << 8) | payload[3])
-        if method == wire.BASIC_DELIVER:
-            self._delivery = wire.decode_deliver(payload)
-        elif method in (wire.BASIC_ACK, wire.BASIC_NACK):
-            tag, multiple, ack = wire.decode_ack(payload)
-            if not ack:
-                self._nacked.append(tag)
-            # RabbitMQ confirms in order, so a multiple (or single) confirm of ``tag`` settles
-            # everything up to it that is not yet settled
-            self.confirmed = max(self.confirmed, tag)
-        elif method in (wire.CHANNEL_CLOSE, wire.CONNECTION_CLOSE):
-            code, text = wire.decode_close(payload)
-            scope = "channel" if method == wire.CHANNEL_CLOSE else "connection"
-            name = REPLY_CODE_NAMES.get(code, str(code))
-            self._closed_error = BrokerError(f"the broker closed the {scope}: {name} ({code}) {text}")
-            try:
-                close_ok = wire.channel_close_ok(channel) if channel else wire.connection_close_ok()
-                self._sock.sendall(close_ok)
-            except OSError:
-                pass
-        elif method == wire.BASIC_RETURN:
-            code, text = wire.decode_close(payload)  # reply-code and reply-text, as in a close
-            exchange, offset = wire.decode_shortstr(
-                payload, 6 + 1 + len(text.encode("utf-8", "surrogateescape"))
-            )
-            routing_key, _ = wire.decode_shortstr(payload, offset)
-            self._returned.append(f"{text} ({code}): exchange {exchange!r}, routing key {routing_key!r}")
-        elif method == wire.CONNECTION_CLOSE_OK:
-            self._closed_error = BrokerError("connection closed")
-        elif method == wire.BASIC_CANCEL:
-            cancelled_tag, _ = wire.decode_basic_cancel(payload)
+    # ----------------------------------------------------------------- the client's events
+    def on_deliver(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        if not ack:
+            self._nacked.append(delivery_tag)
+        # RabbitMQ confirms in order, so a multiple (or single) confirm of ``tag`` settles
+        # everything up to it that is not yet settled
+        self.confirmed = max(self.confirmed, delivery_tag)
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        self._closed_error = BrokerError(
+            f"the broker cancelled consumer {consumer_tag!r} (was its queue deleted?)"
+        )
+
+    def _failed(self, error: AmqpError) -> None:
+        if error.from_broker:
+            scope = "channel" if error.channel_only else "connection"
+            name = reply_code_name(error.code, str(error.code))
+            self._failed_step = error.phase
             self._closed_error = BrokerError(
-                f"the broker cancelled consumer {cancelled_tag!r} (was its queue deleted?)"
+                f"the broker closed the {scope}: {name} ({error.code}) {error.text}"
             )
         else:
-            self._methods.append((method, payload))
+            self._closed_error = BrokerError(error.text)
 
-    def _on_header(self, payload: bytes) -> None:
-        self._size, self._properties = wire.decode_content_header(payload)
-        self._parts = []
-        self._received = 0
-        if self._size == 0:
-            self._complete(b"")
+    def _close_ok_received(self) -> None:
+        self._closed_error = BrokerError("connection closed")
 
-    def _on_body(self, payload: bytes | memoryview) -> None:
-        self._received += len(payload)
-        self._parts.append(bytes(payload))
-        if self._received >= self._size:
-            self._complete(self._parts[0] if len(self._parts) == 1 else b"".join(self._parts))
+    def _replied(self, method: tuple[int, int], payload: bytes) -> None:
+        self._reply = payload
 
-    def _complete(self, body: bytes) -> None:
-        delivery, properties = self._delivery, self._properties
-        self._delivery = self._properties = None
-        self._parts = []
-        if delivery is not None and properties is not None:
-            self.deliveries.append(Delivery(*delivery, properties, body))
+    def _returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        self._returned_messages.append(f"{text} ({code}): exchange {exchange!r}, routing key {routing_key!r}")
+
+    def _encode_failed(self, error: wire.EncodeError) -> Exception:
+        return BrokerError(f"a value AMQP cannot carry: {error}")
 
     # ----------------------------------------------------------------- methods
-    def _call(self, frame: bytes, reply: tuple[int, int]) -> bytes:
-        self._flush()
+    def _call(self, frame: bytes, reply: tuple[int, int], what: str = "") -> bytes:
+        if self._closed_error is not None:
+            raise self._closed_error
+        self._start_call(frame, (reply,))
+        self._reply = None
         try:
-            self._sock.sendall(frame)
-        except OSError as error:
-            raise self._lost(f"connection to {self.url.redacted} failed: {error}") from error
-        return self._expect(reply)
+            self._flush()
+            self._wait(lambda: self._reply is not None, lambda: what or f"the reply to AMQP method {reply}")
+        finally:
+            self._call_replies = None  # answered, or given up with the error raised
+        payload, self._reply = self._reply, None
+        assert payload is not None
+        return payload
+
+    def _call_operation(self, op: BrokerCall) -> bytes:
+        return self._call(*self._operation_call(op))
 
     def queue_declare(
         self,
@@ -378,38 +381,36 @@ class BlockingBroker:
         auto_delete: bool = False,
         arguments: dict[str, object] | None = None,
     ) -> DeclareOk:
-        frame = wire.queue_declare(
-            CHANNEL,
+        op = QueueDeclare(
             queue,
-            passive=passive,
             durable=durable,
             exclusive=exclusive,
             auto_delete=auto_delete,
-            arguments=arguments,
+            arguments=arguments or {},
+            passive=passive,
         )
-        payload = self._call(frame, wire.QUEUE_DECLARE_OK)
+        payload = self._call_operation(op)
         name, offset = wire.decode_shortstr(payload, 4)
         messages, consumers = _counts.unpack_from(payload, offset)
         return DeclareOk(name, messages, consumers)
 
     def queue_bind(self, queue: str, exchange: str, routing_key: str) -> None:
-        self._call(wire.queue_bind(CHANNEL, queue, exchange, routing_key), wire.QUEUE_BIND_OK)
+        self._call_operation(QueueBind(queue, exchange, routing_key))
 
     def queue_delete(self, queue: str) -> None:
-        self._call(wire.queue_delete(CHANNEL, queue), wire.QUEUE_DELETE_OK)
+        self._call_operation(QueueDelete(queue))
 
     def basic_qos(self, prefetch_count: int) -> None:
-        self._call(wire.basic_qos(CHANNEL, prefetch_count), wire.BASIC_QOS_OK)
+        self._call_operation(BasicQos(prefetch_count))
 
     def basic_consume(self, queue: str, consumer_tag: str, arguments: dict[str, object]) -> None:
-        frame = wire.basic_consume(CHANNEL, queue, consumer_tag, False, arguments)
-        self._call(frame, wire.BASIC_CONSUME_OK)
+        self._call_operation(BasicConsume(queue, consumer_tag, False, arguments))
 
     def basic_cancel(self, consumer_tag: str) -> None:
-        self._call(wire.basic_cancel(CHANNEL, consumer_tag), wire.BASIC_CANCEL_OK)
+        self._call_operation(BasicCancel(consumer_tag))
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
-        self._out.append(wire.basic_ack(CHANNEL, delivery_tag, multiple))
+        super().ack(delivery_tag, multiple)
         self._flush()
 
     def next_delivery(self, deadline: float) -> Delivery | None:
@@ -426,25 +427,31 @@ class BlockingBroker:
         """Publisher confirms on (once per connection; later calls do nothing)."""
         if self._confirming:
             return
-        self._call(wire.confirm_select(CHANNEL), wire.CONFIRM_SELECT_OK)
+        self._call_operation(ConfirmSelect())
         self._confirming = True
 
     def publish(
-        self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes, *, mandatory: bool
+        self,
+        exchange: str,
+        routing_key: str,
+        properties: MessageProperties,
+        body: bytes,
+        *,
+        mandatory: bool = False,
     ) -> None:
         """Buffer one publish; written when the buffer is large or at the next wait.  A
         ``mandatory`` message the broker cannot route comes back (basic.return), and
         ``drain_confirms`` then fails."""
         if mandatory:
-            method = wire.method_frame(
-                CHANNEL,
-                wire.BASIC_PUBLISH,
-                b"\0\0" + wire.shortstr(exchange) + wire.shortstr(routing_key) + b"\x01",
-            )
+            try:
+                method = wire.publish_method(CHANNEL, exchange, routing_key, mandatory=True)
+                frames = wire.content_frames(CHANNEL, properties, body, self.frame_max)
+            except wire.EncodeError as error:
+                raise self._encode_failed(error) from error
             self._out.append(method)
-            self._out += wire.content_frames(CHANNEL, properties, body, self.frame_max)
+            self._out += frames
         else:
-            self._out += wire.basic_publish(CHANNEL, exchange, routing_key, properties, body, self.frame_max)
+            super().publish(exchange, routing_key, properties, body)
         self.published += 1
         if len(self._out) > 512:
             self._flush()
@@ -453,10 +460,11 @@ class BlockingBroker:
         if not self._out:
             return
         out, self._out = self._out, []
+        self._out_large = False
         try:
             self._sock.sendall(b"".join(out))
         except OSError as error:
-            raise self._lost(f"connection to {self.url.redacted} failed: {error}") from error
+            raise self._lost_link(f"connection to {self.url.redacted} failed: {error}") from error
 
     def drain_confirms(self, *, keep_unconfirmed: int = 0) -> None:
         """Read confirms until at most ``keep_unconfirmed`` publishes are unsettled.
@@ -471,10 +479,10 @@ class BlockingBroker:
                     f"the broker did not confirm {self.published - self.confirmed} published "
                     f"message(s) within {self.timeout:g} s"
                 )
-        if self._returned:
+        if self._returned_messages:
             raise BrokerError(
-                f"the broker could not route {len(self._returned)} published message(s), "
-                f"first: {self._returned[0]}"
+                f"the broker could not route {len(self._returned_messages)} published message(s), "
+                f"first: {self._returned_messages[0]}"
             )
         if self._nacked:
             raise BrokerError(

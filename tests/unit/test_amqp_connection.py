@@ -13,7 +13,8 @@ import pytest
 from pamqp import body, commands, frame, header, heartbeat
 
 from adapter.amqp.connection import AmqpConnection, AmqpError
-from adapter.mapping.operations import BasicQos, Delivery
+from adapter.mapping.destinations import ProcessingError
+from adapter.mapping.operations import BasicConsume, BasicQos, Delivery
 from adapter.mapping.properties import MessageProperties
 from tests import support
 
@@ -500,3 +501,29 @@ async def test_open_ok_and_a_close_in_one_read_is_a_failed_node() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_value_amqp_cannot_carry_is_a_processing_error_from_the_link() -> None:
+    """The encoder's own EncodeError becomes the STOMP error in one place (errors.stomp_error):
+    the shell answers it with ERROR "Processing error", and nothing is written."""
+    connection, transport, events = await open_connection()
+    with pytest.raises(ProcessingError, match="longer than 255 bytes"):
+        connection.publish("", "k" * 256, MessageProperties(), b"x")
+    with pytest.raises(ProcessingError, match="range of an AMQP long"):
+        await connection.execute(BasicConsume("q", "T_0", False, {"x-priority": 2**63}))
+    connection.flush()
+    assert transport.take_frames() == [] and events.closed == []
+
+
+async def test_a_connection_method_out_of_turn_is_refused_with_503() -> None:
+    """The phase table: connection.tune after the handshake is the broker breaking the protocol;
+    the link asks it to close with 503 (command_invalid) and the session is told once."""
+    connection, transport, events = await open_connection()
+    connection.data_received(
+        broker((commands.Connection.Tune(channel_max=0, frame_max=131072, heartbeat=0), 0))
+    )
+    (error,) = events.closed
+    assert error.code == 503 and error.name == "command_invalid" and "connection.tune" in error.text
+    closes = [value for _, value in transport.take_frames() if isinstance(value, commands.Connection.Close)]
+    assert [close.reply_code for close in closes] == [503]
+    assert not connection.is_open

@@ -282,8 +282,11 @@ def test_connection_close_cuts_a_long_text_instead_of_failing():
     assert code == 501 and len(text.encode("utf-8", "surrogateescape")) <= 255
 
 
-def test_values_amqp_cannot_carry_are_processing_errors():
-    """One error class for them (adapter/errors.py), answered with ERROR Processing error."""
+def test_values_amqp_cannot_carry_are_encode_errors_answered_as_processing_errors():
+    """The encoder raises its own error (it knows nothing of STOMP); the one mapping
+    (adapter/amqp/errors.py) makes it the one STOMP error class for them (adapter/errors.py),
+    answered with ERROR Processing error."""
+    from adapter.amqp.errors import stomp_error
     from adapter.errors import StompError
     from adapter.mapping.destinations import ProcessingError
 
@@ -294,7 +297,10 @@ def test_values_amqp_cannot_carry_are_processing_errors():
     ):
         try:
             encode()
-        except ProcessingError as error:
-            assert isinstance(error, StompError) and error.message == "Processing error" and error.detail
+        except wire.EncodeError as error:
+            assert not isinstance(error, StompError)
+            mapped = stomp_error(error)
+            assert isinstance(mapped, ProcessingError) and isinstance(mapped, StompError)
+            assert mapped.message == "Processing error" and mapped.detail == str(error) and mapped.detail
         else:
             raise AssertionError("encoded a value AMQP cannot carry")
