@@ -213,7 +213,7 @@ class Fleet:
 
 
 def fleet(recording: Recording, tag: str = "t") -> Fleet:
-    """The conversations of five ActiveMQ applications (names made unique by ``tag``)."""
+    """The conversations of six ActiveMQ applications (names made unique by ``tag``)."""
     r = recording
     q = f"mig-{tag}"  # prefix of every queue and topic name, so a test can clean up after itself
     queues: list[str] = []
@@ -301,22 +301,16 @@ def fleet(recording: Recording, tag: str = "t") -> Fleet:
     subscriber.receipt("u1")
     subscriber.send("DISCONNECT")
     subscriber.close()
-    prices_app = Application(
+    # an application is (host, login, client-id): the subscriber and the publisher are two
+    prices_feed = Application(
         "10.0.0.6",
         "prices",
         client_id,
         frozenset(
-            {
-                "stomp-1.2",
-                "heart-beat",
-                "wildcard-topic",
-                "selector-topic",
-                "durable-subscription",
-                "receipt",
-                "expires",
-            }
+            {"stomp-1.2", "heart-beat", "wildcard-topic", "selector-topic", "durable-subscription", "receipt"}
         ),
     )
+    prices_app = Application("10.0.0.6", "prices", None, frozenset({"stomp-1.2", "expires", "receipt"}))
 
     # -- billing (Java, STOMP 1.1): a transaction, a NACK, a selector on a queue, a composite SEND
     billing = f"{q}.billing"
@@ -532,7 +526,7 @@ def fleet(recording: Recording, tag: str = "t") -> Fleet:
         ),
     )
     return Fleet(
-        [orders_app, prices_app, billing_app, rpc_app, ops_app],
+        [orders_app, prices_feed, prices_app, billing_app, rpc_app, ops_app],
         queues,
         differences,
         connections=next(r._conns) - 1,

@@ -9,7 +9,7 @@ server imports this package.  Layout:
 * ``report.py``: the Spark job (read the recording, aggregate, collect only aggregates);
 * ``topology.py``: the queues, exchanges and bindings the profile will create, and the frames it
   would refuse, from the profile's own rules (adapter/mapping/profile.py);
-* ``html.py``: the report as one self-contained page (inline SVG charts, no external files);
+* ``page.py``: the report as one self-contained page (inline SVG charts, no external files);
 * ``recording.py``: reading a recording's records in order, without Spark (for ``replay``);
 * ``replay.py``: the client side of a recording replayed against an adapter, and the
   differences between its answers and the recorded upstream's;

@@ -72,7 +72,7 @@ def _report(args: argparse.Namespace) -> int:
     except ImportError:
         print("report needs PySpark: pip install 'stomp-amqp-adapter[spark]'", file=sys.stderr)
         return 2
-    from .html import render
+    from .page import render
     from .report import build_report
 
     builder = SparkSession.builder.appName("stomp-amqp-adapter migration report")
@@ -91,7 +91,8 @@ def _report(args: argparse.Namespace) -> int:
         Path(args.out).write_text(render(document))
     totals = document["totals"]
     print(
-        f"{totals['frames']} frames, {totals['connections']} connections, {totals['applications']} applications,"
+        f"{totals['frames']} frames, {totals['connections']} connections,"
+        f" {totals['applications']} applications,"
         f" {len(document['idioms'])} idioms in {totals['report_seconds']} s"
         + "".join(f"; wrote {name}" for name in (args.out, args.json_out) if name)
     )

@@ -10,7 +10,9 @@ waits (at most ``wait`` seconds, for all connections at once) until every connec
 received what the upstream had sent it before that frame: the receipts, the MESSAGEs per
 subscription, the ERRORs.  So an ACK goes after the message it acknowledges, and a SEND of
 another connection after the SUBSCRIBE receipt that preceded it.  A connection that stays
-behind is not waited for again until the recording expects more of it.  The values only the upstream could know are translated: the ``id`` or
+behind is not waited for again until the recording expects more of it.
+
+The values only the upstream could know are translated: the ``id`` or
 ``message-id`` of an ACK/NACK becomes the target's id of the same message (same subscription,
 same position), and a SEND to a recorded ``reply-to`` value goes to the target's ``reply-to`` of
 the same message.  CONNECT gets the passcode given to the replay (recordings never hold one) and
@@ -117,7 +119,8 @@ class ConnectionResult:
         lines = [f"{who}: {'differs' if self.differences else 'same'}"]
         for difference in self.differences:
             lines.append(
-                f"  {difference['what']}: recorded {difference['recorded']}, replayed {difference['replayed']}"
+                f"  {difference['what']}: recorded {difference['recorded']},"
+                f" replayed {difference['replayed']}"
             )
         if self.not_sent:
             lines.append(f"  {self.not_sent} client frames not sent: the target had closed the connection")

@@ -398,9 +398,9 @@ def _assemble(**parts: Any) -> dict[str, Any]:
         apps[_app_key(row)]["errors"][row["error_message"]] = row["count"]
     app_dest: dict[tuple[tuple[str, str, str], str], dict[str, Any]] = {}
     for row in parts["app_destinations"]:
-        key = (_app_key(row), row["destination"])
+        where = (_app_key(row), row["destination"])
         entry = app_dest.setdefault(
-            key,
+            where,
             {
                 "destination": row["destination"],
                 "sent": 0,
@@ -416,9 +416,9 @@ def _assemble(**parts: Any) -> dict[str, Any]:
     for row in parts["subscriptions"]:
         if row["destination"] is None:
             continue
-        key = (_app_key(row), row["destination"])
+        where = (_app_key(row), row["destination"])
         entry = app_dest.setdefault(
-            key,
+            where,
             {
                 "destination": row["destination"],
                 "sent": 0,

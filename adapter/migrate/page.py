@@ -36,13 +36,15 @@ p.lead, p.sub { color:var(--muted); margin:0 0 14px; }
 .total { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 12px; }
 .total b { display:block; font-size:20px; font-variant-numeric:tabular-nums; }
 .total span { color:var(--muted); font-size:12px; }
-.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:14px 16px; margin:10px 0; }
+.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:14px 16px;
+        margin:10px 0; }
 .card.ok { border-left:4px solid var(--green); }
 .card.warn { border-left:4px solid var(--amber); }
 .card.bad { border-left:4px solid var(--red); }
 .app-meta { color:var(--muted); font-size:12.5px; margin:-4px 0 10px; }
 ul.todo { list-style:none; margin:0; padding:0; }
-ul.todo li { display:grid; grid-template-columns:112px 1fr; gap:10px; padding:7px 0; border-top:1px solid var(--line); }
+ul.todo li { display:grid; grid-template-columns:112px 1fr; gap:10px; padding:7px 0;
+             border-top:1px solid var(--line); }
 ul.todo li:first-child { border-top:0; }
 .what { font-weight:600; }
 .count { color:var(--muted); font-size:12px; font-weight:normal; }
@@ -137,17 +139,18 @@ def _chart(sent: Sequence[int], delivered: Sequence[int], width_s: int) -> str:
     return (
         f'<svg viewBox="0 0 {w} {h}" width="100%" role="img" font-size="10" fill="#5d6678" '
         f'font-family="system-ui,sans-serif">{grid}{lines}'
-        f'<text x="{left}" y="{h - 4}">0</text><text x="{w - 6}" y="{h - 4}" text-anchor="end">{escape(span)}</text>'
+        f'<text x="{left}" y="{h - 4}">0</text>'
+        f'<text x="{w - 6}" y="{h - 4}" text-anchor="end">{escape(span)}</text>'
         "</svg>"
     )
 
 
 def _nice_ceiling(value: float) -> float:
-    for base in (1, 2, 5):
-        magnitude = 10 ** _floor_log10(value)
+    magnitude = 10.0 ** _floor_log10(value)
+    for base in (1.0, 2.0, 5.0):
         if value <= base * magnitude:
             return base * magnitude
-    return 10 * 10 ** _floor_log10(value)
+    return 10.0 * magnitude
 
 
 def _floor_log10(value: float) -> int:
@@ -204,27 +207,33 @@ def _to_change(document: Mapping[str, Any]) -> str:
         rows = []
         for refusal in refused:
             rows.append(
-                f'<li><span class="badge refused">refused</span><div><span class="what">{escape(refusal["command"])} '
-                f"<code>{escape(refusal['destination'])}</code>: ERROR {escape(refusal['message'])}</span><br>"
+                '<li><span class="badge refused">refused</span><div>'
+                f'<span class="what">{escape(refusal["command"])} '
+                f"<code>{escape(refusal['destination'])}</code>: "
+                f"ERROR {escape(refusal['message'])}</span><br>"
                 f'<span class="muted">{escape(refusal["detail"])}</span></div></li>'
             )
         for item in items:
             rows.append(
                 f'<li>{_badge(item["support"])}<div><span class="what">{escape(item["name"])}</span> '
-                f'<span class="count">{_fmt(item["connections"])} connections, {_fmt(item["frames"])} frames</span>'
+                f'<span class="count">{_fmt(item["connections"])} connections, '
+                f"{_fmt(item['frames'])} frames</span>"
                 f"<br>{escape(item['note'])}</div></li>"
             )
         if vhosts:
             rows.append(
-                '<li><span class="badge differs">vhost</span><div><span class="what">CONNECT host header</span> '
-                f"<code>{escape(', '.join(vhosts))}</code><br>RabbitMQ reads <code>host</code> as the virtual "
-                "host: create it (with the users' permissions) or drop the header from the client's settings.</div></li>"
+                '<li><span class="badge differs">vhost</span><div>'
+                '<span class="what">CONNECT host header</span> '
+                f"<code>{escape(', '.join(vhosts))}</code><br>RabbitMQ reads <code>host</code> as the "
+                "virtual host: create it (with the users' permissions) or drop the header from the "
+                "client's settings.</div></li>"
             )
         level = "bad" if refused or any(i["support"] == "unsupported" for i in items) else "warn"
         cards.append(
             f'<div class="card {level}"><h3>{escape(app["name"])}</h3>'
             f'<div class="app-meta">{_fmt(app["connections"])} connections · STOMP '
-            f'{escape(", ".join(app["stomp_versions"]) or "?")}</div><ul class="todo">{"".join(rows)}</ul></div>'
+            f"{escape(', '.join(app['stomp_versions']) or '?')}</div>"
+            f'<ul class="todo">{"".join(rows)}</ul></div>'
         )
     if quiet:
         cards.append(
@@ -389,6 +398,7 @@ def render(document: Mapping[str, Any]) -> str:
         )
     if totals["unparsable_frames"]:
         warnings.append(f"{_fmt(totals['unparsable_frames'])} frames could not be parsed.")
+    boxes = "".join(f'<div class="total"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -396,13 +406,15 @@ def render(document: Mapping[str, Any]) -> str:
 <style>{_STYLE}</style></head>
 <body><main>
 <h1>Moving to RabbitMQ: migration report</h1>
-<p class="lead">Recorded STOMP traffic from {escape(_time(totals["start"]))} to {escape(_time(totals["end"]))},
+<p class="lead">Recorded STOMP traffic from {escape(_time(totals["start"]))}
+to {escape(_time(totals["end"]))},
 analysed for the adapter's <code>activemq</code> profile. {summary}</p>
 {"".join(f'<p class="card warn">{escape(w)}</p>' for w in warnings)}
-<div class="totals">{"".join(f'<div class="total"><b>{v}</b><span>{escape(label)}</span></div>' for v, label in cards)}</div>
+<div class="totals">{boxes}</div>
 
 <h2>1. What to change before cutting over</h2>
-<p class="sub">Per application: what the profile refuses, does not support or does differently, and what to do.</p>
+<p class="sub">Per application: what the profile refuses, does not support or does differently,
+and what to do.</p>
 {_to_change(document)}
 
 <h2>2. Message rates per destination</h2>
