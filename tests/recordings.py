@@ -531,3 +531,49 @@ def fleet(recording: Recording, tag: str = "t") -> Fleet:
         differences,
         connections=next(r._conns) - 1,
     )
+
+
+def traffic(recording: Recording, frames: int, span: float = 3600.0, tag: str = "t") -> None:
+    """``frames`` frames of steady ActiveMQ traffic over ``span`` seconds after the recording's
+    clock: producers SEND to eight destinations whose rates rise and fall over the span, and
+    consumers receive them (the load of the report's timing, docs/performance.md)."""
+    import math
+    import random
+
+    rng = random.Random(28)
+    destinations = [
+        ("/queue/orders.incoming", "10.0.1.10", "shop", 1.0, 0.0),
+        ("/queue/orders.paid", "10.0.1.10", "shop", 0.6, 1.0),
+        ("/topic/prices.eu.stocks", "10.0.1.20", "prices", 1.4, 2.0),
+        ("/topic/prices.us.stocks", "10.0.1.20", "prices", 1.1, 2.6),
+        ("/queue/billing.invoices", "10.0.1.30", "billing", 0.4, 3.3),
+        ("/queue/mail.outgoing", "10.0.1.40", "mailer", 0.3, 4.1),
+        ("/topic/audit.events", "10.0.1.50", "audit", 0.8, 5.0),
+        ("/queue/reports.nightly", "10.0.1.60", "reports", 0.2, 0.5),
+    ]
+    producers = {}
+    consumers = {}
+    for destination, host, login, _weight, _phase in destinations:
+        version = "1.0" if login == "shop" else "1.2"
+        producers[destination] = recording.connection(host).connect(version, login=login)
+        consumer = recording.connection(host).connect(version, login=f"{login}-worker")
+        consumer.send("SUBSCRIBE", [("destination", destination), ("id", "1"), ("ack", "auto")])
+        consumers[destination] = consumer
+    start = recording.clock
+    pairs = max(frames // 2 - len(destinations) * 3, 1)
+    for n in range(pairs):
+        now = start + span * n / pairs
+        weights = [
+            w * (1.2 + math.sin(2 * math.pi * (now - start) / span * 2 + phase))
+            for _, _, _, w, phase in destinations
+        ]
+        destination = rng.choices([d[0] for d in destinations], weights)[0]
+        size = rng.choice((120, 480, 900, 2400, 16000))
+        recording.clock = now
+        producer = producers[destination]
+        headers = [("destination", destination), ("content-type", "application/json"), ("persistent", "true")]
+        if n % 7 == 0:
+            headers.append(("receipt", f"r{n}"))
+        producer.send("SEND", headers, b"x" * size)
+        consumers[destination].message("1", destination, b"x" * size)
+    recording.clock = start + span

@@ -68,6 +68,8 @@ code { font:12.5px/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; bac
 .legend { color:var(--muted); font-size:12px; margin:0 0 8px; }
 .legend i { display:inline-block; width:18px; height:3px; vertical-align:middle; margin:0 4px 0 10px; }
 .muted { color:var(--muted); }
+.chip { display:inline-block; background:var(--green-bg); color:#17603a; border-radius:12px; padding:2px 10px;
+        margin:3px 6px 3px 0; font-size:12.5px; font-weight:600; }
 footer { color:var(--muted); font-size:12px; margin-top:36px; }
 """
 
@@ -103,13 +105,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
+def _count(number: int, word: str) -> str:
+    return f"{_fmt(number)} {word}" if number == 1 else f"{_fmt(number)} {word}s"
+
+
 def _badge(support: str) -> str:
     return f'<span class="badge {support}">{escape(_SUPPORT_LABEL.get(support, support))}</span>'
 
 
 def _chart(sent: Sequence[int], delivered: Sequence[int], width_s: int) -> str:
     """An SVG line chart of messages per second, sent (blue) and delivered (teal)."""
-    w, h, left, bottom, top = 340, 120, 38, 18, 8
+    w, h, left, bottom, top = 340, 120, 46, 18, 8
     n = max(len(sent), 1)
     peak = max([*sent, *delivered, 1]) / width_s
     scale = _nice_ceiling(peak)
@@ -129,12 +135,18 @@ def _chart(sent: Sequence[int], delivered: Sequence[int], width_s: int) -> str:
         for f in (0, 0.5, 1)
     )
     lines = ""
-    for series, colour in ((sent, "#2463c7"), (delivered, "#12927f")):
-        if any(series):
-            lines += (
-                f'<polyline fill="none" stroke="{colour}" stroke-width="1.8" stroke-linejoin="round" '
-                f'points="{points(series)}"/>'
-            )
+    base = f"{left + plot_w:.1f},{top + plot_h:.1f} {left:.1f},{top + plot_h:.1f}"
+    if any(sent):  # an area, so that the delivered line drawn over it never hides it
+        lines += (
+            f'<polygon fill="#2463c7" fill-opacity="0.14" points="{points(sent)} {base}"/>'
+            f'<polyline fill="none" stroke="#2463c7" stroke-width="1.6" stroke-linejoin="round" '
+            f'points="{points(sent)}"/>'
+        )
+    if any(delivered):
+        lines += (
+            '<polyline fill="none" stroke="#12927f" stroke-width="1.6" stroke-dasharray="4 2" '
+            f'stroke-linejoin="round" points="{points(delivered)}"/>'
+        )
     span = _duration(n * width_s)
     return (
         f'<svg viewBox="0 0 {w} {h}" width="100%" role="img" font-size="10" fill="#5d6678" '
@@ -216,8 +228,8 @@ def _to_change(document: Mapping[str, Any]) -> str:
         for item in items:
             rows.append(
                 f'<li>{_badge(item["support"])}<div><span class="what">{escape(item["name"])}</span> '
-                f'<span class="count">{_fmt(item["connections"])} connections, '
-                f"{_fmt(item['frames'])} frames</span>"
+                f'<span class="count">{_count(item["connections"], "connection")}, '
+                f"{_count(item['frames'], 'frame')}</span>"
                 f"<br>{escape(item['note'])}</div></li>"
             )
         if vhosts:
@@ -231,15 +243,17 @@ def _to_change(document: Mapping[str, Any]) -> str:
         level = "bad" if refused or any(i["support"] == "unsupported" for i in items) else "warn"
         cards.append(
             f'<div class="card {level}"><h3>{escape(app["name"])}</h3>'
-            f'<div class="app-meta">{_fmt(app["connections"])} connections · STOMP '
+            f'<div class="app-meta">{_count(app["connections"], "connection")} · STOMP '
             f"{escape(', '.join(app['stomp_versions']) or '?')}</div>"
             f'<ul class="todo">{"".join(rows)}</ul></div>'
         )
     if quiet:
         cards.append(
-            '<div class="card ok"><h3>Nothing to change</h3><div>'
-            + ", ".join(f"<b>{escape(name)}</b>" for name in quiet)
-            + ": every idiom they use is served the same by the profile.</div></div>"
+            '<div class="card ok"><h3>Nothing to change</h3>'
+            '<div class="app-meta">Every idiom these applications use is served the same by the '
+            "profile.</div>"
+            + "".join(f'<span class="chip">{escape(name)}</span>' for name in quiet)
+            + "</div>"
         )
     return "".join(cards) or '<div class="card ok">No application in the recording.</div>'
 
@@ -278,7 +292,8 @@ def _rates(document: Mapping[str, Any]) -> str:
     legend = (
         '<p class="legend">Messages per second, averaged over '
         f'{escape(_duration(width))} buckets:<i style="background:#2463c7"></i>sent'
-        '<i style="background:#12927f"></i>delivered</p>'
+        '<i style="background:repeating-linear-gradient(90deg,#12927f 0 4px,transparent 4px 6px)"></i>'
+        "delivered</p>"
     )
     return legend + f'<div class="charts">{"".join(charts)}</div>'
 
@@ -389,7 +404,8 @@ def render(document: Mapping[str, Any]) -> str:
     summary = (
         f"{len(document['idioms'])} ActiveMQ idioms in use: {counts['unsupported']} not supported by the "
         f"<code>activemq</code> profile, {counts['differs']} served differently, "
-        f"{len(document['refused'])} distinct frames it would refuse."
+        f"{len(document['refused'])} distinct {'frame' if len(document['refused']) == 1 else 'frames'} "
+        "it would refuse."
     )
     warnings = []
     if totals["dropped_records"]:
