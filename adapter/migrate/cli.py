@@ -1,0 +1,131 @@
+"""Command line of the migration toolkit: ``report`` (the Spark job) and ``replay``.
+
+Owns the arguments, the SparkSession of ``report`` (``local[*]`` unless ``--master`` or
+spark-submit says otherwise) and the exit statuses: 0 done (replay: no difference), 1 replay
+found differences, 2 the command could not run (bad arguments, no PySpark, a recording without
+bodies for replay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m adapter.migrate",
+        description="Plan and rehearse moving recorded ActiveMQ STOMP traffic onto RabbitMQ "
+        "(docs/migration-activemq.md, 'Planning a migration').",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser("report", help="the migration report of a recording (a Spark job)")
+    report.add_argument("recording", help="the recording directory the tap wrote (a path Spark can read)")
+    report.add_argument("--out", help="write the report as one HTML page here")
+    report.add_argument("--json", dest="json_out", help="write the report's data as JSON here")
+    report.add_argument(
+        "--master", help="Spark master URL (default: spark-submit's, or local[*] when run with python)"
+    )
+    replay = commands.add_parser("replay", help="replay a recording's clients against an adapter")
+    replay.add_argument("recording", help="the recording directory (made with --record-bodies)")
+    replay.add_argument("--target", required=True, help="HOST:PORT of an adapter in the activemq profile")
+    replay.add_argument(
+        "--speed", type=float, default=1.0, help="replay N times faster than recorded; 0: without pauses"
+    )
+    replay.add_argument("--login", help="log every connection in as this user (default: the recorded login)")
+    replay.add_argument(
+        "--passcode",
+        default=os.environ.get("STOMP_MIGRATE_PASSCODE"),
+        help="passcode of every CONNECT (recordings never hold passcodes); "
+        "default: the variable STOMP_MIGRATE_PASSCODE",
+    )
+    replay.add_argument(
+        "--vhost", help="replace the CONNECT frames' host header (RabbitMQ reads it as the vhost)"
+    )
+    replay.add_argument(
+        "--wait", type=float, default=5.0, help="seconds to wait for an answer the upstream gave (default 5)"
+    )
+    replay.add_argument("--json", dest="json_out", help="write the differences as JSON here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "report":
+        return _report(args)
+    return _replay(args)
+
+
+def _report(args: argparse.Namespace) -> int:
+    if not args.out and not args.json_out:
+        print("report: give --out FILE.html, --json FILE.json or both", file=sys.stderr)
+        return 2
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        print("report needs PySpark: pip install 'stomp-amqp-adapter[spark]'", file=sys.stderr)
+        return 2
+    from .page import render
+    from .report import build_report
+
+    builder = SparkSession.builder.appName("stomp-amqp-adapter migration report")
+    if args.master:
+        builder = builder.master(args.master)
+    spark = builder.getOrCreate()
+    try:
+        began = time.monotonic()
+        document = build_report(spark, args.recording)
+        document["totals"]["report_seconds"] = round(time.monotonic() - began, 1)
+    finally:
+        spark.stop()
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(document, indent=1, sort_keys=False) + "\n")
+    if args.out:
+        Path(args.out).write_text(render(document))
+    totals = document["totals"]
+    print(
+        f"{totals['frames']} frames, {totals['connections']} connections,"
+        f" {totals['applications']} applications,"
+        f" {len(document['idioms'])} idioms in {totals['report_seconds']} s"
+        + "".join(f"; wrote {name}" for name in (args.out, args.json_out) if name)
+    )
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .recording import RecordingError, load_conversations
+    from .replay import ReplayOptions, replay
+
+    host, _, port = args.target.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"replay: --target must be HOST:PORT, got {args.target!r}", file=sys.stderr)
+        return 2
+    try:
+        conversations = load_conversations(Path(args.recording), need_bodies=True)
+    except RecordingError as error:
+        print(f"replay: {error}", file=sys.stderr)
+        return 2
+    options = ReplayOptions(
+        host=host.strip("[]"),
+        port=int(port),
+        speed=args.speed,
+        login=args.login,
+        passcode=args.passcode,
+        vhost=args.vhost,
+        wait=args.wait,
+    )
+    results = asyncio.run(replay(conversations, options))
+    differing = [result for result in results if result.differences]
+    for result in results:
+        print(result.describe())
+    print(f"{len(results)} connections replayed, {len(differing)} with differences")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps([r.as_json() for r in results], indent=1) + "\n")
+    return 1 if differing else 0

@@ -1,0 +1,478 @@
+"""The migration report's Spark job: a recording of the tap in, the report's data out.
+
+Owns the reading of a recording (docs/recording-format.md) with Spark and every aggregation of
+it: per application (client host, login, client-id), per destination, per idiom, over time.
+The frames stay in Spark: each aggregation is a DataFrame ``groupBy``, and only aggregated rows
+(one per idiom, destination, time bucket, distinct SUBSCRIBE ...) reach the driver with
+``collect``.  The idioms of a frame come from the pure ``idioms.frame_idioms``, run in the
+Python workers as an Arrow UDF; everything else is Spark SQL.
+
+``build_report`` returns the report as plain data (the ``report.json`` document); the RabbitMQ
+topology in it is planned by adapter/migrate/topology.py with the profile's own rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from .idioms import IDIOM_NAMES, IDIOMS, destination_kind, frame_idioms
+from .topology import plan_topology
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["FORMAT_VERSION", "RECORD_SCHEMA", "build_report", "read_recording"]
+
+FORMAT_VERSION: Final = 1
+# the fields of docs/recording-format.md the report reads (the body is never read: a recording
+# made with --record-bodies is analysed without loading a byte of payload)
+RECORD_SCHEMA: Final = (
+    "v long, ts double, conn string, kind string, client string, dir string, command string, "
+    "headers array<array<string>>, body_len long, count long, `by` string, reason string, error string"
+)
+# the destinations whose rates are charted, and given over time in report.json, by volume
+TOP_DESTINATIONS: Final = 12
+# how many time buckets a rate has at most: the bucket is the smallest "nice" width that keeps
+# the recording's span within this many
+MAX_BUCKETS: Final = 120
+_NICE_WIDTHS: Final = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+# headers a SUBSCRIBE or SEND plan depends on (adapter/mapping/profile.py): kept for the topology
+_PLAN_HEADERS: Final = (
+    "id",
+    "ack",
+    "selector",
+    "durable",
+    "persistent",
+    "auto-delete",
+    "exclusive",
+    "activemq.subscriptionName",
+    "durable-subscription-name",
+    "transformation",
+    "x-queue-name",
+)
+_APP: Final = ("host", "login", "client_id")
+
+
+def read_recording(spark: SparkSession, path: str) -> DataFrame:
+    """Every record of the recording in ``path`` (a directory of ``*.jsonl.gz``; the ``.part``
+    file being written is skipped, as Spark skips every name starting with a dot)."""
+    return spark.read.schema(RECORD_SCHEMA).option("pathGlobFilter", "*.jsonl.gz").json(path)
+
+
+def _header(name: str) -> Column:
+    """The first ``name`` header of a frame, or null (STOMP: the first repeated header wins)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"try_element_at(try_element_at(filter(headers, h -> h[0] = '{name}'), 1), 2)")
+
+
+def _bucket_width(span: float) -> int:
+    for width in _NICE_WIDTHS:
+        if span / width <= MAX_BUCKETS:
+            return width
+    return int(math.ceil(span / MAX_BUCKETS / 86400)) * 86400
+
+
+def _app_key(row: Any) -> tuple[str, str, str]:
+    return (row["host"] or "", row["login"] or "", row["client_id"] or "")
+
+
+def _app_name(key: tuple[str, str, str]) -> str:
+    host, login, client_id = key
+    name = f"{login or '(no login)'}@{host or '?'}"
+    return f"{name} client-id {client_id}" if client_id else name
+
+
+def build_report(spark: SparkSession, path: str) -> dict[str, Any]:
+    """The report of the recording in ``path``, as the ``report.json`` document."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, StringType
+
+    records = read_recording(spark, path)
+    idioms_udf = F.udf(frame_idioms, ArrayType(StringType()), useArrow=True)
+    frames = records.filter(F.col("kind") == "frame").select(
+        "conn",
+        "ts",
+        "client",
+        "dir",
+        "command",
+        "body_len",
+        "error",
+        _header("destination").alias("destination"),
+        # the plan headers only: a frame's other headers (message ids, receipts, custom
+        # properties) are not needed past this point
+        F.expr(
+            "filter(headers, h -> h[0] IN ({}) OR h[0] LIKE 'x-%')".format(
+                ", ".join(f"'{h}'" for h in _PLAN_HEADERS)
+            )
+        ).alias("plan_headers"),
+        F.when(
+            (F.col("dir") == "in") | (F.col("command") == "CONNECTED"),
+            idioms_udf("dir", "command", "headers"),
+        ).alias("idioms"),
+        F.when(F.col("command").isin("CONNECT", "STOMP") & (F.col("dir") == "in"), _header("login")).alias(
+            "connect_login"
+        ),
+        F.when(
+            F.col("command").isin("CONNECT", "STOMP") & (F.col("dir") == "in"), _header("client-id")
+        ).alias("connect_client_id"),
+        F.when(F.col("command").isin("CONNECT", "STOMP") & (F.col("dir") == "in"), _header("host")).alias(
+            "connect_host"
+        ),
+        F.when(F.col("command") == "ERROR", _header("message")).alias("error_message"),
+    )
+    # the application of each connection: its client host and its first CONNECT's login and
+    # client-id (docs/recording-format.md)
+    connections = frames.groupBy("conn").agg(
+        F.regexp_replace(
+            F.regexp_extract(F.first("client", ignorenulls=True), r"^(.*):[0-9]+$", 1), r"[\[\]]", ""
+        ).alias("host"),
+        F.min_by("connect_login", F.when(F.col("connect_login").isNotNull(), F.col("ts"))).alias("login"),
+        F.min_by(
+            "connect_client_id",
+            F.when(F.col("connect_login").isNotNull() | F.col("connect_client_id").isNotNull(), F.col("ts")),
+        ).alias("client_id"),
+        F.min_by("connect_host", F.when(F.col("connect_host").isNotNull(), F.col("ts"))).alias("vhost"),
+    )
+    enriched = frames.join(connections, "conn", "left").drop("client", "connect_login", "connect_client_id")
+    enriched = enriched.persist()
+    try:
+        return _aggregate(spark, records, enriched, path)
+    finally:
+        enriched.unpersist()
+
+
+def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, path: str) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    # -- totals and the recording's span (one row)
+    total = records.agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum(F.when(F.col("kind") == "frame", 1).otherwise(0)).alias("frames"),
+        F.countDistinct("conn").alias("connections"),
+        F.min("ts").alias("start"),
+        F.max("ts").alias("end"),
+        F.sum(F.when(F.col("kind") == "dropped", F.col("count")).otherwise(0)).alias("dropped"),
+        F.sum(F.when((F.col("kind") == "frame") & F.col("command").isNull(), 1).otherwise(0)).alias(
+            "unparsable"
+        ),
+    ).collect()[0]
+    start = float(total["start"] or 0.0)
+    end = float(total["end"] or start)
+    width = _bucket_width(max(end - start, 1.0))
+    buckets = int((end - start) // width) + 1
+
+    messages = enriched.filter(
+        ((F.col("dir") == "in") & (F.col("command") == "SEND"))
+        | ((F.col("dir") == "out") & (F.col("command") == "MESSAGE"))
+    ).select(
+        *_APP,
+        "conn",
+        "ts",
+        "body_len",
+        F.when(F.col("command") == "SEND", "sent").otherwise("delivered").alias("flow"),
+        # a composite SEND publishes to each of its destinations
+        F.explode(
+            F.when(F.col("command") == "SEND", F.split(F.col("destination"), ",")).otherwise(
+                F.array(F.col("destination"))
+            )
+        ).alias("destination"),
+    )
+
+    # -- idioms: per idiom, and per application and idiom
+    used = enriched.select(*_APP, "conn", "command", F.explode("idioms").alias("idiom"))
+    per_idiom = (
+        used.groupBy("idiom")
+        .agg(F.countDistinct("conn").alias("connections"), F.count(F.lit(1)).alias("frames"))
+        .collect()
+    )
+    per_idiom_command = used.groupBy("idiom", "command").count().collect()
+    per_app_idiom = (
+        used.groupBy(*_APP, "idiom")
+        .agg(F.countDistinct("conn").alias("connections"), F.count(F.lit(1)).alias("frames"))
+        .collect()
+    )
+
+    # -- applications
+    per_app = (
+        enriched.groupBy(*_APP)
+        .agg(
+            F.countDistinct("conn").alias("connections"),
+            F.count(F.lit(1)).alias("frames"),
+            F.min("ts").alias("first"),
+            F.max("ts").alias("last"),
+            F.collect_set("vhost").alias("vhosts"),
+        )
+        .collect()
+    )
+    errors = (
+        enriched.filter(F.col("error_message").isNotNull()).groupBy(*_APP, "error_message").count().collect()
+    )
+    app_destinations = (
+        messages.groupBy(*_APP, "destination", "flow")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum("body_len").alias("bytes"),
+            F.max("body_len").alias("max_size"),
+        )
+        .collect()
+    )
+    subscriptions = (
+        enriched.filter((F.col("dir") == "in") & (F.col("command") == "SUBSCRIBE"))
+        .groupBy(*_APP, "destination")
+        .count()
+        .collect()
+    )
+    app_rates = (
+        messages.select(*_APP, "flow", ((F.col("ts") - start) / width).cast("int").alias("bucket"))
+        .groupBy(*_APP, "flow", "bucket")
+        .count()
+        .collect()
+    )
+
+    # -- destinations: totals, then the rates of the busiest over time
+    destinations = (
+        messages.groupBy("destination", "flow")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum("body_len").alias("bytes"),
+            F.max("body_len").alias("max_size"),
+            F.countDistinct(F.struct(*_APP)).alias("applications"),
+        )
+        .collect()
+    )
+    volume: dict[str, int] = defaultdict(int)
+    for row in destinations:
+        volume[row["destination"]] += row["messages"]
+    top = sorted(volume, key=lambda d: (-volume[d], d))[:TOP_DESTINATIONS]
+    rates = (
+        messages.filter(F.col("destination").isin(top))
+        .select("destination", "flow", ((F.col("ts") - start) / width).cast("int").alias("bucket"))
+        .groupBy("destination", "flow", "bucket")
+        .count()
+        .collect()
+        if top
+        else []
+    )
+
+    # -- what the topology and the refusals are planned from: the distinct SENDs and SUBSCRIBEs
+    #    (destination and the headers their plan depends on) and the distinct selectors
+    plans = (
+        enriched.filter((F.col("dir") == "in") & F.col("command").isin("SEND", "SUBSCRIBE", "NACK"))
+        .select(*_APP, "command", "destination", "plan_headers", "idioms")
+        .distinct()
+        .collect()
+    )
+
+    return _assemble(
+        path=path,
+        total=total,
+        start=start,
+        end=end,
+        width=width,
+        buckets=buckets,
+        per_idiom=per_idiom,
+        per_idiom_command=per_idiom_command,
+        per_app_idiom=per_app_idiom,
+        per_app=per_app,
+        errors=errors,
+        app_destinations=app_destinations,
+        subscriptions=subscriptions,
+        app_rates=app_rates,
+        destinations=destinations,
+        top=top,
+        rates=rates,
+        plans=plans,
+    )
+
+
+def _series(rows: Iterable[Any], buckets: int) -> list[int]:
+    counts = [0] * buckets
+    for row in rows:
+        if 0 <= row["bucket"] < buckets:
+            counts[row["bucket"]] += row["count"]
+    return counts
+
+
+def _assemble(**parts: Any) -> dict[str, Any]:
+    """The report.json document from the collected aggregates (all small)."""
+    buckets: int = parts["buckets"]
+    width: int = parts["width"]
+    catalogue = {idiom.name: idiom for idiom in IDIOMS}
+    order = {name: n for n, name in enumerate(IDIOM_NAMES)}
+
+    commands: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in parts["per_idiom_command"]:
+        commands[row["idiom"]][row["command"]] = row["count"]
+    apps_of_idiom: dict[str, int] = defaultdict(int)
+    for row in parts["per_app_idiom"]:
+        apps_of_idiom[row["idiom"]] += 1
+    idioms = [
+        {
+            "name": row["idiom"],
+            "title": catalogue[row["idiom"]].title,
+            "connections": row["connections"],
+            "frames": row["frames"],
+            "applications": apps_of_idiom[row["idiom"]],
+            "commands": dict(sorted(commands[row["idiom"]].items())),
+            "support": catalogue[row["idiom"]].support,
+            "note": catalogue[row["idiom"]].note,
+        }
+        for row in sorted(parts["per_idiom"], key=lambda r: order.get(r["idiom"], 99))
+        if row["idiom"] in catalogue
+    ]
+
+    # destinations
+    by_destination: dict[str, dict[str, Any]] = {}
+    for row in parts["destinations"]:
+        name = row["destination"]
+        entry = by_destination.setdefault(
+            name,
+            {
+                "destination": name,
+                "kind": destination_kind(name),
+                "sent": 0,
+                "delivered": 0,
+                "bytes_sent": 0,
+                "bytes_delivered": 0,
+                "max_size": 0,
+                "applications": 0,
+            },
+        )
+        entry[row["flow"]] = row["messages"]
+        entry[f"bytes_{row['flow']}"] = row["bytes"] or 0
+        entry["max_size"] = max(entry["max_size"], row["max_size"] or 0)
+        entry["applications"] = max(entry["applications"], row["applications"])
+    rate_rows: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for row in parts["rates"]:
+        rate_rows[(row["destination"], row["flow"])].append(row)
+    for name in parts["top"]:
+        by_destination[name]["rate"] = {
+            flow: _series(rate_rows[(name, flow)], buckets) for flow in ("sent", "delivered")
+        }
+    destinations = sorted(
+        by_destination.values(), key=lambda d: (-(d["sent"] + d["delivered"]), d["destination"])
+    )
+    for entry in destinations:
+        sent = entry["sent"]
+        entry["avg_size"] = round(entry["bytes_sent"] / sent) if sent else 0
+
+    # applications
+    apps: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for row in parts["per_app"]:
+        key = _app_key(row)
+        apps[key] = {
+            "name": _app_name(key),
+            "host": key[0],
+            "login": row["login"],
+            "client_id": row["client_id"],
+            "connections": row["connections"],
+            "frames": row["frames"],
+            "first": row["first"],
+            "last": row["last"],
+            "vhosts": sorted(v for v in row["vhosts"] if v is not None),
+            "stomp_versions": [],
+            "idioms": [],
+            "destinations": {},
+            "errors": {},
+            "rate": {"sent": [0] * buckets, "delivered": [0] * buckets},
+        }
+    for row in sorted(parts["per_app_idiom"], key=lambda r: order.get(r["idiom"], 99)):
+        app = apps[_app_key(row)]
+        name = row["idiom"]
+        if name.startswith("stomp-"):
+            app["stomp_versions"].append(name.removeprefix("stomp-"))
+        app["idioms"].append(
+            {
+                "name": name,
+                "connections": row["connections"],
+                "frames": row["frames"],
+                "support": catalogue[name].support,
+                "note": catalogue[name].note,
+            }
+        )
+    for row in parts["errors"]:
+        apps[_app_key(row)]["errors"][row["error_message"]] = row["count"]
+    app_dest: dict[tuple[tuple[str, str, str], str], dict[str, Any]] = {}
+    for row in parts["app_destinations"]:
+        where = (_app_key(row), row["destination"])
+        entry = app_dest.setdefault(
+            where,
+            {
+                "destination": row["destination"],
+                "sent": 0,
+                "delivered": 0,
+                "bytes": 0,
+                "max_size": 0,
+                "subscriptions": 0,
+            },
+        )
+        entry[row["flow"]] = row["messages"]
+        entry["bytes"] += row["bytes"] or 0
+        entry["max_size"] = max(entry["max_size"], row["max_size"] or 0)
+    for row in parts["subscriptions"]:
+        if row["destination"] is None:
+            continue
+        where = (_app_key(row), row["destination"])
+        entry = app_dest.setdefault(
+            where,
+            {
+                "destination": row["destination"],
+                "sent": 0,
+                "delivered": 0,
+                "bytes": 0,
+                "max_size": 0,
+                "subscriptions": 0,
+            },
+        )
+        entry["subscriptions"] = row["count"]
+    for (key, name), entry in sorted(app_dest.items(), key=lambda item: (item[0][0], item[0][1])):
+        apps[key]["destinations"].setdefault(destination_kind(name), []).append(entry)
+    for row in parts["app_rates"]:
+        rate = apps[_app_key(row)]["rate"][row["flow"]]
+        if 0 <= row["bucket"] < buckets:
+            rate[row["bucket"]] += row["count"]
+
+    topology, refused = plan_topology(
+        [
+            {
+                "application": _app_name(_app_key(row)),
+                "client_id": row["client_id"],
+                "command": row["command"],
+                "destination": row["destination"],
+                "headers": [tuple(pair) for pair in row["plan_headers"] or () if len(pair) >= 2],
+                "idioms": list(row["idioms"] or ()),
+            }
+            for row in parts["plans"]
+        ]
+    )
+
+    total = parts["total"]
+    applications = sorted(apps.values(), key=lambda a: (-a["frames"], a["name"]))
+    return {
+        "version": FORMAT_VERSION,
+        "recording": parts["path"],
+        "totals": {
+            "records": total["records"],
+            "frames": total["frames"] or 0,
+            "connections": total["connections"],
+            "applications": len(applications),
+            "messages_sent": sum(d["sent"] for d in destinations),
+            "messages_delivered": sum(d["delivered"] for d in destinations),
+            "bytes_sent": sum(d["bytes_sent"] for d in destinations),
+            "start": parts["start"],
+            "end": parts["end"],
+            "bucket_seconds": width,
+            "buckets": buckets,
+            "dropped_records": total["dropped"] or 0,
+            "unparsable_frames": total["unparsable"] or 0,
+        },
+        "idioms": idioms,
+        "destinations": destinations,
+        "applications": applications,
+        "topology": topology,
+        "refused": refused,
+    }

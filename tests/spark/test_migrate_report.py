@@ -1,0 +1,115 @@
+"""The migration report (adapter/migrate) in a real SparkSession and through ``spark-submit``:
+on a synthetic recording of six ActiveMQ applications (tests/recordings.py), the report names
+exactly the idioms each application uses, and nothing from the ``.part`` file being written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from adapter.mapping.profile import durable_subscription_queue
+from adapter.migrate.idioms import idiom
+from adapter.migrate.report import build_report
+from tests.recordings import Recording, fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("recording")
+    recording = Recording(directory, bodies=True)
+    expected = fleet(recording)
+    recording.close()
+    return directory, expected, recording.frames
+
+
+def _by_application(document) -> dict[tuple[str, str, str | None], set[str]]:
+    return {
+        (app["host"], app["login"], app["client_id"]): {i["name"] for i in app["idioms"]}
+        for app in document["applications"]
+    }
+
+
+@pytest.mark.timeout(300)
+def test_the_report_names_exactly_the_idioms_each_application_uses(spark, recorded) -> None:
+    directory, expected, frames = recorded
+    document = build_report(spark, str(directory))
+    assert set(document) >= {"idioms", "destinations", "applications", "totals"}
+    assert {i["name"] for i in document["idioms"]} == expected.idioms
+    assert _by_application(document) == {
+        (a.host, a.login, a.client_id): set(a.idioms) for a in expected.applications
+    }
+    for entry in document["idioms"]:
+        assert entry["support"] == idiom(entry["name"]).support
+        assert entry["connections"] >= 1 and entry["frames"] >= entry["connections"]
+    browser = next(i for i in document["idioms"] if i["name"] == "browser")
+    assert (browser["connections"], browser["frames"]) == (1, 1)  # not the .part file's
+    assert document["totals"]["frames"] == frames
+    assert document["totals"]["connections"] == expected.connections
+    orders = next(d for d in document["destinations"] if d["destination"].endswith(".orders"))
+    assert (orders["kind"], orders["sent"], orders["delivered"], orders["max_size"]) == ("queue", 3, 3, 7)
+    assert sum(orders["rate"]["sent"]) == 3
+    queues = {q["name"] for q in document["topology"]["queues"]}
+    feed = next(a for a in expected.applications if a.client_id)
+    assert durable_subscription_queue(feed.client_id, "feed") in queues
+    assert [r["message"] for r in document["refused"]] == ["Transformation not supported"]
+
+
+BLOCKER = """import sys
+for name in ("pydantic", "pydantic_settings", "aio_pika", "aiormq", "pamqp", "wsproto", "h11", "uvloop"):
+    sys.modules[name] = None
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_report_through_spark_submit(recorded, tmp_path) -> None:
+    """``spark-submit --py-files adapter.zip adapter/migrate/job.py report ...`` on a Python
+    without the server's dependencies (lark stays: the driver plans the topology with the
+    profile's rules, which compile selectors)."""
+    directory, expected, _frames = recorded
+    package = tmp_path / "adapter.zip"
+    with zipfile.ZipFile(package, "w") as archive:
+        for source in sorted((ROOT / "adapter").rglob("*")):
+            if source.is_file() and "__pycache__" not in source.parts:
+                archive.write(source, source.relative_to(ROOT))
+    (tmp_path / "blocker").mkdir()
+    (tmp_path / "blocker" / "sitecustomize.py").write_text(BLOCKER)
+    environment = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONPATH=str(tmp_path / "blocker"),
+    )
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        "local[1]",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--py-files",
+        str(package),
+        str(ROOT / "adapter" / "migrate" / "job.py"),
+        "report",
+        str(directory),
+        "--out",
+        str(tmp_path / "report.html"),
+        "--json",
+        str(tmp_path / "report.json"),
+    ]
+    result = subprocess.run(
+        command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=280
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert {i["name"] for i in document["idioms"]} == expected.idioms
+    page = (tmp_path / "report.html").read_text()
+    assert "What to change before cutting over" in page and "<script" not in page
