@@ -27,6 +27,7 @@ import ssl
 import time
 from typing import Protocol, cast
 
+from ..liveness import Liveness
 from ..mapping.operations import Delivery, QueueDeclare
 from . import wire
 from .client import (
@@ -101,11 +102,10 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
         self._reading_paused = False
         self._paused_writing = False
         self._closed: asyncio.Future[None] = self._loop.create_future()
-        # heart-beats (kept apart, below): what was read and written since the last tick
-        self._read_since_check = False
-        self._wrote_since_check = False
+        # heart-beats (kept apart, below): the monitor the STOMP shell uses too, ticked at half
+        # the negotiated interval; four silent ticks (two heart-beat periods) fail the link
+        self._liveness = Liveness(misses_allowed=4)
         self._heartbeat_handle: asyncio.TimerHandle | None = None
-        self._missed_heartbeats = 0
 
     # --------------------------------------------------------------------- opening
     @classmethod
@@ -168,7 +168,7 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
 
     # --------------------------------------------------------------------- reading
     def data_received(self, data: bytes) -> None:
-        self._read_since_check = True
+        self._liveness.read = True
         try:
             self._reader.feed(data)
         except UnexpectedMethod as error:
@@ -218,7 +218,7 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
         if not out or self._transport is None:
             return
         self._out = []
-        self._wrote_since_check = True
+        self._liveness.wrote = True
         if self._out_large:
             # large bodies go to the socket as the slices they are (one writev, no copy)
             self._out_large = False
@@ -339,20 +339,14 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
     def _heartbeat_tick(self) -> None:
         if self._transport is None:
             return
-        if not self._wrote_since_check and not self._out:
+        liveness = self._liveness
+        if liveness.send_tick(bool(self._out)):
             self._transport.write(wire.HEARTBEAT_FRAME)
-        self._wrote_since_check = False
-        if self._read_since_check or self._reading_paused:
-            # while we hold the broker back for a slow client, its heart-beats wait unread
-            self._missed_heartbeats = 0
-        else:
-            self._missed_heartbeats += 1
-            # two heart-beat periods (four half-period ticks) of silence: the broker is gone
-            if self._missed_heartbeats >= 4:
-                self._fail(AmqpError(0, f"missed heart-beats from the broker for {2 * self.heartbeat} s"))
-                self._abort()
-                return
-        self._read_since_check = False
+        # while we hold the broker back for a slow client, its heart-beats wait unread: excused
+        if liveness.receive_tick(self._reading_paused):
+            self._fail(AmqpError(0, f"missed heart-beats from the broker for {2 * self.heartbeat} s"))
+            self._abort()
+            return
         self._schedule_heartbeat()
 
     # --------------------------------------------------------------------- closing
