@@ -129,7 +129,8 @@ def test_every_byte_passes_unchanged_both_ways_with_heartbeats_and_half_closes(t
     upstream = ScriptedUpstream(script)
     tap = taps(upstream.address, tmp_path / "rec")
     # the first LF ends CONNECT (as the adapter ends its frames), the next two are heart-beats
-    chunks = [CONNECT, b"\n", b"\n", b"\r\n", SEND[:30], SEND[30:500], SEND[500:], b"DISCONNECT\nreceipt:bye\n\n\0"]
+    chunks = [CONNECT, b"\n", b"\n", b"\r\n", SEND[:30], SEND[30:500], SEND[500:]]
+    chunks.append(b"DISCONNECT\nreceipt:bye\n\n\0")
     with socket.create_connection(("127.0.0.1", tap.port), timeout=30) as client:
         for chunk in chunks:
             client.sendall(chunk)
