@@ -22,6 +22,7 @@ and the remainder when the connection closes.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,8 @@ Emit = Callable[[Record, int], object]
 SMALL_RECORD = 256
 
 _BETWEEN_FRAMES = b"\r\n\0"
+_BETWEEN_FRAMES_FIRST = frozenset(_BETWEEN_FRAMES)
+_skip_between = re.compile(rb"[\r\n\0]*").match
 
 
 class ParseBudget:
@@ -64,10 +67,10 @@ def split_head(head: bytes) -> tuple[str, list[list[str]]]:
     return command, headers
 
 
-def _head_end(raw: bytes | bytearray) -> int:
-    """Where the head of a raw frame ends (the blank line; the codec found one, so there is)."""
-    lf_lf = raw.find(b"\n\n")
-    lf_crlf = raw.find(b"\n\r\n", 0, lf_lf + 3 if lf_lf >= 0 else len(raw))
+def _head_end(buffer: bytearray, start: int, end: int) -> int:
+    """Where the head of the frame at ``start`` ends: its blank line (the codec found one)."""
+    lf_lf = buffer.find(b"\n\n", start, end)
+    lf_crlf = buffer.find(b"\n\r\n", start, lf_lf + 3 if lf_lf >= 0 else end)
     if lf_lf >= 0 and (lf_crlf < 0 or lf_lf < lf_crlf):
         return lf_lf
     return lf_crlf
@@ -139,12 +142,12 @@ class DirectionRecorder:
                     self._between(bytes(copy[:consumed]), now)
                     del copy[:consumed]
                 break
-            raw = bytes(copy[:consumed])
-            del copy[:consumed]
-            start = len(raw) - len(raw.lstrip(_BETWEEN_FRAMES))
+            # the frame's head, cut from the copy without copying its body
+            start = _skip_between(copy).end() if copy[0] in _BETWEEN_FRAMES_FIRST else 0  # type: ignore[union-attr]  # "*" always matches
             if start:
-                self._between(raw[:start], now)
-            head = raw[start : start + _head_end(raw[start:])]
+                self._between(bytes(copy[:start]), now)
+            head = bytes(copy[start : _head_end(copy, start, consumed)])
+            del copy[:consumed]
             command, headers = split_head(head)
             size = SMALL_RECORD + len(head) + 8 * len(headers)
             record: Record = {

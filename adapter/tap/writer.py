@@ -39,6 +39,7 @@ BATCH = 512  # records per write call at most
 COMPRESS_LEVEL = 6
 
 _STOP = object()
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # ensure_ascii: \udcXX for non-UTF-8 bytes
 
 
 class RateLimitedWarning:
@@ -202,7 +203,7 @@ class RecordWriter:
         if now < self._retry_at:
             self._lose(records)
             return
-        lines = b"".join(json.dumps(r, separators=(",", ":")).encode("ascii") + b"\n" for r in records)
+        lines = "".join([_encode(record) + "\n" for record in records]).encode("ascii")
         try:
             if self._gzip is None:
                 self._open(now)
