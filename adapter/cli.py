@@ -456,6 +456,10 @@ def tune_malloc() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(argv) if argv is not None else sys.argv[1:]
+    if arguments[:1] == ["tap"]:  # the recording tap: a command of its own (adapter/tap/main.py)
+        from .tap.main import main as tap_main
+
+        return tap_main(arguments[1:])
     args = build_parser().parse_args(arguments)
     worker = WorkerSpec.parse(args.worker_spec) if args.worker_spec else None
     overrides = command_line_settings(args)

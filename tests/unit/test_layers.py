@@ -44,6 +44,7 @@ PURE = sorted(
         ROOT / "server" / "proxy_protocol.py",
         ROOT / "server" / "brokers.py",
         ROOT / "server" / "resolver.py",
+        ROOT / "tap" / "recorder.py",
     ]
 )
 FORBIDDEN = {"asyncio", "aio_pika", "aiormq", "pamqp", "pydantic", "pydantic_settings", "socket", "uvloop"}
@@ -59,6 +60,7 @@ DIRECTION = """\
 __main__ -> cli -> config -> server -> (session | amqp) -> (stomp | mapping) -> foundation
                              spark  -> amqp, stomp, mapping, foundation
                              migrate -> mapping, stomp, foundation
+            cli -> tap -> stomp, foundation
 """
 FOUNDATION = frozenset({"__init__", "caps", "codegen", "errors", "liveness", "logs", "numbers"})
 
@@ -282,11 +284,12 @@ def test_the_direction_reads_as_meant():
     low = {"stomp", "mapping"} | FOUNDATION
     assert may_import_from(DIRECTION, FOUNDATION) == {
         "__main__": {"cli", "config", "server", "session", "amqp"} | low,
-        "cli": {"config", "server", "session", "amqp"} | low,
+        "cli": {"config", "server", "session", "amqp", "tap"} | low,
         "config": {"server", "session", "amqp"} | low,
         "server": {"session", "amqp"} | low,
         "spark": {"amqp"} | low,
         "migrate": low,
+        "tap": {"stomp"} | FOUNDATION,
         "session": low,
         "amqp": low,
         "stomp": FOUNDATION,

@@ -1,0 +1,291 @@
+"""The tap's record writer: records in from the event loop, gzip JSON Lines files out.
+
+Owns the recording directory (docs/recording-format.md): the bounded queue between the proxy and
+the disk, the one writer thread, the ``.part`` file being written, its rotation by size and age,
+and what happens when the disk cannot keep up or fails.  The proxy never waits for it: ``offer``
+is a couple of integer comparisons and a put on a ``queue.SimpleQueue``; a record that does not
+fit the bound (``max_records`` records or ``max_bytes`` of them, counting those the writer holds
+while it writes) is dropped on the spot and counted, per connection, and the writer records the
+counts in ``dropped`` records when it catches up.
+
+A failed write (ENOSPC, EIO, a file system gone read-only) abandons the file being written: it
+stays under its hidden ``.part`` name (Spark skips it; ``zcat`` can still read what reached the
+disk), its records count as dropped, and the writer tries a new file ``RETRY_SECONDS`` later.
+Warnings are logged at most once a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from .recorder import FORMAT_VERSION, Record
+
+log = logging.getLogger("adapter.tap")
+
+RETRY_SECONDS = 5.0
+WARN_EVERY = 60.0
+TICK = 0.5  # how often an idle writer looks at the age of its file
+BATCH = 512  # records per write call at most
+COMPRESS_LEVEL = 6
+
+_STOP = object()
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # ensure_ascii: \udcXX for non-UTF-8 bytes
+
+
+class RateLimitedWarning:
+    """A warning logged at most once per ``every`` seconds; the calls in between are counted."""
+
+    def __init__(self, every: float = WARN_EVERY, clock: Callable[[], float] = time.monotonic) -> None:
+        self._every = every
+        self._clock = clock
+        self._last = float("-inf")
+        self.suppressed = 0
+
+    def __call__(self, message: str, *args: object) -> None:
+        now = self._clock()
+        if now - self._last < self._every:
+            self.suppressed += 1
+            return
+        self._last = now
+        if self.suppressed:
+            message += " (%d more such events since the last warning)"
+            args = (*args, self.suppressed)
+        self.suppressed = 0
+        log.warning(message, *args)
+
+
+def file_name(opened: float, pid: int, seq: int) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(opened))
+    return f"tap-{stamp}-{pid}-{seq:06d}.jsonl.gz"
+
+
+def _open_exclusive(path: Path) -> IO[bytes]:
+    return open(path, "xb")  # noqa: SIM115 - closed by the writer when the file rotates
+
+
+class RecordWriter:
+    """The writer thread and its queue.  ``start``, then ``offer`` from the event loop, then
+    ``close`` (which drains the queue and finishes the file)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        rotate_bytes: int = 64 * 1024 * 1024,
+        rotate_seconds: float = 300.0,
+        max_records: int = 50_000,
+        max_bytes: int = 64 * 1024 * 1024,
+        clock: Callable[[], float] = time.time,
+        open_file: Callable[[Path], IO[bytes]] = _open_exclusive,
+    ) -> None:
+        self.directory = directory
+        self._rotate_bytes = rotate_bytes
+        self._rotate_seconds = rotate_seconds
+        self._max_records = max_records
+        self._max_bytes = max_bytes
+        self._clock = clock
+        self._open_file = open_file
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # each counter has one writing thread: offered by the loop, taken by the writer
+        self._offered = self._offered_bytes = 0
+        self._taken = self._taken_bytes = 0
+        self._lock = threading.Lock()  # guards _dropped_by_conn (the drop path only)
+        self._dropped_by_conn: dict[str, int] = {}
+        self.written = 0
+        self.dropped = 0
+        self.files = 0
+        self._seq = 0
+        self._pid = os.getpid()
+        self._raw: IO[bytes] | None = None
+        self._gzip: gzip.GzipFile | None = None
+        self._part: Path | None = None
+        self._final: Path | None = None
+        self._opened = 0.0
+        # per conn, the proxy's records in the open file, and the counts its dropped records report
+        self._in_file: dict[str, int] = {}
+        self._reported_in_file: dict[str, int] = {}
+        self._retry_at = float("-inf")
+        self._warn = RateLimitedWarning()
+        self._thread = threading.Thread(target=self._run, name="tap-writer", daemon=True)
+
+    # ------------------------------------------------------------------ the event loop's side
+    @property
+    def pending(self) -> int:
+        """Records offered and not yet written (or dropped) by the writer."""
+        return self._offered - self._taken
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+
+    def offer(self, record: Record, size: int) -> bool:
+        """Queue ``record`` (about ``size`` bytes), or drop and count it: never blocks."""
+        if (
+            self._offered - self._taken >= self._max_records
+            or self._offered_bytes - self._taken_bytes + size > self._max_bytes
+        ):
+            self._drop({record["conn"]: 1})
+            self._warn("tap: the recording cannot keep up (writer queue full): dropping records")
+            return False
+        self._offered += 1
+        self._offered_bytes += size
+        self._queue.put((record, size))
+        return True
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Write what is queued, finish the file; False if the writer did not end in time."""
+        if not self._thread.is_alive():
+            return True
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("tap: the recording writer did not finish within %.0f s", timeout)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ the writer's side
+    def _drop(self, counts: dict[str, int], *, new: bool = True) -> None:
+        """Add ``counts`` to what the next ``dropped`` records report; ``new``: records not
+        counted as dropped before (not the counts of a lost ``dropped`` record)."""
+        with self._lock:
+            table = self._dropped_by_conn
+            for conn, count in counts.items():
+                table[conn] = table.get(conn, 0) + count
+                if new:
+                    self.dropped += count
+
+    def _run(self) -> None:
+        get = self._queue.get
+        stopping = False
+        while not stopping:
+            batch: list[tuple[Record, int]] = []
+            try:
+                item = get(timeout=TICK)
+            except queue.Empty:
+                item = None
+            while item is not None:
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)
+                if len(batch) >= BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = None
+            now = self._clock()
+            if batch:
+                self._write([record for record, _ in batch], now)
+                self._taken_bytes += sum(size for _, size in batch)
+                self._taken += len(batch)
+            if self._offered == self._taken:  # caught up: say what was lost
+                self._write_dropped(now)
+            if self._gzip is not None and (
+                stopping
+                or self._opened + self._rotate_seconds <= now
+                or self._raw is not None
+                and self._raw.tell() >= self._rotate_bytes
+            ):
+                self._finish(now)
+
+    def _write(self, records: list[Record], now: float) -> None:
+        if now < self._retry_at:
+            self._lose(records)
+            return
+        lines = "".join([_encode(record) + "\n" for record in records]).encode("ascii")
+        try:
+            if self._gzip is None:
+                self._open(now)
+            assert self._gzip is not None
+            self._gzip.write(lines)
+        except OSError as error:
+            self._lose(records)
+            self._fail(error, now)
+            return
+        self._tally(records, self._in_file, self._reported_in_file)
+        self.written += len(records) - sum(record["kind"] == "dropped" for record in records)
+
+    @staticmethod
+    def _tally(records: list[Record], proxied: dict[str, int], reported: dict[str, int]) -> None:
+        """Count ``records`` per connection: the proxy's ones, and what ``dropped`` ones report."""
+        for record in records:
+            conn = record["conn"]
+            if record["kind"] == "dropped":
+                reported[conn] = reported.get(conn, 0) + record["count"]
+            else:
+                proxied[conn] = proxied.get(conn, 0) + 1
+
+    def _lose(self, records: list[Record]) -> None:
+        proxied: dict[str, int] = {}
+        reported: dict[str, int] = {}
+        self._tally(records, proxied, reported)
+        self._drop(proxied)
+        self._drop(reported, new=False)
+
+    def _write_dropped(self, now: float) -> None:
+        if not self._dropped_by_conn or now < self._retry_at:
+            return
+        with self._lock:
+            table, self._dropped_by_conn = self._dropped_by_conn, {}
+        self._write(
+            [
+                {"v": FORMAT_VERSION, "ts": now, "conn": conn, "kind": "dropped", "count": count}
+                for conn, count in table.items()
+            ],
+            now,
+        )
+
+    def _open(self, now: float) -> None:
+        self._seq += 1
+        name = file_name(now, self._pid, self._seq)
+        self._part, self._final = self.directory / f".{name}.part", self.directory / name
+        self._in_file, self._reported_in_file = {}, {}
+        self._raw = self._open_file(self._part)
+        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, compresslevel=COMPRESS_LEVEL)
+        self._opened = now
+
+    def _finish(self, now: float) -> None:
+        """Close the file and give it its final name, which makes it visible to Spark."""
+        gz, raw, part, final = self._gzip, self._raw, self._part, self._final
+        assert gz is not None and raw is not None and part is not None and final is not None
+        try:
+            gz.close()
+            raw.close()
+            os.rename(part, final)
+        except OSError as error:
+            self._fail(error, now)
+            return
+        self._gzip = self._raw = None
+        self.files += 1
+
+    def _fail(self, error: OSError, now: float) -> None:
+        """Abandon the file being written (its records are lost to Spark), retry later."""
+        self._drop(self._in_file)
+        self._drop(self._reported_in_file, new=False)
+        self._in_file, self._reported_in_file = {}, {}
+        part = self._part
+        for closing in (self._gzip, self._raw):
+            if closing is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    closing.close()
+        self._gzip = self._raw = None
+        self._retry_at = now + RETRY_SECONDS
+        self._warn(
+            "tap: cannot write the recording (%s): %s left unfinished, its records and those of the "
+            "next %.0f s are dropped (%d dropped so far); the proxy goes on",
+            error,
+            part,
+            RETRY_SECONDS,
+            self.dropped,
+        )

@@ -1,0 +1,223 @@
+"""The tap's recorder (adapter/tap/recorder.py): bytes in, the records of docs/recording-format.md
+out, without sockets."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from adapter.stomp.codec import FrameLimits
+from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget, split_head
+
+CONNECT = b"CONNECT\naccept-version:1.2\nlogin:app\npasscode:s3cret\nclient-id:legacy-7\n\n\0"
+SEND = b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0\n"
+SUBSCRIBE_ESCAPED = b"SUBSCRIBE\r\nid:1\r\ndestination:/topic/a\\cb\r\nselector:x = 'a\\nb'\r\nid:2\r\n\r\n\0"
+STREAM = CONNECT + SEND + b"\n\n" + SUBSCRIBE_ESCAPED + b"\r\n" + SEND
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self.sizes: list[int] = []
+
+    def __call__(self, record: dict, size: int) -> None:
+        self.records.append(record)
+        self.sizes.append(size)
+
+    def kinds(self) -> list[str]:
+        return [r["kind"] for r in self.records]
+
+    def frames(self) -> list[dict]:
+        return [r for r in self.records if r["kind"] == "frame"]
+
+
+def direction(sink: Sink, *, bodies: bool = False, limits: FrameLimits | None = None, budget=None):
+    return DirectionRecorder(
+        "c-1",
+        "10.0.0.5:51234",
+        "in",
+        sink,
+        bodies=bodies,
+        limits=limits or FrameLimits(),
+        budget=budget or ParseBudget(1 << 30),
+    )
+
+
+def without_time(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "ts"} for r in records]
+
+
+def test_a_whole_buffer_gives_every_frame_with_its_wire_headers():
+    sink = Sink()
+    recorder = direction(sink)
+    recorder.feed(STREAM, 100.0)
+    frames = sink.frames()
+    assert [f["command"] for f in frames] == ["CONNECT", "SEND", "SUBSCRIBE", "SEND"]
+    assert frames[0] == {
+        "v": 1,
+        "ts": 100.0,
+        "conn": "c-1",
+        "kind": "frame",
+        "client": "10.0.0.5:51234",
+        "dir": "in",
+        "command": "CONNECT",
+        "headers": [
+            ["accept-version", "1.2"],
+            ["login", "app"],
+            ["passcode", "***"],
+            ["client-id", "legacy-7"],
+        ],
+        "body_len": 0,
+    }
+    # escapes as they were, CR LF line ends not part of values, the repeated id kept in order
+    assert frames[2]["headers"] == [
+        ["id", "1"],
+        ["destination", "/topic/a\\cb"],
+        ["selector", "x = 'a\\nb'"],
+        ["id", "2"],
+    ]
+    assert frames[1]["body_len"] == 5 and "body" not in frames[1]
+    assert recorder.frames == 4
+
+
+def test_byte_at_a_time_gives_the_same_records():
+    whole, trickle = Sink(), Sink()
+    all_at_once = direction(whole)
+    all_at_once.feed(STREAM, 1.0)
+    all_at_once.finish(2.0)
+    one = direction(trickle)
+    for i in range(len(STREAM)):
+        one.feed(STREAM[i : i + 1], 1.0)
+    one.finish(2.0)
+    assert without_time(trickle.frames()) == without_time(whole.frames())
+
+    def beats(sink: Sink) -> int:  # how they are grouped into records depends on the reads
+        return sum(r["count"] for r in sink.records if r["kind"] == "heartbeats")
+
+    # the two LFs after SEND's own; the LF ending SEND and the CR LF ending SUBSCRIBE end frames
+    assert beats(trickle) == beats(whole) == 2
+
+
+def test_the_passcode_is_never_recorded_and_bodies_only_when_asked():
+    sink = Sink()
+    recorder = direction(sink, bodies=True)
+    recorder.feed(CONNECT + SEND, 1.0)
+    recorder.finish(2.0)
+    text = json.dumps(sink.records)
+    assert "s3cret" not in text
+    connect, send = sink.frames()
+    assert ["passcode", "***"] in connect["headers"]
+    assert base64.b64decode(send["body"]) == b"hello"
+    assert split_head(b"STOMP\npasscode:x\npasscode:y")[1] == [["passcode", "***"], ["passcode", "***"]]
+
+
+def test_bytes_that_are_not_utf8_survive_as_escapes():
+    sink = Sink()
+    direction(sink).feed(b"SEND\ndestination:/queue/\xff\xfe\n\n\0", 1.0)
+    (frame,) = sink.frames()
+    line = json.dumps(frame)
+    assert line.isascii() and "\\udcff\\udcfe" in line
+    assert frame["headers"][0][1].encode("utf-8", "surrogateescape") == b"/queue/\xff\xfe"
+
+
+def test_an_incomplete_frame_at_the_close_is_recorded_as_unparsed():
+    sink = Sink()
+    recorder = direction(sink)
+    recorder.feed(SEND + b"SEND\ndestination:/queue/a\ncontent-le", 1.0)
+    assert [f["command"] for f in sink.frames()] == ["SEND"]
+    recorder.finish(2.0)
+    last = sink.records[-1]
+    assert last["command"] is None and "middle of a frame (36 bytes" in last["error"]
+
+
+def test_only_heartbeats_after_the_last_frame_are_no_frame():
+    sink = Sink()
+    recorder = direction(sink)
+    recorder.feed(SEND + b"\n\n", 1.0)
+    recorder.finish(1.5)
+    assert sink.kinds() == ["frame", "heartbeats"]
+    assert sink.records[-1]["count"] == 2  # the frame's own trailing LF is not a heart-beat
+
+
+def test_a_parse_failure_stops_that_direction_once_and_for_all():
+    sink = Sink()
+    recorder = direction(sink, limits=FrameLimits(max_frame_size=64))
+    recorder.feed(SEND + b"SEND\ndestination:/queue/a\n\n" + b"x" * 100 + b"\0" + SEND, 1.0)
+    recorder.feed(SEND * 3, 2.0)
+    recorder.finish(3.0)
+    frames = sink.frames()
+    assert [f["command"] for f in frames] == ["SEND", None]
+    assert "Frame too big" in frames[1]["error"] and frames[1]["dir"] == "in"
+    assert recorder.stopped
+
+
+def test_heartbeats_are_aggregated_to_one_record_per_second():
+    sink = Sink()
+    recorder = direction(sink)
+    recorder.feed(CONNECT + b"\n", 0.0)  # that LF ends the frame: not a heart-beat
+    # 50 heart-beats within the first second, then 30 within the next, LF and CR LF alike
+    for i in range(50):
+        recorder.feed(b"\n" if i % 2 else b"\r\n", 0.1 + i * 0.01)
+    for i in range(30):
+        recorder.feed(b"\n", 1.2 + i * 0.01)
+    recorder.finish(2.0)
+    beats = [r for r in sink.records if r["kind"] == "heartbeats"]
+    assert sum(r["count"] for r in beats) == 80
+    seconds = [r["ts"] for r in beats[:-1]]  # the last one is the remainder, at the close
+    assert all(b - a >= 1.0 for a, b in zip(seconds, seconds[1:], strict=False))
+    assert len(beats) <= 3
+
+
+def test_the_process_wide_parse_budget_stops_the_direction_that_exceeds_it():
+    budget = ParseBudget(1000)
+    sink = Sink()
+    one, two = direction(sink, budget=budget), direction(sink, budget=budget)
+    one.feed(b"SEND\ndestination:/q\n\n" + b"x" * 300, 1.0)  # incomplete: held
+    assert budget.held > 0 and not one.stopped
+    two.feed(b"SEND\ndestination:/q\n\n" + b"y" * 600, 1.0)
+    assert two.stopped and not one.stopped
+    assert "parse-buffer-bytes" in sink.records[-1]["error"]
+    one.feed(b"\0", 1.0)
+    assert budget.held == 0  # the complete frame let go of its bytes, the stopped side of its own
+
+
+def test_a_connection_records_open_both_directions_and_close():
+    sink = Sink()
+    conn = ConnectionRecorder(
+        "abc-1",
+        client="10.0.0.5:51234",
+        listen="0.0.0.0:61613",
+        upstream="broker:61613",
+        tls=False,
+        emit=sink,
+        bodies=False,
+        limits=FrameLimits(),
+        budget=ParseBudget(1 << 20),
+        now=1.0,
+    )
+    conn.inbound.feed(CONNECT, 1.1)
+    conn.outbound.feed(b"CONNECTED\nversion:1.2\n\n\0\n", 1.2)
+    conn.close(2.0, by="client", reason="eof", bytes_in=len(CONNECT), bytes_out=24)
+    conn.close(3.0, by="tap", reason="again", bytes_in=0, bytes_out=0)  # once only
+    assert sink.kinds() == ["open", "frame", "frame", "close"]
+    assert without_time([sink.records[0], sink.records[-1]]) == [
+        {
+            "v": 1,
+            "conn": "abc-1",
+            "kind": "open",
+            "client": "10.0.0.5:51234",
+            "listen": "0.0.0.0:61613",
+            "upstream": "broker:61613",
+            "tls": False,
+        },
+        {
+            "v": 1,
+            "conn": "abc-1",
+            "kind": "close",
+            "by": "client",
+            "reason": "eof",
+            "bytes_in": len(CONNECT),
+            "bytes_out": 24,
+        },
+    ]
+    assert [r["dir"] for r in sink.frames()] == ["in", "out"]
