@@ -1,4 +1,4 @@
-"""The pure core stays pure: stomp/, mapping/, session.py and the AMQP framing module
+"""The pure core stays pure: stomp/, mapping/, session/ and the AMQP framing module
 (amqp/wire.py, amqp/framing.py) import no I/O or framework code."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ PURE = sorted(
     [
         *ROOT.joinpath("stomp").glob("*.py"),
         *ROOT.joinpath("mapping").glob("*.py"),
-        ROOT / "session.py",
+        *ROOT.joinpath("session").glob("*.py"),
         ROOT / "caps.py",
         ROOT / "errors.py",
         ROOT / "codegen.py",
