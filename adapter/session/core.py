@@ -374,7 +374,7 @@ class Session:
         if value is None:
             return None
         try:
-            subscription, delivery_tag = parse_ack_id(value, self._subscriptions, Command.ACK, header)
+            subscription, delivery_tag = parse_ack_id(value, self._subscriptions, "ACK", header)
         except StompError:
             return None
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)

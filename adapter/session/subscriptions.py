@@ -17,8 +17,6 @@ from ..mapping.selector import Selector
 AckMode = Literal["auto", "client", "client-individual"]
 ACK_MODES: tuple[AckMode, ...] = ("auto", "client", "client-individual")
 
-_MAX_DELIVERY_TAG = 2**64
-
 
 class DeliveryHook(Protocol):
     """What a profile extension does with the deliveries of a subscription it watches
@@ -77,6 +75,6 @@ def parse_ack_id(
     delivery_tag = int(number) if number.isascii() and number.isdigit() else plugin_integer(number)
     if delivery_tag is None:
         raise ProcessingError(f"Bad delivery tag in {header} {value!r}")
-    if not 0 <= delivery_tag < _MAX_DELIVERY_TAG:
+    if not 0 <= delivery_tag < 18446744073709551616:  # 2**64: AMQP delivery tags are 64-bit
         raise ProcessingError(f"Delivery tag out of range in {header} {value!r}")
     return subscription, delivery_tag
