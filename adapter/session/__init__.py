@@ -2,7 +2,10 @@
 operations out.  ``Session`` (core.py) is a small router over named parts:
 
 * login.py          admission, version negotiation, credentials, broker login -> ``Identity``
-* subscriptions.py  ``Subscription`` and the one ack-id parser (quick and general ACK paths)
+* publishing.py     SEND the general way: destinations, declares, reply-to queues, confirm mode
+* subscriptions.py  SUBSCRIBE, UNSUBSCRIBE, ACK, NACK; ``Subscription`` and the one ack-id parser
+                    (quick and general ACK paths)
+* targets.py        the destinations a connection has named: parsed, declared, published to
 * transactions.py   open transactions, their limits and byte budget
 * confirms.py       publisher confirms and the receipts waiting for them
 * frames.py         MESSAGE rendering, RECEIPT / ERROR / CONNECTED, the frame counters

@@ -12,8 +12,9 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
   (adapter/mapping/dispatch.py), which hands it messages, and its ACK/NACK settle there;
 * SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues).
 
-It acts on its session (``host``) through the session's own parts: its subscriptions, temporary
-queues, confirms, transactions and receipts.
+It acts on its session (``host``) through the session's own parts: its subscriptions
+(``_subscriptions``, ``_by_tag``), temporary queues, publishing, confirms, transactions and
+frames (receipts).
 """
 
 from __future__ import annotations
@@ -126,13 +127,13 @@ class ActiveMQExtension(ProfileExtension):
         headers = frame.headers
         auto_ack = ack_mode == "auto"
         yield BasicQos(dispatch.window(credit, auto_ack))
-        host._subscriptions[tag] = Subscription(
+        host._by_tag[tag] = Subscription(
             tag, headers.get("id"), dest.raw, dest, ack_mode, dispatched=True, hook=self
         )
         matches = _match_all if selector is None else _selector_matcher(selector)
         yield JoinDispatch(queue, tag, matches, auto_ack, None if auto_ack else credit)
         yield BasicConsume(queue, tag, no_ack=False, exclusive=host._rules.exclusive_consumer(headers))
-        yield from host._receipt(frame)
+        yield from host._frames.receipt_of(frame)
         yield ActivateDispatch(tag)
 
     def subscribe_temporary(
@@ -152,12 +153,12 @@ class ActiveMQExtension(ProfileExtension):
             temporaries[dest.name] = queue
         else:
             implicit = "T_" + dest.raw
-            if implicit in host._subscriptions and implicit != tag:
+            if implicit in host._by_tag and implicit != tag:
                 yield BasicCancel(implicit)
-                host._subscriptions.pop(implicit, None)
+                host._by_tag.pop(implicit, None)
         if prefetch_count is not None:
             yield BasicQos(prefetch_count)
-        host._add_subscription(
+        host._subscriptions.add(
             Subscription(
                 tag,
                 frame.headers.get("id"),
@@ -168,7 +169,7 @@ class ActiveMQExtension(ProfileExtension):
             )
         )
         yield BasicConsume(queue, tag, no_ack=ack_mode == "auto")
-        yield from host._receipt(frame)
+        yield from host._frames.receipt_of(frame)
 
     def temporaries(self, kind: DestinationKind) -> dict[str, str]:
         return self._temp_topics if kind is DestinationKind.TEMP_TOPIC else self._host._temp_queues
@@ -263,7 +264,7 @@ class ActiveMQExtension(ProfileExtension):
             for key in keys:
                 self._dispatched.pop(key, None)
             yield op
-        yield from self._host._receipt(frame)
+        yield from self._host._frames.receipt_of(frame)
 
     def committed(self, op: Operation) -> None:
         if isinstance(op, DispatchSettle):
@@ -334,7 +335,7 @@ class ActiveMQExtension(ProfileExtension):
             if not self._dead_letter_declared:
                 yield QueueDeclare(queue, durable=True)
                 self._dead_letter_declared = True
-            yield from host._confirm_mode()
+            yield from host._publishing.confirm_mode()
             confirms = host._confirms
             for delivery in persistent:
                 yield BasicPublish("", queue, dead_letter_copy(delivery), delivery.body)
@@ -348,7 +349,7 @@ class ActiveMQExtension(ProfileExtension):
                     "the message stays on its queue\n",
                 )
         yield settle
-        yield from host._receipt(frame)
+        yield from host._frames.receipt_of(frame)
 
     # ------------------------------------------------------------------ confirm
     def confirm_hook(self) -> ConfirmHook | None:

@@ -10,11 +10,14 @@ semantics over AMQP (see docs/architecture.md): a SEND's RECEIPT is released by 
 confirm that covers its sequence number, a transaction is a buffer replayed at COMMIT, and a
 SUBSCRIBE's RECEIPT follows its consume and bind.
 
-The session keeps the state machine (``state``), the frame handlers and the destinations it
-has seen; the rest belongs to its parts:
+The session keeps the state machine (``state``), routes each frame to the part that handles it,
+and runs the two quick paths of the message flow; every piece of per-connection state belongs
+to one part:
 
 * ``Login`` (login.py): admission, version, credentials, broker login -> an ``Identity``;
-* subscriptions (subscriptions.py): ``Subscription`` and the one ack-id parser;
+* ``Publishing`` (publishing.py): SEND the general way, reply-to queues, confirm mode;
+* ``Subscriptions`` (subscriptions.py): SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, the one ack-id parser;
+* ``Targets`` (targets.py): destinations parsed, queues declared, temp queues, publish targets;
 * ``Transactions`` (transactions.py), ``Confirms`` (confirms.py);
 * ``Frames`` (frames.py): MESSAGE rendering (``on_delivery``), RECEIPT, ERROR, their counts;
 * the profile's extension (extension.py; activemq.py), called at fixed hooks.
@@ -31,43 +34,21 @@ the connection open, as in the plugin.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 
 from ..errors import StompError
-from ..mapping.destinations import (
-    QUEUE_ARGUMENTS,
-    Destination,
-    DestinationError,
-    DestinationKind,
-    ProcessingError,
-    QueueParams,
-    consumer_tag,
-    is_durable,
-    parse_destination,
-    publish_target,
-    reply_to_temp_queue,
-    require_id_for_durable,
-    stream_offset_argument,
-)
+from ..mapping.destinations import QUEUE_ARGUMENTS
 from ..mapping.operations import (
     AwaitConfirms,
     BasicAck,
-    BasicCancel,
-    BasicConsume,
-    BasicNack,
     BasicPublish,
-    BasicQos,
     CloseAmqp,
     CloseClient,
-    ConfirmSelect,
     DeleteQueueOnClose,
     Delivery,
     DispatchDelivery,
     Established,
     Operation,
-    QueueBind,
-    QueueDeclare,
-    QueueDelete,
     SendFrame,
 )
 from ..mapping.profile import rules_for
@@ -75,10 +56,12 @@ from ..stomp.codec import FrameError
 from ..stomp.frame import Command, Frame
 from .activemq import extension_for
 from .confirms import Confirms
-from .frames import Frames, remember
+from .frames import Frames
 from .login import Admitted, Identity, Login, LoginSteps, Refused
-from .settings import SessionSettings, State, Steps
-from .subscriptions import ACK_MODES, Subscription, parse_ack_id
+from .publishing import Publishing
+from .settings import RefusedWithReceipt, SessionSettings, State, Steps
+from .subscriptions import Subscription, Subscriptions, parse_ack_id
+from .targets import Targets
 from .transactions import Transactions
 
 _QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS)
@@ -100,35 +83,33 @@ class Session:
         self.settings = settings
         self.session_id = session_id
         self.state = State.AWAITING_CONNECT
-        self._rules = rules_for(settings.profile)
-        # bound once: quick_send runs for every message
-        self._send_properties = self._rules.send_properties
+        self._rules = rules = rules_for(settings.profile)
         self._identity: Identity | None = None
-        self._login = Login(settings, self._rules, self, peer_is_loopback)
-        self._subscriptions: dict[str, Subscription] = {}
-        self._frames = frames = Frames(self._subscriptions, session_id, settings.trailing_lf)
-        self.on_delivery = frames.deliver
+        self._login = Login(settings, rules, self, peer_is_loopback)
+        # the parts; each owns its piece of the connection's state (see the module docstring)
+        self._by_tag: dict[str, Subscription] = {}  # consumer tag -> subscription, shared
+        self._frames = frames = Frames(self._by_tag, session_id, settings.trailing_lf)
         self._confirms = confirms = Confirms()
-        self._count_publish = confirms.count  # bound once: quick_send calls it for every message
-        self._transactions = Transactions(settings.budgets.transaction_account())
+        self._transactions = transactions = Transactions(settings.budgets.transaction_account())
+        self._targets = targets = Targets(rules)
         self._extension = extension = extension_for(self)
+        self._subscriptions = Subscriptions(
+            settings, rules, targets, transactions, frames, extension, self._by_tag
+        )
+        self._publishing = Publishing(
+            settings, rules, targets, transactions, confirms, frames, extension, self._by_tag
+        )
+        # Bound once, read by the per-message paths (quick_send, quick_ack, on_delivery,
+        # on_confirm) without a call or a lookup through a part: the same objects the parts own.
+        self.on_delivery = frames.deliver
+        self._count_publish = confirms.count
+        self._send_properties = rules.send_properties
+        self._send_targets = targets.send_targets
+        self._temp_queues = targets.temp_queues
+        self._ack_header = "message-id"
         # the extension's per-message hooks, None for the default profile
         self._quick_settle = extension.quick_settle_hook()
         self._confirm_hook = extension.confirm_hook()
-        self._declared_queues: set[str] = set()
-        self._temp_queues: dict[str, str] = {}
-        self._destinations: dict[str, Destination] = {}
-        # SEND destinations already published to once: raw destination -> (exchange, routing key)
-        self._send_targets: dict[str, tuple[str, str]] = {}
-        self._ack_header = "message-id"
-        # whether a subscription outside the dispatchers ever asked for client acks: then the
-        # channel may hold unsettled deliveries the dispatchers do not know, and their acks
-        # are never coalesced into a multiple ack (adapter/server/dispatching.py)
-        self.plain_acks = False
-        # the subscription queue a SUBSCRIBE has declared but not yet consumed and bound: if
-        # the broker refuses the consume or the bind, the plugin deletes it
-        # (docs/destinations.md#common-steps)
-        self._unfinished_subscription_queue: str | None = None
 
     # ------------------------------------------------------------------ identity and figures
     @property
@@ -195,6 +176,12 @@ class Session:
         return self._frames.errors_sent
 
     @property
+    def plain_acks(self) -> bool:
+        """Whether a subscription outside the dispatchers ever asked for client acks
+        (adapter/server/dispatching.py)."""
+        return self._subscriptions.plain_acks
+
+    @property
     def on_receipt(self) -> Callable[[str], None] | None:
         """Told the receipt-id of each RECEIPT as it is rendered (the shell times receipts)."""
         return self._frames.on_receipt
@@ -229,8 +216,9 @@ class Session:
                         yield from self._HANDLERS.get(frame.command, Session._bad_command)(self, frame)
                 else:
                     yield from self._fail("Illegal command", "You must log in using CONNECT first", frame)
-        except StompError as error:  # DestinationError, ProcessingError
-            yield from self._fail(error.message, error.detail, frame)
+        except StompError as error:  # DestinationError, ProcessingError, RefusedWithReceipt
+            also_receipt = isinstance(error, RefusedWithReceipt)
+            yield from self._fail(error.message, error.detail, frame, also_receipt=also_receipt)
 
     def on_frame_error(self, error: FrameError) -> list[Operation]:
         """The byte stream broke the grammar or a limit: ERROR, then close (the plugin is silent)."""
@@ -251,79 +239,13 @@ class Session:
         identity = self._identity = admitted.identity
         self.state = State.CONNECTED
         version_12 = identity.version == "1.2"
-        self._ack_header = "id" if version_12 else "message-id"
+        self._ack_header = self._subscriptions.ack_header = "id" if version_12 else "message-id"
+        self._subscriptions.client_id = identity.client_id
         self._frames.ack_lines = version_12
 
-    # ------------------------------------------------------------------ SEND
-    def _destination(self, raw: str) -> Destination:
-        dest = self._destinations.get(raw)
-        if dest is None:
-            dest = self._rules.parse_destination(raw)
-            remember(self._destinations, raw, dest)
-        return dest
-
-    def _send(self, frame: Frame) -> Steps:
-        headers = frame.headers
-        raw = headers.get("destination")
-        if raw is None:
-            raise DestinationError("Missing destination", "\"SEND\" must include a 'destination' header\n")
-        if "message-id" in headers:
-            raise DestinationError("Invalid header", "'message-id' is not allowed on 'SEND'.\n")
-        # activemq profile: a composite destination, "/queue/a,/topic/b", is one publish per
-        # element, each planned as a SEND to it alone; the plugin reads the comma as part of a name
-        composite = "," in raw and self._rules.composite_destinations
-        parts = raw.split(",") if composite else [raw]
-        if composite and not all(parts):
-            raise DestinationError("Invalid destination", f"'{raw}' has an empty element\n")
-        dests = []
-        for part in parts:
-            dest = self._destination(part)
-            # the mapping rule, in the plugin's order: x- arguments checked for every destination
-            # kind, then /temp-queue refused, then a /queue declared once per connection
-            params = self._rules.send_queue_params(dest, headers, self._declared_queues)
-            if params is not None:
-                yield from self._declare_queue_once(dest, params)
-            dests.append(dest)
-        # checked after the destination and its declare, in the plugin's order (docs/behaviour.md#limits)
-        transaction = self._transactions.of(headers)
-        reply_to = headers.get("reply-to")
-        resolved_reply_to = None
-        if reply_to is not None:
-            resolved_reply_to = yield from self._resolve_reply_to(reply_to)
-        targets = [publish_target(dest, self.settings.default_topic_exchange) for dest in dests]
-        properties = self._send_properties(headers, resolved_reply_to)
-        if not composite:
-            remember(self._send_targets, raw, targets[0])  # quick_send takes it from here on
-        receipt = headers.get("receipt")
-        if properties is None:
-            # activemq profile: expired before it was sent.  ActiveMQ accepts and discards it,
-            # so the SEND succeeds (with its RECEIPT) and nothing is published.
-            yield from self._receipt(frame)
-            return
-        publishes = [
-            BasicPublish(exchange, key, properties, frame.body, part)
-            for (exchange, key), part in zip(targets, parts, strict=True)
-        ]
-        if transaction is not None:
-            last = len(publishes) - 1
-            for n, publish in enumerate(publishes):
-                self._transactions.buffer(transaction, publish, receipt if n == last else None)
-            return
-        if not composite:
-            yield from self._publish(publishes[0], receipt)
-            return
-        # a composite SEND's receipt waits for the confirms of all its publishes, as a COMMIT's
-        # does; a nack of any of them becomes an ERROR
-        if receipt is not None:
-            yield from self._confirm_mode()
-        confirms = self._confirms
-        first_seq = confirms.seq + 1
-        for publish in publishes:
-            yield publish
-            confirms.count(None)
-        if receipt is not None:
-            confirms.wait_for_all(receipt, first_seq)
-
+    # ------------------------------------------------------------------ the quick paths
+    # The two frames of the message flow, each as one plain call that reads the parts' state
+    # directly: a call into a part per message is the cost these paths exist to avoid.
     def quick_send(self, frame: Frame) -> BasicPublish | None:
         """The common SEND in one plain call, or None: then ``handle_frame`` handles it as usual.
 
@@ -332,7 +254,8 @@ class Session:
         temp queue, and with a ``receipt`` only once confirms are on, needs exactly one publish.
         This path gives the same result as ``handle_frame`` without the generator machinery,
         which costs about a quarter of the adapter's per-SEND time (bench/micro.py).  Anything
-        else, errors included, goes the general way, which reports them in the plugin's order.
+        else, errors included, goes the general way (``Publishing.send``), which reports them
+        in the plugin's order.
         """
         if self.state is not _CONNECTED:
             return None
@@ -374,7 +297,7 @@ class Session:
         if value is None:
             return None
         try:
-            subscription, delivery_tag = parse_ack_id(value, self._subscriptions, "ACK", header)
+            subscription, delivery_tag = parse_ack_id(value, self._by_tag, "ACK", header)
         except StompError:
             return None
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
@@ -384,243 +307,21 @@ class Session:
             return None
         return BasicAck(delivery_tag, multiple)
 
-    def _confirm_mode(self) -> Steps:
-        """Confirm mode on, once (a receipt that waits for the broker needs it)."""
-        if not self._confirms.on:
-            yield ConfirmSelect()
-            self._confirms.on = True
-
-    def _publish(self, publish: BasicPublish, receipt: str | None) -> Steps:
-        if receipt is not None and not self._confirms.on:
-            yield from self._confirm_mode()
-        yield publish
-        self._confirms.count(receipt)
-
-    def _declare_queue_once(self, dest: Destination, params: QueueParams) -> Steps:
-        # /queue declares are nowait and happen once per connection, whatever later frames
-        # say (docs/destinations.md#common-steps)
-        yield QueueDeclare(
-            dest.name,
-            durable=params.durable,
-            exclusive=params.exclusive,
-            auto_delete=params.auto_delete,
-            arguments=dict(params.arguments),
-            nowait=True,
-        )
-        self._declared_queues.add(dest.name)
-
-    def _resolve_reply_to(self, reply_to: str) -> Generator[Operation, object, str | None]:
-        """docs/destinations.md#temporary-queues: a /temp-queue/<name> becomes a private server-named
-        queue."""
-        if reply_to.startswith("/temp-queue/"):
-            # the mapping rule refuses what is not one temp-queue name ("/temp-queue/", "a/b")
-            name = reply_to_temp_queue(reply_to)
-            assert name is not None
-            return (yield from self._reply_queue(self._temp_queues, name, reply_to))
-        temp_topic = self._rules.temp_topic_reply_to(reply_to)  # activemq profile only
-        if temp_topic is not None:
-            temporaries = self._extension.temporaries(temp_topic.kind)
-            return (yield from self._reply_queue(temporaries, temp_topic.name, reply_to))
-        if not reply_to:
-            return None  # an empty reply-to is passed on as it is, like the plugin does
-        try:
-            parse_destination(reply_to)
-        except DestinationError:
-            raise ProcessingError(f"reply-to {reply_to!r} is not a valid destination") from None
-        return None
-
-    def _reply_queue(
-        self, temporaries: dict[str, str], name: str, reply_to: str
-    ) -> Generator[Operation, object, str]:
-        """The private queue of a temporary destination named in a ``reply-to``: declared and
-        consumed (auto-ack, by an implicit subscription) the first time it is named."""
-        queue = temporaries.get(name)
-        if queue is None:
-            declared = yield QueueDeclare("", exclusive=True, auto_delete=True)
-            assert isinstance(declared, str)
-            queue = declared
-            tag = "T_" + reply_to
-            self._subscriptions[tag] = Subscription(tag, reply_to, reply_to, None, "auto")
-            yield BasicConsume(queue, tag, no_ack=True)
-            temporaries[name] = queue
-        return queue
-
-    # ------------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
-    def _add_subscription(self, subscription: Subscription) -> None:
-        """Registered before its consume is sent: the broker may deliver right after consume-ok."""
-        self._subscriptions[subscription.consumer_tag] = subscription
-        if subscription.ack_mode != "auto":
-            self.plain_acks = True
+    # ------------------------------------------------------------------ frames, to their parts
+    def _send(self, frame: Frame) -> Steps:
+        return self._publishing.send(frame)
 
     def _subscribe(self, frame: Frame) -> Steps:
-        headers = frame.headers
-        raw = headers.get("destination")
-        if raw is None:
-            raise DestinationError(
-                "Missing destination", "\"SUBSCRIBE\" must include a 'destination' header\n"
-            )
-        durable = is_durable(headers)
-        if durable:
-            require_id_for_durable(headers)
-        rules = self._rules
-        prefetch_count = rules.prefetch(headers)
-        ack_mode = headers.get("ack", "auto")
-        if ack_mode not in ACK_MODES:
-            raise ProcessingError(f"ack must be one of auto, client, client-individual, got {ack_mode!r}")
-        dest = self._destination(raw)
-        rules.check_subscribe_destination(dest)
-        selector = rules.selector(dest, headers)
-        tag = consumer_tag(headers, raw)
-        if tag in self._subscriptions:
-            # checked before anything is declared, so no queue leaks (the plugin declares first)
-            yield from self._fail(
-                "Duplicated subscription identifier",
-                f"A subscription identified by '{tag}' already exists.",
-                frame,
-                also_receipt=True,
-            )
-            return
-        sub_id = headers.get("id")
-        extension = self._extension
-        if dest.kind is DestinationKind.TEMP_QUEUE or dest.kind is DestinationKind.TEMP_TOPIC:
-            # activemq profile only (the plugin's rules refused it above)
-            yield from extension.subscribe_temporary(frame, dest, tag, prefetch_count, ack_mode)
-            return
-        target = rules.subscribe_target(
-            dest, headers, sub_id, self.settings.default_topic_exchange, self.identity.client_id
-        )
-        queue = target.queue
-        assert queue is not None
-        if target.declare is not None:
-            if dest.kind is DestinationKind.QUEUE:
-                if dest.name not in self._declared_queues:
-                    yield from self._declare_queue_once(dest, target.declare)
-            else:
-                params = target.declare
-                declared = yield QueueDeclare(
-                    queue,
-                    durable=params.durable,
-                    exclusive=params.exclusive,
-                    auto_delete=params.auto_delete,
-                    arguments=dict(params.arguments),
-                )
-                if not queue and isinstance(declared, str):
-                    queue = declared  # an empty x-queue-name lets the broker name the queue
-                self._unfinished_subscription_queue = queue
-        if extension.dispatches(dest, queue, selector, headers):
-            yield from extension.subscribe_dispatched(
-                frame, queue, tag, dest, ack_mode, selector, prefetch_count
-            )
-            return
-        if prefetch_count is not None:
-            yield BasicQos(prefetch_count)
-        arguments: dict[str, object] = {}
-        offset = stream_offset_argument(headers.get("x-stream-offset"))
-        if offset is not None:
-            arguments["x-stream-offset"] = offset
-        self._add_subscription(
-            Subscription(
-                tag, sub_id, raw, dest, ack_mode, selector, hook=extension.delivery_hook(ack_mode, selector)
-            )
-        )
-        yield BasicConsume(
-            queue,
-            tag,
-            no_ack=ack_mode == "auto",
-            arguments=arguments,
-            exclusive=rules.exclusive_consumer(headers),
-        )
-        if target.bind_exchange is not None:
-            yield QueueBind(queue, target.bind_exchange, target.bind_key)
-        self._unfinished_subscription_queue = None
-        yield from self._receipt(frame)
+        return self._subscriptions.subscribe(frame)
 
     def _unsubscribe(self, frame: Frame) -> Steps:
-        headers = frame.headers
-        sub_id = headers.get("id")
-        raw = headers.get("destination")
-        rules = self._rules
-        client_id = self.identity.client_id
-        if sub_id is None and raw is None and rules.names_durable_subscription(headers):
-            # activemq profile: UNSUBSCRIBE naming only the durable subscription removes it
-            queue = rules.unsubscribe_queue(None, headers, None, client_id)
-            assert queue is not None
-            yield QueueDelete(queue)
-            yield from self._receipt(frame)
-            return
-        if sub_id is None and raw is None:
-            raise DestinationError(
-                "Missing destination or id", "UNSUBSCRIBE must include a 'destination' or 'id' header"
-            )
-        durable = is_durable(headers)
-        if durable:
-            require_id_for_durable(headers)
-        if sub_id is not None:
-            if sub_id.startswith("/temp-queue/"):
-                raise DestinationError("Invalid id", "UNSUBSCRIBE 'id' may not start with /temp-queue/\n")
-            tag, description = "T_" + sub_id, f"id='{sub_id}'"
-        else:
-            assert raw is not None
-            tag, description = "Q_" + raw, f"destination='{raw}'"
-        subscription = self._subscriptions.get(tag)
-        if subscription is None:
-            if not rules.names_durable_subscription(headers):
-                raise DestinationError(
-                    "No subscription found",
-                    "UNSUBSCRIBE must refer to an existing subscription.\n"
-                    f'Subscription to "{description}" not found.\n',
-                )
-            # activemq profile: ActiveMQ's sequence, "UNSUBSCRIBE id" then UNSUBSCRIBE with the
-            # subscription name (and the same id) to remove the durable subscription
-        else:
-            yield from self._extension.cancelled(subscription)
-            yield BasicCancel(tag)
-            self._subscriptions.pop(tag, None)
-        subscribed = subscription.parsed if subscription is not None else None
-        queue = rules.unsubscribe_queue(subscribed, headers, sub_id, client_id)
-        if queue is not None:
-            yield QueueDelete(queue)
-        yield from self._receipt(frame)
+        return self._subscriptions.unsubscribe(frame)
 
-    # ------------------------------------------------------------------ ACK / NACK
     def _ack(self, frame: Frame) -> Steps:
-        yield from self._settle(frame, nack=False)
+        return self._subscriptions.settle(frame, nack=False)
 
     def _nack(self, frame: Frame) -> Steps:
-        yield from self._settle(frame, nack=True)
-
-    def _settle(self, frame: Frame, nack: bool) -> Steps:
-        headers = frame.headers
-        command = frame.command
-        header = self._ack_header
-        value = headers.get(header)
-        if value is None:
-            raise DestinationError("Missing header", f'"{command}" must include the "{header}" header\n')
-        subscription, delivery_tag = parse_ack_id(value, self._subscriptions, command, header)
-        transaction = self._transactions.of(headers)
-        # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
-        multiple = subscription.ack_mode == "client"
-        steps = self._extension.settle(frame, subscription, delivery_tag, multiple, nack, transaction)
-        if steps is not None:
-            yield from steps
-            return
-        op: Operation
-        if nack:
-            requeue_header = headers.get("requeue")
-            if requeue_header in ("true", "True"):
-                requeue = True
-            elif requeue_header in ("false", "False"):
-                requeue = False
-            else:
-                requeue = self.settings.default_nack_requeue
-            op = BasicNack(delivery_tag, multiple, requeue)
-        else:
-            op = BasicAck(delivery_tag, multiple)
-        if transaction is not None:
-            self._transactions.buffer(transaction, op, None)
-        else:
-            yield op
-        yield from self._receipt(frame)
+        return self._subscriptions.settle(frame, nack=True)
 
     def render_dispatched(self, delivery: Delivery) -> bytes:
         """A message the dispatcher gives one of this session's dispatched subscriptions
@@ -630,7 +331,7 @@ class Session:
     # ------------------------------------------------------------------ transactions
     def _begin(self, frame: Frame) -> Steps:
         self._transactions.begin(Transactions.name(frame))
-        yield from self._receipt(frame)
+        yield from self._frames.receipt_of(frame)
 
     def _commit(self, frame: Frame) -> Steps:
         actions = self._transactions.end(Transactions.name(frame))
@@ -640,12 +341,13 @@ class Session:
         # RECEIPT waits for the confirms of all of them (the plugin, inside the broker, sends it
         # at once: docs/compatibility.md).
         publishes = receipt is not None and any(isinstance(op, BasicPublish) for op, _ in actions)
+        publishing = self._publishing
         if publishes:
-            yield from self._confirm_mode()
+            yield from publishing.confirm_mode()
         first_seq = self._confirms.seq + 1
         for op, op_receipt in actions:
             if isinstance(op, BasicPublish):
-                yield from self._publish(op, op_receipt)
+                yield from publishing.publish(op, op_receipt)
             else:
                 self._extension.committed(op)
                 yield op
@@ -653,11 +355,11 @@ class Session:
             assert receipt is not None
             self._confirms.wait_for_all(receipt, first_seq)
         else:
-            yield from self._receipt(frame)
+            yield from self._frames.receipt_of(frame)
 
     def _abort(self, frame: Frame) -> Steps:
         self._transactions.end(Transactions.name(frame))
-        yield from self._receipt(frame)
+        yield from self._frames.receipt_of(frame)
 
     # ------------------------------------------------------------------ DISCONNECT
     def _disconnect(self, frame: Frame) -> Steps:
@@ -667,7 +369,7 @@ class Session:
             yield AwaitConfirms()
         self._transactions.clear()
         yield CloseAmqp()
-        yield from self._receipt(frame)
+        yield from self._frames.receipt_of(frame)
         self.state = State.CLOSED
         yield CloseClient("client sent DISCONNECT")
 
@@ -690,22 +392,12 @@ class Session:
     # ------------------------------------------------------------------ broker events
     def subscription_destination(self, consumer_tag: str) -> str | None:
         """The destination header of the SUBSCRIBE behind a consumer (per-destination metrics)."""
-        subscription = self._subscriptions.get(consumer_tag)
+        subscription = self._by_tag.get(consumer_tag)
         return subscription.destination if subscription is not None else None
 
     def dropped_delivery_ack(self, delivery: Delivery) -> BasicAck | DispatchDelivery | None:
-        """What to do with a delivery ``on_delivery`` rendered no bytes for: its subscription's
-        selector does not match it, so it leaves that subscription's own queue (acked; None for
-        auto-ack subscriptions, whose deliveries the broker has already forgotten); or its
-        subscription is dispatched (a selector on a queue), and the dispatcher decides."""
-        subscription = self._subscriptions.get(delivery.consumer_tag)
-        if subscription is None:
-            return None
-        if subscription.dispatched:
-            return DispatchDelivery(delivery)
-        if subscription.ack_mode == "auto":
-            return None
-        return BasicAck(delivery.delivery_tag, False)
+        """What to do with a delivery ``on_delivery`` rendered no bytes for (subscriptions.py)."""
+        return self._subscriptions.dropped_delivery_ack(delivery)
 
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
         """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``."""
@@ -728,17 +420,14 @@ class Session:
 
     def is_dispatched(self, consumer_tag: str) -> bool:
         """Whether ``consumer_tag`` is a subscription of a queue dispatcher (activemq profile)."""
-        subscription = self._subscriptions.get(consumer_tag)
+        subscription = self._by_tag.get(consumer_tag)
         return subscription is not None and subscription.dispatched
 
     def on_server_cancel(self, consumer_tag: str) -> bytes:
         """The broker cancelled a consumer (e.g. its queue was deleted): docs/behaviour.md#error-handling."""
-        subscription = self._subscriptions.pop(consumer_tag, None)
+        subscription = self._subscriptions.cancelled_by_server(consumer_tag)
         if subscription is None:
             return b""
-        # the shell takes a dispatched one out of its dispatcher (is_dispatched), so the
-        # operations the extension asks for before a cancel are not needed here
-        self._extension.cancelled(subscription)
         if subscription.id is not None:
             header, description = subscription.id, f"id='{subscription.id}'"
         else:
@@ -761,7 +450,8 @@ class Session:
         """
         also_receipt = frame is not None and frame.command != Command.SEND
         operations: list[Operation] = []
-        queue, self._unfinished_subscription_queue = self._unfinished_subscription_queue, None
+        subscriptions = self._subscriptions
+        queue, subscriptions.unfinished_queue = subscriptions.unfinished_queue, None
         if queue and frame is not None and frame.command == Command.SUBSCRIBE:
             operations.append(DeleteQueueOnClose(queue))
         operations += self._fail(name, text, frame, also_receipt=also_receipt)
@@ -787,11 +477,6 @@ class Session:
         return self._frames.error("Server shutdown", "The server is shutting down\n")
 
     # ------------------------------------------------------------------ receipts and errors
-    def _receipt(self, frame: Frame) -> Steps:
-        receipt = frame.headers.get("receipt")
-        if receipt is not None:
-            yield SendFrame(self._frames.receipt(receipt))
-
     def _fail(self, message: str, detail: str, frame: Frame | None, *, also_receipt: bool = False) -> Steps:
         """ERROR (with receipt-id if the frame asked for a receipt), then close the connection.
 

@@ -10,26 +10,19 @@ by the metrics (adapter/server/stats.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import message_destination
-from ..mapping.operations import Delivery
+from ..mapping.operations import Delivery, SendFrame
 from ..mapping.properties import PROPERTY_HEADERS, message_headers
 from ..stomp.codec import encode_frame, escape
-from ..stomp.frame import SUPPORTED_VERSIONS, Command
-from .subscriptions import Subscription
+from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
+from .settings import Steps
+from .targets import remember
 
-# Parsed destinations are cached per session: clients reuse a handful of destinations.
-_CACHE_SIZE = 256
-
-
-def remember(cache: dict[Any, Any], key: object, value: object) -> None:
-    """Store in a per-session cache, emptied when full so a client cycling through endless
-    destination names cannot grow it without bound."""
-    if len(cache) >= _CACHE_SIZE:
-        cache.clear()
-    cache[key] = value
+if TYPE_CHECKING:
+    from .subscriptions import Subscription
 
 
 class Frames:
@@ -153,6 +146,12 @@ class Frames:
         if self.on_receipt is not None:
             self.on_receipt(receipt)
         return self.encode(Command.RECEIPT, [("receipt-id", receipt)])
+
+    def receipt_of(self, frame: Frame) -> Steps:
+        """The RECEIPT a client frame asked for, if it did."""
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            yield SendFrame(self.receipt(receipt))
 
     def confirmed(self, receipts: list[str], ack: bool) -> bytes:
         """The frames for receipts a broker confirm completed: RECEIPTs, or for a broker nack

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from ..caps import ConnectionCap
+from ..errors import StompError
 from ..mapping import dispatch
 from ..mapping.budget import Budgets
 from ..mapping.operations import Operation
@@ -53,6 +54,11 @@ class SessionSettings:
     # the byte pools of transactions and kept deliveries, per process, and the per-connection
     # bounds (adapter/mapping/budget.py)
     budgets: Budgets = field(default_factory=Budgets, compare=False)
+
+
+class RefusedWithReceipt(StompError):
+    """A refusal answered with ERROR and then the frame's RECEIPT, as the plugin answers a
+    failed synchronous AMQP call (docs/behaviour.md#receipts)."""
 
 
 class State(Enum):

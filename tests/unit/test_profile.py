@@ -599,7 +599,7 @@ def test_default_profile_nack_is_unchanged() -> None:
     # the subscription (before the session became a router: no on_delivery swapped in)
     assert session.on_delivery.__func__ is Frames.deliver  # type: ignore[attr-defined]
     assert type(session._extension) is ProfileExtension
-    assert session._subscriptions["T_s"].hook is None
+    assert session._subscriptions.by_tag["T_s"].hook is None
     assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"})) == [ops.BasicNack(1, False, True)]
 
 

@@ -356,3 +356,42 @@ def test_the_router_swaps_no_method_and_keeps_no_profile_state(profile):
         # and none is named after the ActiveMQ profile's features
         for word in ("dead_letter", "dispatched", "unsettled", "temp_topic", "kept", "client_id"):
             assert word not in name, name
+
+
+# --- targets, subscriptions, publishing ------------------------------------------------------------
+def test_targets_parse_once_and_declare_a_queue_once():
+    from adapter.mapping.destinations import QueueParams
+    from adapter.session.targets import Targets
+
+    targets = Targets(rules_for("rabbitmq"))
+    first = targets.parse("/queue/a")
+    assert targets.parse("/queue/a") is first
+    params = QueueParams(durable=True, auto_delete=False, exclusive=False, arguments={})
+    assert list(targets.declare_queue_once(first, params)) == [
+        ops.QueueDeclare("a", durable=True, exclusive=False, auto_delete=False, arguments={}, nowait=True)
+    ]
+    assert "a" in targets.declared
+
+
+def test_a_duplicate_subscription_is_refused_before_any_step_with_error_then_receipt():
+    from adapter.session.settings import RefusedWithReceipt
+
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    frame = Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "s", "receipt": "r"})
+    run(session, frame)
+    with pytest.raises(RefusedWithReceipt):
+        next(session._subscriptions.subscribe(frame))
+    out = run(session, frame)
+    assert [command_of(op.data) for op in out if isinstance(op, ops.SendFrame)] == ["ERROR", "RECEIPT"]
+    assert isinstance(out[-1], ops.CloseClient)
+
+
+def test_publishing_turns_confirms_on_once_for_receipts():
+    session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
+    run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
+    publishing = session._publishing
+    publish = ops.BasicPublish("", "q", MessageProperties(), b"")
+    assert list(publishing.publish(publish, "r1")) == [ops.ConfirmSelect(), publish]
+    assert list(publishing.publish(publish, "r2")) == [publish]
+    assert session.publish_seq == 2 and session.confirms_outstanding
