@@ -1,6 +1,6 @@
 """The operations the session asks its shell to perform, named after the AMQP methods they become.
 
-The session (``adapter/session.py``) is a generator per client frame that yields these values in
+The session (``adapter/session/``) is a generator per client frame that yields these values in
 the order they must happen; the shell executes each one and sends the result back in.  Ops marked
 *synchronous* wait for the broker's reply before the next op runs; the others are written to the
 socket buffer at once (publishes, acks, frames to the client), which keeps the per-message path

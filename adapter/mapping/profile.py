@@ -19,6 +19,11 @@ where the two differ instead of testing the profile name, so the differences are
 * the queue an UNSUBSCRIBE removes;
 * whether a ``client-id`` may log in (ActiveMQ: one connection per client id, ``ClientIds``).
 
+These are rules: questions with answers, and no state of a connection beyond the broker's
+generation.  What a profile adds to a connection's state and steps (NACK to a dead-letter queue,
+selector subscriptions, dispatched subscriptions, temporary topics) is its session extension,
+adapter/session/activemq.py, which the session calls at fixed hooks (adapter/session/extension.py).
+
 Pure: standard library and the sibling mapping modules only; the clock is injected.
 """
 
@@ -368,7 +373,7 @@ class ActiveMQRules(RabbitMQRules):
         return properties
 
     def check_subscribe_destination(self, dest: Destination) -> None:
-        return None  # /temp-queue/NAME is a queue of this connection (session.py subscribes it)
+        return None  # /temp-queue/NAME is a queue of this connection (the activemq extension subscribes it)
 
     def prefetch(self, headers: Mapping[str, str]) -> int | None:
         if "prefetch-count" in headers:

@@ -26,6 +26,8 @@ from adapter.mapping.profile import (
 )
 from adapter.mapping.properties import MessageProperties
 from adapter.session import Session, SessionSettings
+from adapter.session.extension import ProfileExtension
+from adapter.session.frames import Frames
 from adapter.stomp.frame import Frame
 from tests.unit.test_session import SESSION_ID, command_of, frames_of, header, run
 
@@ -593,7 +595,11 @@ def test_default_profile_nack_is_unchanged() -> None:
     session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
     run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
     run(session, Frame("SUBSCRIBE", {"destination": "/queue/work", "id": "s", "ack": "client-individual"}))
-    assert session.on_delivery.__func__ is Session.on_delivery  # type: ignore[attr-defined]
+    # the default profile's per-delivery path is the plain one: the null extension, no hook on
+    # the subscription (before the session became a router: no on_delivery swapped in)
+    assert session.on_delivery.__func__ is Frames.deliver  # type: ignore[attr-defined]
+    assert type(session._extension) is ProfileExtension
+    assert session._subscriptions.by_tag["T_s"].hook is None
     assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"})) == [ops.BasicNack(1, False, True)]
 
 

@@ -1,0 +1,75 @@
+"""Publisher confirms and the receipts that wait for them.
+
+Pure.  Once confirm mode is on (``on``), the broker numbers publishes 1, 2, ...; a SEND's
+receipt waits for the confirm of its number, a COMMIT's (or a composite SEND's) for every number
+of its publishes (docs/behaviour.md#receipts).  ``settle`` turns a broker ``basic.ack`` /
+``basic.nack`` into the receipt ids it completes; the session renders them (a nack as ERROR,
+never as RECEIPT).
+"""
+
+from __future__ import annotations
+
+
+class Confirms:
+    __slots__ = ("on", "seq", "_receipts", "_commits")
+
+    def __init__(self) -> None:
+        self.on = False  # confirm.select sent
+        self.seq = 0  # the sequence number of the last publish (0: confirms are off)
+        self._receipts: dict[int, str] = {}
+        # (receipt, sequence numbers not yet confirmed): COMMIT and composite SEND receipts
+        self._commits: list[tuple[str, set[int]]] = []
+
+    def count(self, receipt: str | None) -> None:
+        """After a publish: take the next number once confirms are on; a receipt waits for it."""
+        if self.on:
+            self.seq += 1
+            if receipt is not None:
+                self._receipts[self.seq] = receipt
+
+    def wait_for_all(self, receipt: str, first_seq: int) -> None:
+        """``receipt`` waits for every publish from ``first_seq`` to the last one."""
+        self._commits.append((receipt, set(range(first_seq, self.seq + 1))))
+
+    @property
+    def outstanding(self) -> bool:
+        return bool(self._receipts or self._commits)
+
+    def settle(self, delivery_tag: int, multiple: bool, ack: bool) -> list[str]:
+        """The receipts a broker confirm (``ack``) or refusal completes, in order."""
+        pending = self._receipts
+        receipts: list[str] = []
+        if pending:
+            if multiple:
+                settled = []
+                for seq in pending:
+                    if seq > delivery_tag:
+                        break
+                    settled.append(seq)
+                receipts = [pending.pop(seq) for seq in settled]
+            else:
+                receipt = pending.pop(delivery_tag, None)
+                if receipt is not None:
+                    receipts.append(receipt)
+        if self._commits:
+            receipts += self._settle_commits(delivery_tag, multiple, ack)
+        return receipts
+
+    def _settle_commits(self, delivery_tag: int, multiple: bool, ack: bool) -> list[str]:
+        """The COMMIT receipts this confirm completes; on a nack, those it touches (they
+        become ERRORs, never RECEIPTs)."""
+        done: list[str] = []
+        waiting: list[tuple[str, set[int]]] = []
+        for receipt, seqs in self._commits:
+            if multiple:
+                hit = {seq for seq in seqs if seq <= delivery_tag}
+                seqs -= hit
+            else:
+                hit = {delivery_tag} & seqs
+                seqs.discard(delivery_tag)
+            if (hit and not ack) or not seqs:
+                done.append(receipt)
+            else:
+                waiting.append((receipt, seqs))
+        self._commits = waiting
+        return done

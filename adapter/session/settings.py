@@ -1,0 +1,73 @@
+"""What a session is made of before it runs: its settings, its states, its id, its limits.
+
+Pure: standard library and ``adapter.mapping`` / ``adapter.stomp`` only.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from enum import Enum, auto
+
+from ..caps import ConnectionCap
+from ..errors import StompError
+from ..mapping import dispatch
+from ..mapping.budget import Budgets
+from ..mapping.operations import Operation
+from ..mapping.profile import ClientIds, Profile
+from ..stomp.codec import FrameLimits
+
+# The operations of one client frame, in order; a synchronous one's result is sent back in.
+Steps = Generator[Operation, object, None]
+
+# Transaction limits of the newer plugin (docs/behaviour.md#limits, [main]); 3.10.8 has none.
+MAX_TRANSACTIONS = 16
+MAX_TRANSACTION_ACTIONS = 1024
+# The ERROR body of a CONNECT over stomp.max_connections (message "Bad CONNECT"), the plugin's words
+NODE_LIMIT_REACHED = "Connection refused: node connection limit reached"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """What the session needs from the configuration; built by ``adapter.config``."""
+
+    default_user: str | None = "guest"
+    default_pass: str | None = "guest"
+    default_vhost: str = "/"
+    implicit_connect: bool = False
+    hide_server_info: bool = False
+    default_nack_requeue: bool = True
+    default_topic_exchange: str = "amq.topic"
+    loopback_users: frozenset[str] = frozenset({"guest"})
+    trailing_lf: bool = True
+    frame_limits: FrameLimits = field(default_factory=FrameLimits)
+    unauthenticated_limits: FrameLimits = field(default_factory=lambda: FrameLimits(max_frame_size=65536))
+    # the STOMP dialect: "rabbitmq" (the plugin's) or "activemq" (adapter/mapping/profile.py)
+    profile: str = Profile.RABBITMQ
+    # activemq profile: the client ids connected now, shared by every connection of the process
+    client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
+    # activemq profile: the dispatchers of selector subscriptions on queues, per process
+    dispatchers: dispatch.Dispatchers = field(default_factory=dispatch.Dispatchers, compare=False)
+    # stomp.max_connections: the sessions of every listener of the process, or None (no cap)
+    connection_cap: ConnectionCap | None = field(default=None, compare=False)
+    # the byte pools of transactions and kept deliveries, per process, and the per-connection
+    # bounds (adapter/mapping/budget.py)
+    budgets: Budgets = field(default_factory=Budgets, compare=False)
+
+
+class RefusedWithReceipt(StompError):
+    """A refusal answered with ERROR and then the frame's RECEIPT, as the plugin answers a
+    failed synchronous AMQP call (docs/behaviour.md#receipts)."""
+
+
+class State(Enum):
+    AWAITING_CONNECT = auto()
+    CONNECTED = auto()
+    CLOSED = auto()
+
+
+def new_session_id(random16: bytes) -> str:
+    """``session-`` + base64url (no padding) of 16 random bytes, as the plugin does
+    (docs/behaviour.md#authentication)."""
+    return "session-" + base64.urlsafe_b64encode(random16).rstrip(b"=").decode("ascii")
