@@ -508,6 +508,13 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
+    def __repr_args__(self) -> Any:
+        """The repr (and str) shows a value as an error message would (``Declared.shown``):
+        amqp_url with its passwords as ``***``; the fields declared ``repr=False`` not at all."""
+        for name, value in super().__repr_args__():
+            redact = DECLARED[name].setting.redact if name is not None and name in DECLARED else None
+            yield name, redact(value) if redact is not None and isinstance(value, str) else value
+
     # ---- listeners and TLS ------------------------------------------------------------------------------
     # Listening sockets, normalised "host:port" ("[v6]:port" for IPv6).  Empty: listen nowhere.
     listeners: Annotated[

@@ -25,7 +25,10 @@ values another user's selector is evaluated against, per message, on the event l
   an unambiguous pattern (linear); integers stay within Java's 64-bit ``long`` and continue as
   floats beyond it, so no arithmetic grows without bound or raises;
 * ``LIKE`` is a wildcard matcher, not a regular expression: at most (n+1)*(m+1) steps for a value
-  of n and a pattern of m characters (``LikePattern.run`` counts them);
+  of n and a pattern of m characters (``LikePattern.run`` counts them).  A pattern with ``_``
+  steps through the value in Python, one character at a time, so the ``_`` patterns of one
+  selector share ``MAX_LIKE_SCAN`` characters per evaluation; one that would need more is
+  UNKNOWN (a message it decides does not match);
 * an arithmetic chain is one flat loop, not one nested closure per operator;
 * evaluation never raises: ``Selector.matches`` is False for anything unforeseen.
 
@@ -59,6 +62,11 @@ MAX_NESTING = 50
 # long (19 digits) or double written out needs in practice, and it keeps int()/float() off the
 # thousands of digits a hostile publisher can send (int() raises beyond 4,300 digits).
 MAX_NUMBER_LENGTH = 100
+# Characters the LIKE patterns with ``_`` of one selector may step through per evaluation, shared
+# evenly among them (each is a Python loop over the value).  256 ``h LIKE '%_x'`` terms against a
+# 100 KB header took 3 s per message and subscription; this bound is a few milliseconds.  The
+# ``%``-only patterns search in C and have no such bound.
+MAX_LIKE_SCAN = 65536
 
 Value = str | int | float | bool | None
 Lookup = Callable[[str], Value]
@@ -149,7 +157,9 @@ def compile_selector(text: str) -> Selector:
         tree = _PARSER.parse(text)  # LALR: an explicit stack, no recursion
         if _tree_nesting(tree) > MAX_NESTING:
             raise SelectorError(f"selector nested deeper than {MAX_NESTING} levels: {text[:60]!r}...")
-        expr = _Compiler().transform(tree)
+        compiler = _Compiler()
+        expr = compiler.transform(tree)
+        compiler.share_scan()
     except VisitError as error:
         raise SelectorError(f"invalid selector {text!r}: {error.orig_exc}") from None
     except LarkError as error:
@@ -323,7 +333,18 @@ class LikePattern:
       character of the value, on integers of at most m bits.
     """
 
-    __slots__ = ("_fixed", "_last", "_loops", "_masks", "_any", "_pieces", "_size", "_accept")
+    __slots__ = (
+        "_fixed",
+        "_last",
+        "_loops",
+        "_masks",
+        "_any",
+        "_pieces",
+        "_size",
+        "_accept",
+        "_tail_any",
+        "limit",
+    )
 
     def __init__(self, symbols: list[str | None]) -> None:
         """``symbols``: a character to match, None for ``%`` (any run), ``""`` for ``_`` (any one)."""
@@ -355,11 +376,16 @@ class LikePattern:
         self._loops = loops
         self._size = self._fixed + 1  # bits per state
         self._accept = bit
+        self._tail_any = bool(loops & bit)  # ends with %: matched as soon as the rest has matched
+        # characters the automaton may step through (None: all of them); past it, UNKNOWN
+        self.limit: int | None = None
 
-    def matches(self, value: str) -> bool:
+    def matches(self, value: str) -> bool | None:
+        """Whether ``value`` matches; None (UNKNOWN) when deciding it would step through more
+        than ``limit`` characters."""
         return self.run(value)[0]
 
-    def run(self, value: str) -> tuple[bool, int]:
+    def run(self, value: str) -> tuple[bool | None, int]:
         """(whether ``value`` matches, the steps taken): a ``str`` primitive over k characters
         for a piece of p counts k*p, one automaton step counts the bits of its state."""
         n = len(value)
@@ -369,13 +395,26 @@ class LikePattern:
         if pieces is not None:
             return self._run_pieces(value, pieces)
         state, steps, masks, any_mask, loops = 1, 0, self._masks, self._any, self._loops
-        size = self._size
-        for char in value:
-            state = ((state << 1) & masks.get(char, any_mask)) | (state & loops)
-            steps += size
-            if not state:
-                return False, steps
-        return bool(state & self._accept), steps
+        size, accept, limit = self._size, self._accept, self.limit
+        cut = limit is not None and n > limit
+        scanned = value[:limit] if cut else value
+        if self._tail_any:
+            for char in scanned:
+                state = ((state << 1) & masks.get(char, any_mask)) | (state & loops)
+                steps += size
+                if state & accept:
+                    return True, steps
+                if not state:
+                    return False, steps
+        else:
+            for char in scanned:
+                state = ((state << 1) & masks.get(char, any_mask)) | (state & loops)
+                steps += size
+                if not state:
+                    return False, steps
+        if cut:
+            return None, steps  # undecided within the characters it may look at
+        return bool(state & accept), steps
 
     @staticmethod
     def _run_pieces(value: str, pieces: tuple[str, ...]) -> tuple[bool, int]:
@@ -492,6 +531,18 @@ def _compare_with_literal(name: str, op: str, literal: Value) -> Expr | None:
 
 @v_args(inline=True)
 class _Compiler(Transformer):  # type: ignore[type-arg]
+    def __init__(self) -> None:
+        super().__init__()
+        self._automata: list[LikePattern] = []  # the LIKE patterns with "_" (Python loops)
+
+    def share_scan(self) -> None:
+        """Give the selector's ``_`` patterns ``MAX_LIKE_SCAN`` characters per evaluation."""
+        if self._automata:
+            share = MAX_LIKE_SCAN // len(self._automata)
+            for pattern in self._automata:
+                # a step on a state of more than 64 bits costs one word operation per 64 more
+                pattern.limit = max(1, share // (1 + pattern._size // 64))
+
     def number(self, token: Token) -> _Literal:
         return _Literal(_number(str(token)))
 
@@ -592,7 +643,10 @@ class _Compiler(Transformer):  # type: ignore[type-arg]
 
     def like(self, operand: Node, pattern: _Literal, escape: _Literal | None = None) -> Expr:
         inner = _expr(operand)
-        match = like_pattern(str(pattern.value), None if escape is None else str(escape.value)).matches
+        compiled = like_pattern(str(pattern.value), None if escape is None else str(escape.value))
+        if compiled._pieces is None:
+            self._automata.append(compiled)
+        match = compiled.matches
 
         def like(lookup: Lookup) -> bool | None:
             value = inner(lookup)

@@ -86,6 +86,12 @@ _MAX_UNSENT_CONTROL = 1024 * 1024
 # web_stomp.ws_opts.max_frame_size is not set: room for heart-beat EOLs around a frame of the
 # largest size (adapter/server/wsdeflate.py)
 _INFLATE_ROOM = 4096
+# What one read callback handles before the rest waits for the next loop turn: wsproto makes an
+# event of every frame, a frame can be 6 bytes, and each event costs Python work here (a pong
+# written, a message fed to the session); a 256 KiB read of empty pings held the loop 1-2 s.
+# Bounded per turn in events and in message bytes (inflated ones: ~80 bytes can be 64 KiB).
+_TURN_EVENTS = 256
+_TURN_BYTES = 1024 * 1024
 _OPCODE_TEXT = 0x1
 _OPCODE_BINARY = 0x2
 _CONSOLE_PATH = "/console"
@@ -273,6 +279,7 @@ class WebSocketConnection(asyncio.Protocol):
         self._deflater: _Deflater | None = None
         self._compression_reserved = False  # CONTEXT_BYTES taken from server.ws_compression
         self._message_size = 0  # bytes of the client's current message so far
+        self._backlog = False  # wsproto holds events for the next loop turn (_handle_events)
         self._paused: set[str] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._last_input = 0.0
@@ -569,21 +576,41 @@ class WebSocketConnection(asyncio.Protocol):
             ws.receive_data(data)
         except LocalProtocolError:
             return  # both Close frames exchanged: what still arrives is dropped with the socket
+        if not self._backlog:  # else the turn already scheduled goes on with it, in order
+            self._handle_events()
+
+    def _next_turn(self) -> None:
+        self._backlog = False
+        if self._ws is not None and self._phase in ("websocket", "closing"):
+            self._handle_events()
+
+    def _handle_events(self) -> None:
+        """The events of what wsproto holds, at most ``_TURN_EVENTS`` of them or ``_TURN_BYTES``
+        of message payload per loop turn; the rest at the next turn, the socket not read
+        meanwhile.  The payloads of one turn reach the session as one read (the client's
+        messages are one byte stream to it)."""
+        ws = self._ws
+        assert ws is not None
         session = self._session
         limit = self._settings.max_message_size
+        events = payload_bytes = 0
+        pending: list[bytes] = []
         for event in ws.events():
+            events += 1
             if isinstance(event, TextMessage | BytesMessage):
                 payload = event.data.encode("utf-8") if isinstance(event, TextMessage) else bytes(event.data)
                 if limit is not None:
                     self._message_size += len(payload)
                     if self._message_size > limit:
+                        self._feed(session, pending)
                         log.info("peer=%s: WebSocket message over %d bytes, closing", self.peer, limit)
                         self.close_websocket(CLOSE_TOO_BIG, "Message too big")
                         return
                     if event.message_finished:
                         self._message_size = 0
                 if session is not None and payload:
-                    session.data_received(payload)
+                    pending.append(payload)
+                    payload_bytes += len(payload)
             elif isinstance(event, Ping):
                 if self._phase != "websocket":
                     continue
@@ -592,6 +619,7 @@ class WebSocketConnection(asyncio.Protocol):
                 if raw is not None and raw.get_write_buffer_size() > _MAX_UNSENT_CONTROL:
                     self.set_paused("output", True)  # a ping flood from a client that reads nothing
             elif isinstance(event, CloseConnection):
+                self._feed(session, pending)
                 self._close_received(ws, event)
                 return
             else:  # Pong: only keeps the idle clock going
@@ -599,6 +627,22 @@ class WebSocketConnection(asyncio.Protocol):
                     session.mark_read()
             if self._phase != "websocket":
                 session = None  # closing: only the client's Close matters now
+            if events >= _TURN_EVENTS or payload_bytes >= _TURN_BYTES:
+                # the rest of this read at the next turn: the other clients' callbacks first
+                self._feed(session, pending)
+                self._backlog = True
+                self.set_paused("backlog", True)
+                self._loop.call_soon(self._next_turn)
+                return
+        self._feed(session, pending)
+        self.set_paused("backlog", False)
+
+    def _feed(self, session: ClientConnection | None, pending: list[bytes]) -> None:
+        if pending:
+            data = pending[0] if len(pending) == 1 else b"".join(pending)
+            pending.clear()
+            if session is not None and self._session is session:
+                session.data_received(data)
 
     def _close_received(self, ws: WSConnection, event: CloseConnection) -> None:
         if ws.state is ConnectionState.OPEN:

@@ -33,7 +33,7 @@ class SessionSettings:
     """What the session needs from the configuration; built by ``adapter.config``."""
 
     default_user: str | None = "guest"
-    default_pass: str | None = "guest"
+    default_pass: str | None = field(default="guest", repr=False)  # a password: never in a repr
     default_vhost: str = "/"
     implicit_connect: bool = False
     hide_server_info: bool = False

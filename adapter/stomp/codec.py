@@ -63,9 +63,25 @@ _needs_escape = re.compile(r"[\\\n\r:]").search
 
 
 def _unescape(raw: bytes, table: dict[bytes, bytes] | None) -> bytes:
+    """``raw`` with its escape sequences undone, in C ``bytes`` operations only: a Python step
+    per escape let one 4 MiB frame of escapes cost seconds.  Escaped backslashes pair up from
+    the left, so once they are set aside every remaining backslash starts one escape; when each
+    is one the table knows, the pairs become ``\\e`` (undefined, so unambiguous) while the
+    others are replaced, and backslashes at the end."""
     if table is None or b"\\" not in raw:
         return raw
+    singles = raw.replace(b"\\\\", b"")
+    twelve = b"r" in table
+    known = singles.count(b"\\n") + singles.count(b"\\c") + (singles.count(b"\\r") if twelve else 0)
+    if known != singles.count(b"\\"):
+        return _unescape_slowly(raw, table)  # it raises, naming the undefined escape
+    out = raw.replace(b"\\\\", b"\\e").replace(b"\\n", b"\n").replace(b"\\c", b":")
+    if twelve:
+        out = out.replace(b"\\r", b"\r")
+    return out.replace(b"\\e", b"\\")
 
+
+def _unescape_slowly(raw: bytes, table: dict[bytes, bytes]) -> bytes:
     def replace(match: re.Match[bytes]) -> bytes:
         try:
             return table[match.group(1)]

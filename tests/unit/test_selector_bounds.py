@@ -323,3 +323,99 @@ def test_random_selectors_never_raise_on_adversarial_values(
         assert any(why in str(error) for why in ("nested deeper", "longer than", "escape character")), error
         return
     assert compiled.matches(message.get) in (True, False)  # type: ignore[arg-type]
+
+
+# --- review: LIKE with "_" is a Python loop per character; bounded per evaluation ---------------
+
+
+def _count_automaton_characters(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Characters the LIKE automaton (patterns with ``_``) steps through, summed over calls: the
+    Python-level work of an evaluation (the ``%``-only matcher runs in C ``str`` searches)."""
+    from adapter.mapping import selector as selector_module
+
+    scanned = [0]
+    original = selector_module.LikePattern.run
+
+    def counting(self: selector_module.LikePattern, value: str) -> tuple[bool | None, int]:
+        result = original(self, value)
+        if self._pieces is None:
+            scanned[0] += result[1] // self._size
+        return result
+
+    monkeypatch.setattr(selector_module.LikePattern, "run", counting)
+    return scanned
+
+
+def test_many_like_terms_with_underscore_scan_a_bounded_number_of_characters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """256 ``h LIKE '%_x'`` terms (4,092 characters) against one 100 KB header: each term walked
+    the whole value in Python, 25.6 million steps, about 3 s per message and subscription with
+    the event loop held.  The automaton terms of one selector now share MAX_LIKE_SCAN
+    characters per evaluation; a term that would need more is UNKNOWN (no match, as JMS has
+    what cannot be evaluated)."""
+    from adapter.mapping.selector import MAX_LIKE_SCAN
+
+    scanned = _count_automaton_characters(monkeypatch)
+    selector = " OR ".join(["h LIKE '%_x'"] * 256)
+    assert len(selector) <= MAX_SELECTOR_LENGTH
+    compiled = compile_selector(selector)
+    value = "a" * 100 * 1024
+    assert compiled.matches({"h": value}.get) is False
+    negated = compile_selector(f"NOT ({' OR '.join(['h LIKE ' + repr('%_x')] * 250)})")
+    assert negated.matches({"h": value}.get) is False  # UNKNOWN, not FALSE
+    assert scanned[0] <= 2 * MAX_LIKE_SCAN
+    # within the bound, the answer is JMS's
+    assert compiled.matches({"h": "a" * 100 + "x"}.get) is True
+    assert compiled.matches({"h": "a" * 100}.get) is False
+
+
+def test_one_like_term_with_underscore_has_the_whole_scan_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapter.mapping.selector import MAX_LIKE_SCAN
+
+    compiled = compile_selector("h LIKE '%_x'")
+    assert compiled.matches({"h": "a" * (MAX_LIKE_SCAN - 1) + "x"}.get) is True
+    scanned = _count_automaton_characters(monkeypatch)
+    assert compiled.matches({"h": "a" * (10 * MAX_LIKE_SCAN) + "x"}.get) is False  # UNKNOWN
+    assert scanned[0] <= MAX_LIKE_SCAN + 1
+
+
+def test_a_prefix_pattern_stops_once_it_has_matched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``'order_%'`` against a long value: decided after the prefix, whatever follows."""
+    scanned = _count_automaton_characters(monkeypatch)
+    compiled = compile_selector("h LIKE 'order_%'")
+    assert compiled.matches({"h": "order1" + "z" * 1_000_000}.get) is True
+    assert scanned[0] <= len("order1")
+
+
+@SAFETY
+@given(_selectors(), st.fixed_dictionaries({"a": VALUES, "b": VALUES, "c": VALUES}))
+def test_random_selectors_scan_a_bounded_number_of_characters_per_evaluation(
+    selector: str, message: dict[str, object]
+) -> None:
+    """The step bound of the property test: whatever the selector and the values, the LIKE
+    automata of one evaluation step through at most MAX_LIKE_SCAN characters (plus one per
+    term, the step that finds it over its share)."""
+    from adapter.mapping import selector as selector_module
+
+    scanned = [0]
+    terms = [0]
+    original = selector_module.LikePattern.run
+
+    def counting(self: selector_module.LikePattern, value: str) -> tuple[bool | None, int]:
+        result = original(self, value)
+        if self._pieces is None:
+            scanned[0] += result[1] // self._size
+            terms[0] += 1
+        return result
+
+    try:
+        compiled = compile_selector(selector)
+    except SelectorError:
+        return
+    selector_module.LikePattern.run = counting  # type: ignore[method-assign]
+    try:
+        assert compiled.matches(message.get) in (True, False)  # type: ignore[arg-type]
+    finally:
+        selector_module.LikePattern.run = original  # type: ignore[method-assign]
+    assert scanned[0] <= selector_module.MAX_LIKE_SCAN + terms[0]
