@@ -118,6 +118,7 @@ def session_settings(settings: Settings, workers: int = 1) -> SessionSettings:
         loopback_users=frozenset(settings.loopback_users),
         trailing_lf=settings.trailing_lf,
         profile=settings.profile,
+        plugin_behaviour=settings.plugin_behaviour,
         budgets=Budgets(
             max_transaction_bytes=settings.max_transaction_bytes,
             transaction_bytes_budget=settings.transaction_bytes_budget,

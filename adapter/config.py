@@ -744,6 +744,11 @@ class Settings(BaseModel):
     )
     # Append LF after the NUL of every outgoing frame, as the plugin does.
     trailing_lf: Annotated[bool, Setting(_SESSION, _to_bool, "adapter.trailing_lf")] = True
+    # Whose visible behaviour (ERROR texts, what a consumer timeout does) the adapter copies: the
+    # 3.10.8 plugin's (the reference) or the current plugin's (adapter/session/edition.py).
+    plugin_behaviour: Annotated[
+        Literal["3.10", "current"], Setting(_SESSION, _one_of("3.10", "current"), "adapter.plugin_behaviour")
+    ] = "3.10"
     # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
     # (docs/migration-activemq.md).
     profile: Annotated[

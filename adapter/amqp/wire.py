@@ -129,7 +129,14 @@ def field_value(value: object) -> bytes:
             return b"T" + _u64.pack(int(inner))
         if kind == "long":
             return field_value(int(inner))
+        if kind == "byte":  # x-priority, as the current plugin sends it
+            if not -128 <= int(inner) < 128:
+                raise EncodeError(f"integer out of the range of an AMQP byte: {inner}")
+            return b"b" + struct.pack(">b", int(inner))
         return b"S" + longstr(str(inner))
+    if isinstance(value, list):  # an array (x-stream-filter)
+        items = b"".join(field_value(item) for item in value)
+        return b"A" + _u32.pack(len(items)) + items
     if isinstance(value, str | bytes):
         return b"S" + longstr(value)
     if isinstance(value, bool):

@@ -74,6 +74,7 @@ __all__ = [
     "require_destination",
     "require_id_for_durable",
     "send_queue_declare",
+    "consume_arguments",
     "stream_offset_argument",
     "subscribe_target",
     "subscription_description",
@@ -337,6 +338,7 @@ class AmqpFieldType(StrEnum):
     LONG = "long"
     BOOL = "bool"
     TIMESTAMP = "timestamp"
+    BYTE = "byte"
 
 
 ArgumentValue = str | int | bool
@@ -361,6 +363,11 @@ ADAPTER_EXTRA_QUEUE_ARGUMENTS: Final[Mapping[str, AmqpFieldType]] = {
     "x-overflow": AmqpFieldType.LONGSTR,  # drop-head | reject-publish | reject-publish-dlx
     "x-max-age": AmqpFieldType.LONGSTR,  # stream retention, e.g. "7D" (validated by the broker)
     "x-single-active-consumer": AmqpFieldType.BOOL,  # true | false
+    # quorum queues (3.8+; 4.0 sets a default of 20, docs/behaviour.md): deliveries before a
+    # message is dropped or dead-lettered
+    "x-delivery-limit": AmqpFieldType.LONG,
+    # the current plugin's (streams, 3.13+: bytes of a chunk's filter; 3.10-3.12 ignore it)
+    "x-stream-filter-size-bytes": AmqpFieldType.LONG,
 }
 
 QUEUE_ARGUMENTS: Final[Mapping[str, AmqpFieldType]] = {
@@ -912,6 +919,40 @@ def reply_to_temp_queue(value: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # Streams (docs/destinations.md#stream-offsets)
 # ---------------------------------------------------------------------------------------------
+
+
+# x-priority is an AMQP byte, as the current plugin sends it (docs/destinations.md#consumer-arguments)
+_BYTE_RANGE: Final = range(-128, 128)
+
+
+def consume_arguments(headers: Mapping[str, str]) -> dict[str, object]:
+    """``basic.consume`` arguments from a SUBSCRIBE's headers, as the current plugin builds them
+    (docs/destinations.md#consumer-arguments): ``x-stream-offset``; ``x-stream-filter`` (an
+    array of longstr, the header split at every comma); ``x-stream-match-unfiltered`` (bool,
+    true/True/false/False, anything else ignored); ``x-priority`` (byte; not an integer:
+    ignored, as the plugin does; outside -128..127: ``ProcessingError`` naming the range)."""
+    arguments: dict[str, object] = {}
+    offset = stream_offset_argument(headers.get("x-stream-offset"))
+    if offset is not None:
+        arguments["x-stream-offset"] = offset
+    stream_filter = headers.get("x-stream-filter")
+    if stream_filter is not None:
+        arguments["x-stream-filter"] = [(AmqpFieldType.LONGSTR, value) for value in stream_filter.split(",")]
+    unfiltered = headers.get("x-stream-match-unfiltered")
+    if unfiltered is not None:
+        flag = _string_to_boolean(unfiltered)
+        if flag is not None:
+            arguments["x-stream-match-unfiltered"] = flag
+    priority = headers.get("x-priority")
+    if priority is not None:
+        number = plugin_integer(priority.strip())
+        if number is not None:
+            if number not in _BYTE_RANGE:
+                raise ProcessingError(
+                    f"header 'x-priority' must be an integer from -128 to 127, got {priority!r}"
+                )
+            arguments["x-priority"] = (AmqpFieldType.BYTE, number)
+    return arguments
 
 
 def stream_offset_argument(value: str | None) -> tuple[AmqpFieldType, str | int] | None:

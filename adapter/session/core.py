@@ -56,6 +56,7 @@ from ..stomp.codec import FrameError
 from ..stomp.frame import Command, Frame
 from .activemq import extension_for
 from .confirms import Confirms
+from .edition import edition_for
 from .frames import Frames
 from .login import Admitted, Identity, Login, LoginSteps, Refused
 from .publishing import Publishing
@@ -86,7 +87,9 @@ class Session:
         self.state = State.AWAITING_CONNECT
         self._rules = rules = rules_for(settings.profile)
         self._identity: Identity | None = None
-        self._login = Login(settings, rules, self, peer_is_loopback)
+        # whose visible behaviour: ERROR texts, consumer timeouts (adapter/session/edition.py)
+        self._edition = edition = edition_for(settings.plugin_behaviour)
+        self._login = Login(settings, rules, self, peer_is_loopback, edition)
         # the parts; each owns its piece of the connection's state (see the module docstring)
         self._by_tag: dict[str, Subscription] = {}  # consumer tag -> subscription, shared
         self._frames = frames = Frames(self._by_tag, session_id, settings.trailing_lf)
@@ -455,7 +458,8 @@ class Session:
         queue, subscriptions.unfinished_queue = subscriptions.unfinished_queue, None
         if queue and frame is not None and frame.command == Command.SUBSCRIBE:
             operations.append(DeleteQueueOnClose(queue))
-        operations += self._fail(name, text, frame, also_receipt=also_receipt)
+        message, detail = self._edition.broker_error(name, text)
+        operations += self._fail(message, detail, frame, also_receipt=also_receipt)
         return operations
 
     def close_with_error(self, message: str, detail: str, frame: Frame | None = None) -> list[Operation]:

@@ -20,6 +20,7 @@ from ..mapping.operations import LoginResult, OpenConnection, Operation
 from ..mapping.profile import RabbitMQRules, client_id_in_use
 from ..stomp import heartbeat
 from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
+from .edition import LEGACY, Edition
 from .frames import Frames
 from .settings import NODE_LIMIT_REACHED, SessionSettings
 
@@ -56,6 +57,7 @@ _FAILURES = {"auth": "access_refused", "vhost": "vhost"}
 class Login:
     __slots__ = (
         "_settings",
+        "_edition",
         "_rules",
         "_owner",
         "peer_is_loopback",
@@ -67,9 +69,15 @@ class Login:
     )
 
     def __init__(
-        self, settings: SessionSettings, rules: RabbitMQRules, owner: object, peer_is_loopback: bool
+        self,
+        settings: SessionSettings,
+        rules: RabbitMQRules,
+        owner: object,
+        peer_is_loopback: bool,
+        edition: Edition = LEGACY,
     ) -> None:
         self._settings = settings
+        self._edition = edition  # whose ERROR texts (adapter/session/edition.py)
         self._rules = rules
         self._owner = owner  # who holds the connection slot and the client id (the session)
         self.peer_is_loopback = peer_is_loopback
@@ -149,7 +157,7 @@ class Login:
         if not result.ok:
             self.failure = _FAILURES.get(result.failure or "", "broker_unavailable")
             if result.failure == "auth":
-                return Refused("Bad CONNECT", f"Access refused for user '{user}'\n")
+                return Refused("Bad CONNECT", self._edition.access_refused(user))
             if result.failure == "vhost":
                 return Refused("Bad CONNECT", f"Virtual host '{vhost}' access denied")
             return Refused("Processing error", result.detail or "Processing error")

@@ -45,6 +45,8 @@ class SessionSettings:
     unauthenticated_limits: FrameLimits = field(default_factory=lambda: FrameLimits(max_frame_size=65536))
     # the STOMP dialect: "rabbitmq" (the plugin's) or "activemq" (adapter/mapping/profile.py)
     profile: str = Profile.RABBITMQ
+    # adapter.plugin_behaviour: "3.10" or "current" (adapter/session/edition.py)
+    plugin_behaviour: str = "3.10"
     # activemq profile: the client ids connected now, shared by every connection of the process
     client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
     # activemq profile: the dispatchers of selector subscriptions on queues, per process

@@ -14,11 +14,11 @@ from ..mapping.destinations import (
     DestinationError,
     DestinationKind,
     ProcessingError,
+    consume_arguments,
     consumer_tag,
     is_durable,
     plugin_integer,
     require_id_for_durable,
-    stream_offset_argument,
 )
 from ..mapping.operations import (
     BasicAck,
@@ -180,10 +180,7 @@ class Subscriptions:
             return
         if prefetch_count is not None:
             yield BasicQos(prefetch_count)
-        arguments: dict[str, object] = {}
-        offset = stream_offset_argument(headers.get("x-stream-offset"))
-        if offset is not None:
-            arguments["x-stream-offset"] = offset
+        arguments = consume_arguments(headers)
         hook = extension.delivery_hook(ack_mode, selector)
         self.add(Subscription(tag, sub_id, raw, dest, ack_mode, selector, hook=hook))
         yield BasicConsume(

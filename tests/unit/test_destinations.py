@@ -387,7 +387,13 @@ def test_queue_arguments_only_spaces_are_stripped() -> None:
 
 
 def test_adapter_extra_queue_arguments() -> None:
-    assert set(ADAPTER_EXTRA_QUEUE_ARGUMENTS) == {"x-overflow", "x-max-age", "x-single-active-consumer"}
+    assert set(ADAPTER_EXTRA_QUEUE_ARGUMENTS) == {
+        "x-overflow",
+        "x-max-age",
+        "x-single-active-consumer",
+        "x-delivery-limit",
+        "x-stream-filter-size-bytes",
+    }
     assert not set(ADAPTER_EXTRA_QUEUE_ARGUMENTS) & set(PLUGIN_QUEUE_ARGUMENTS)
     assert queue_arguments(
         {"x-overflow": " reject-publish-dlx ", "x-max-age": "7D", "x-single-active-consumer": "true"}
