@@ -1,6 +1,7 @@
-"""Fixtures of tests/cluster: one private three-node RabbitMQ cluster for the whole session
-(tests/cluster/rabbit.py), back to three running, clustered nodes before each test, and the
-adapter settings every test runs under.
+"""Fixtures of tests/cluster: one private three-node RabbitMQ cluster for all of tests/cluster
+(tests/cluster/rabbit.py; package scope, so it is stopped and removed as soon as the last test
+here has run, not at the end of a whole-suite session), back to three running, clustered nodes
+before each test, and the adapter settings every test runs under.
 
 The cluster costs about 20 s to start (the three nodes boot in parallel, then two joins) and a
 few seconds per node to bring back after a test killed or stopped one.  It needs RabbitMQ
@@ -27,7 +28,7 @@ from tests.support import AdapterProcess
 ADAPTER_VARIANTS = [pytest.param({}, id="defaults")]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def rabbit_cluster() -> Iterator[RabbitCluster]:
     try:
         cluster = RabbitCluster()
@@ -45,7 +46,7 @@ def rabbit_cluster() -> Iterator[RabbitCluster]:
 
 @pytest.fixture
 def cluster(rabbit_cluster: RabbitCluster) -> RabbitCluster:
-    """The session's cluster with every node running and clustered (what an earlier test killed
+    """The package's cluster with every node running and clustered (what an earlier test killed
     or stopped is brought back first)."""
     try:
         rabbit_cluster.ensure_running()

@@ -27,7 +27,7 @@ from tests.cluster.clients import (
 )
 from tests.support import free_port, run_adapter_with_config, unique, wait_for_port
 
-pytestmark = pytest.mark.timeout(300)  # includes starting the session's cluster (about 20 s)
+pytestmark = pytest.mark.timeout(300)  # the first test also starts the cluster (about 20 s)
 
 PRODUCERS = 4  # round robin: two on each adapter
 BEFORE_KILL = 300

@@ -29,7 +29,7 @@ from tests.cluster.clients import (
 )
 from tests.support import Recorded, StompClient, amqp_client_ports, expect_receipt, unique
 
-pytestmark = pytest.mark.timeout(300)  # includes starting the session's cluster (about 20 s)
+pytestmark = pytest.mark.timeout(300)  # the first test also starts the cluster (about 20 s)
 
 BEFORE_KILL = 300  # receipts before the node is killed
 AFTER_KILL = 100  # receipts each producer must get after the kill

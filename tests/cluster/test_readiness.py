@@ -6,14 +6,13 @@ is served by the node that came back."""
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 
 from tests.cluster.clients import http_get, wait_until
 from tests.support import StompClient, read_frames, unique
 
-pytestmark = pytest.mark.timeout(300)  # includes starting the session's cluster (about 20 s)
+pytestmark = pytest.mark.timeout(300)  # the first test also starts the cluster (about 20 s)
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
