@@ -339,6 +339,25 @@ class RabbitCluster:
             raise AssertionError(f"no quorum queue {queue!r} on {node.name}: {out!r}")
         raise AssertionError("no node runs")
 
+    def queue_counts(self, queue: str) -> tuple[int, int]:
+        """(ready, unacknowledged) messages of ``queue`` (vhost "/"), as a running node sees
+        them.  (A quorum queue keeps counting a consumer whose node is down as a consumer, so
+        its consumer count cannot say that every channel is done with it.)"""
+        node = next(node for node in self.nodes if node.running)
+        out = node.ctl(
+            "list_queues",
+            "name",
+            "messages_ready",
+            "messages_unacknowledged",
+            "--no-table-headers",
+            "--quiet",
+        ).stdout
+        for line in out.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[0] == queue:
+                return int(parts[1]), int(parts[2])
+        raise AssertionError(f"no queue {queue!r} on {node.name}: {out!r}")
+
     def close(self) -> None:
         """Stop every node (in parallel) and remove the directory, whatever state they are in."""
         try:

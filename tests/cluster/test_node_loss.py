@@ -99,7 +99,7 @@ def test_a_consumer_whose_node_is_killed_reconnects_and_every_redelivery_is_flag
     adapter = cluster_adapter(cluster.urls_from(victim))  # the first login goes to the victim
 
     first = StompClient(adapter.port)
-    second = None
+    second = third = None
     try:
         assert amqp_client_ports(victim.amqp_port), "the consumer's AMQP link is not on the victim"
         first.conn.subscribe(
@@ -136,26 +136,39 @@ def test_a_consumer_whose_node_is_killed_reconnects_and_every_redelivery_is_flag
         all_back_after = time.monotonic() - killed_at
         second.conn.disconnect(receipt="bye")
         expect_receipt(second, "bye", timeout=15)
-    finally:
-        first.close()
-        if second is not None:
-            second.close()
 
-    for message in seen_first + seen_second:
+        # What the queue still holds can only be messages already delivered whose ACK, passed
+        # on by the adapter (its RECEIPT says no more: AMQP does not answer acks), had not taken
+        # effect when the channel ended (RabbitMQ 3.10.8 did that to the last 4 acks of this
+        # second session in 1 run of 6, with a clean DISCONNECT).  A third consumer must get
+        # each of them, flagged.
+        wait_until(lambda: cluster.queue_counts(queue)[1] == 0, "no unacknowledged message in the queue")
+        left = cluster.queue_counts(queue)[0]
+        third = StompClient(adapter.port)
+        third.conn.subscribe(f"/amq/queue/{queue}", id="s3", ack="auto")
+        seen_third = third.messages(left, timeout=15)
+    finally:
+        for client in (first, second, third):
+            if client is not None:
+                client.close()
+
+    for message in seen_first + seen_second + seen_third:
         assert message.headers["amqp-message-id"] == message.body, message
     first_ids = {m.body for m in seen_first}
     again = [m for m in seen_second if m.body in first_ids]
     assert again, "nothing the first session had was delivered again"
+    delivered = first_ids | {m.body for m in seen_second}
+    assert delivered == set(bodies), set(bodies) - delivered
+    again += seen_third
+    assert {m.body for m in seen_third} <= delivered
     unflagged = [m.body for m in again if m.headers.get("redelivered") != "true"]
     assert unflagged == [], f"delivered again without redelivered:true: {unflagged}"
-    assert {m.body for m in seen_first + seen_second} == set(bodies)
-    # what is left can only be acknowledged messages whose ack died with the node
-    left = drain(home.url, queue)
-    assert set(left) <= acked_ids, left
+    acked_again = [m.body for m in again if m.body in acked_ids]
     print(
         f"\nconsumer failover: ERROR {error_after:.2f} s after the kill, CONNECTED again after "
         f"{back_after:.2f} s, all {len(needed)} unacknowledged messages back after {all_back_after:.2f} s; "
-        f"{len(again)} delivered again, all flagged; {len(left)} acknowledged left in the queue"
+        f"{len(again)} delivered again, all flagged, {len(acked_again)} of them acknowledged with a "
+        f"RECEIPT before the kill; {len(seen_third)} acknowledged by the second session came back"
     )
     with contextlib.suppress(Exception):
         delete_queue(home.url, queue)
