@@ -119,6 +119,7 @@ def session_settings(settings: Settings, workers: int = 1) -> SessionSettings:
         trailing_lf=settings.trailing_lf,
         profile=settings.profile,
         plugin_behaviour=settings.plugin_behaviour,
+        declare_exchanges=settings.declare_exchanges,
         budgets=Budgets(
             max_transaction_bytes=settings.max_transaction_bytes,
             transaction_bytes_budget=settings.transaction_bytes_budget,

@@ -749,6 +749,9 @@ class Settings(BaseModel):
     plugin_behaviour: Annotated[
         Literal["3.10", "current"], Setting(_SESSION, _one_of("3.10", "current"), "adapter.plugin_behaviour")
     ] = "3.10"
+    # Declare the exchange of a SEND / SUBSCRIBE to /exchange/NAME that carries declare-exchange:true
+    # (adapter/mapping/exchanges.py); an adapter-only feature, off: the header is refused.
+    declare_exchanges: Annotated[bool, Setting(_SESSION, _to_bool, "adapter.declare_exchanges")] = False
     # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
     # (docs/migration-activemq.md).
     profile: Annotated[

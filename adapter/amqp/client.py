@@ -47,6 +47,7 @@ from ..mapping.operations import (
     BasicQos,
     ConfirmSelect,
     Delivery,
+    ExchangeDeclare,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -59,7 +60,16 @@ from .framing import DEFAULT_FRAME_MAX, FrameReader
 log = logging.getLogger(__name__)
 
 # the session's synchronous operations that are one AMQP method and its reply
-BrokerCall = ConfirmSelect | QueueDeclare | QueueBind | QueueDelete | BasicQos | BasicConsume | BasicCancel
+BrokerCall = (
+    ConfirmSelect
+    | ExchangeDeclare
+    | QueueDeclare
+    | QueueBind
+    | QueueDelete
+    | BasicQos
+    | BasicConsume
+    | BasicCancel
+)
 
 CHANNEL: Final = 1  # the first channel of a connection (the only one unless it is reused)
 # publish method frames kept per connection; clients use a handful of destinations
@@ -569,6 +579,11 @@ class AmqpClient:
                     channel, op.queue, op.consumer_tag, op.no_ack, op.arguments, op.exclusive
                 )
                 return frame, wire.BASIC_CONSUME_OK
+            if isinstance(op, ExchangeDeclare):
+                frame = wire.exchange_declare(
+                    channel, op.exchange, op.type, durable=op.durable, auto_delete=op.auto_delete
+                )
+                return frame, wire.EXCHANGE_DECLARE_OK
             if isinstance(op, QueueBind):
                 return wire.queue_bind(channel, op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
             if isinstance(op, BasicQos):

@@ -85,6 +85,8 @@ CHANNEL_OPEN = (20, 10)
 CHANNEL_OPEN_OK = (20, 11)
 CHANNEL_CLOSE = (20, 40)
 CHANNEL_CLOSE_OK = (20, 41)
+EXCHANGE_DECLARE = (40, 10)
+EXCHANGE_DECLARE_OK = (40, 11)
 QUEUE_DECLARE = (50, 10)
 QUEUE_DECLARE_OK = (50, 11)
 QUEUE_BIND = (50, 20)
@@ -220,6 +222,18 @@ def channel_close_ok(channel: int) -> bytes:
 
 def confirm_select(channel: int) -> bytes:
     return method_frame(channel, CONFIRM_SELECT, b"\x00")
+
+
+def exchange_declare(channel: int, exchange: str, kind: str, *, durable: bool, auto_delete: bool) -> bytes:
+    """Never passive, internal or nowait; no arguments (adapter/mapping/exchanges.py)."""
+    payload = (
+        b"\0\0"
+        + shortstr(exchange)
+        + shortstr(kind)
+        + bits(False, durable, auto_delete, False, False)
+        + table(None)
+    )
+    return method_frame(channel, EXCHANGE_DECLARE, payload)
 
 
 def queue_declare(

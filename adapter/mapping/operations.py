@@ -67,6 +67,17 @@ class QueueDeclare:
 
 
 @dataclass(frozen=True, slots=True)
+class ExchangeDeclare:
+    """``declare-exchange:true`` with adapter.declare_exchanges on (adapter/mapping/exchanges.py):
+    never passive, internal or nowait, no arguments.  Result: None."""
+
+    exchange: str
+    type: str
+    durable: bool
+    auto_delete: bool
+
+
+@dataclass(frozen=True, slots=True)
 class QueueBind:
     queue: str
     exchange: str
@@ -226,7 +237,16 @@ class DispatchSettle:
 
 # The synchronous operations that are one AMQP method and its reply (AmqpConnection.execute);
 # the other synchronous ones (login, close, waiting for confirms) belong to the shell.
-BROKER_CALLS = (ConfirmSelect, QueueDeclare, QueueBind, QueueDelete, BasicQos, BasicConsume, BasicCancel)
+BROKER_CALLS = (
+    ConfirmSelect,
+    ExchangeDeclare,
+    QueueDeclare,
+    QueueBind,
+    QueueDelete,
+    BasicQos,
+    BasicConsume,
+    BasicCancel,
+)
 
 DISPATCH_OPS = (JoinDispatch, ActivateDispatch, LeaveDispatch, DispatchDelivery, DispatchSettle)
 DispatchOp = JoinDispatch | ActivateDispatch | LeaveDispatch | DispatchDelivery | DispatchSettle
@@ -235,6 +255,7 @@ SYNCHRONOUS_OPS = (
     OpenConnection,
     CloseAmqp,
     ConfirmSelect,
+    ExchangeDeclare,
     QueueDeclare,
     QueueBind,
     QueueDelete,
@@ -248,6 +269,7 @@ Operation = (
     OpenConnection
     | CloseAmqp
     | ConfirmSelect
+    | ExchangeDeclare
     | QueueDeclare
     | QueueBind
     | QueueDelete

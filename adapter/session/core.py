@@ -38,6 +38,7 @@ from collections.abc import Callable
 
 from ..errors import StompError
 from ..mapping.destinations import QUEUE_ARGUMENTS
+from ..mapping.exchanges import DECLARE_HEADER
 from ..mapping.operations import (
     AwaitConfirms,
     BasicAck,
@@ -66,7 +67,9 @@ from .subscriptions import Subscriptions, parse_ack_id
 from .targets import Targets
 from .transactions import Transactions
 
-_QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS)
+# headers a SEND cannot take the quick path with: x- arguments are checked on every SEND, and a
+# declare-exchange may ask for a declare (one set test either way: no cost per plain SEND)
+_QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS) | {DECLARE_HEADER}
 _CONNECTED = State.CONNECTED
 
 
@@ -95,7 +98,7 @@ class Session:
         self._frames = frames = Frames(self._by_tag, session_id, settings.trailing_lf)
         self._confirms = confirms = Confirms()
         self._transactions = transactions = Transactions(settings.budgets.transaction_account())
-        self._targets = targets = Targets(rules)
+        self._targets = targets = Targets(rules, settings.declare_exchanges, settings.default_topic_exchange)
         self._extension = extension = extension_for(self)
         self._subscriptions = Subscriptions(
             settings, rules, targets, transactions, frames, extension, self._by_tag
@@ -269,7 +272,7 @@ class Session:
         if target is None or "transaction" in headers or "message-id" in headers:
             return None
         if not _QUEUE_ARGUMENT_HEADERS.isdisjoint(headers):
-            return None  # x- arguments are checked on every SEND: the general path does it
+            return None  # x- arguments / declare-exchange: the general path does it
         receipt = headers.get("receipt")
         if receipt is not None and not self._confirms.on:
             return None

@@ -75,6 +75,7 @@ class Publishing:
             params = rules.send_queue_params(dest, headers, targets.declared)
             if params is not None:
                 yield from targets.declare_queue_once(dest, params)
+            yield from targets.declare_exchange_once(part, dest, headers)
             dests.append(dest)
         # checked after the destination and its declare, in the plugin's order (docs/behaviour.md#limits)
         transaction = self._transactions.of(headers)

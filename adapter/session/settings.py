@@ -47,6 +47,8 @@ class SessionSettings:
     profile: str = Profile.RABBITMQ
     # adapter.plugin_behaviour: "3.10" or "current" (adapter/session/edition.py)
     plugin_behaviour: str = "3.10"
+    # adapter.declare_exchanges: declare-exchange:true declares the exchange (adapter/mapping/exchanges.py)
+    declare_exchanges: bool = False
     # activemq profile: the client ids connected now, shared by every connection of the process
     client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
     # activemq profile: the dispatchers of selector subscriptions on queues, per process

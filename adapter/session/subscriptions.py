@@ -146,6 +146,8 @@ class Subscriptions:
             raise RefusedWithReceipt(
                 "Duplicated subscription identifier", f"A subscription identified by '{tag}' already exists."
             )
+        # before the subscription queue, so a refused declare leaves no queue behind
+        yield from targets.declare_exchange_once(raw, dest, headers)
         sub_id = headers.get("id")
         extension = self._extension
         if dest.kind is DestinationKind.TEMP_QUEUE or dest.kind is DestinationKind.TEMP_TOPIC:
