@@ -19,7 +19,12 @@ import logging
 import re
 import sys
 from datetime import UTC, datetime
-from typing import Literal
+from types import TracebackType
+from typing import Literal, TypeAlias
+
+_ExcInfo: TypeAlias = (
+    tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+)
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -48,11 +53,25 @@ def escape_controls(text: str) -> str:
 
 class TextFormatter(logging.Formatter):
     """The text format: one line per record, whatever its arguments hold (escape_controls).
-    A traceback keeps its lines: it is the adapter's own text."""
+    A traceback keeps its lines, which are the adapter's own text, but not the messages of its
+    exceptions, which may quote what a client sent: those are escaped like the message."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         record.message = escape_controls(record.message)
         return super().formatMessage(record)
+
+    def formatException(self, ei: _ExcInfo) -> str:  # noqa: N802 - logging's name
+        text = super().formatException(ei)
+        seen: set[int] = set()
+        error: BaseException | None = ei[1]
+        while error is not None and id(error) not in seen:  # the chain: __cause__ / __context__
+            seen.add(id(error))
+            message = str(error)
+            escaped = escape_controls(message)
+            if escaped != message:
+                text = text.replace(message, escaped)
+            error = error.__cause__ or error.__context__
+        return text
 
 
 class JsonLinesFormatter(logging.Formatter):

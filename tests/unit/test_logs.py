@@ -51,3 +51,22 @@ def test_a_traceback_keeps_its_lines():
     first, *rest = text.split("\n")
     assert first.endswith("internal error peer=x\\ny")
     assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "ValueError: boom"
+
+
+def test_the_message_of_an_exception_in_a_traceback_is_escaped():
+    """An exception's message may quote what a client sent (a header line, a login): in a
+    traceback it stays on its line, as the record's own message does; so does the message of
+    the exception it was raised from."""
+    try:
+        try:
+            raise KeyError("login\r\n2030-01-01 00:00:00 INFO adapter: forged")
+        except KeyError as cause:
+            raise ValueError("bad header line 'passcode:x\nFORGED LINE'") from cause
+    except ValueError:
+        exc_info = sys.exc_info()
+    text = TextFormatter(TEXT_FORMAT).format(record("internal error", exc_info=exc_info))
+    lines = text.split("\n")
+    assert not any(line.startswith(("FORGED", "2030-01-01")) for line in lines)
+    assert lines[-1] == "ValueError: bad header line 'passcode:x\\nFORGED LINE'"
+    assert any("login\\r\\n2030-01-01" in line for line in lines)
+    assert lines[1] == "Traceback (most recent call last):"
