@@ -17,6 +17,7 @@ where the two differ instead of testing the profile name, so the differences are
 * the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once; on a queue
   it is applied by the queue's dispatcher, adapter/mapping/dispatch.py);
 * the queue an UNSUBSCRIBE removes;
+* virtual topics: ``/queue/Consumer.<group>.VirtualTopic.<X>`` bound to ``VirtualTopic.<X>``;
 * whether a ``client-id`` may log in (ActiveMQ: one connection per client id, ``ClientIds``).
 
 These are rules: questions with answers, and no state of a connection beyond the broker's
@@ -168,6 +169,10 @@ class RabbitMQRules:
     def exclusive_consumer(self, headers: Mapping[str, str]) -> bool:
         """Whether the subscription's basic.consume is exclusive; the plugin never asks."""
         return False
+
+    def virtual_topic_binding(self, dest: Destination, topic_exchange: str) -> tuple[str, str] | None:
+        """The (exchange, key) a queue subscription binds its queue to; the plugin binds none."""
+        return None
 
     def plain_joins_dispatcher(self, headers: Mapping[str, str]) -> bool:
         """Whether a queue subscription without a selector joins the queue's dispatcher, when
@@ -401,7 +406,9 @@ class ActiveMQRules(RabbitMQRules):
         check_transformation(headers, "SUBSCRIBE")
         if dest.kind is DestinationKind.QUEUE:
             queue_arguments(headers)
-            return SubscribeTarget(dest.name, _shared_queue(headers), None, "")
+            binding = self.virtual_topic_binding(dest, default_topic_exchange)
+            exchange, key = binding if binding is not None else (None, "")
+            return SubscribeTarget(dest.name, _shared_queue(headers), exchange, key)
         if dest.kind is not DestinationKind.TOPIC:
             return subscribe_target(dest, headers, sub_id, default_topic_exchange, generation=self.broker)
         key = activemq_binding_key(dest.name)
@@ -461,6 +468,23 @@ class ActiveMQRules(RabbitMQRules):
     def names_durable_subscription(self, headers: Mapping[str, str]) -> bool:
         return _subscription_name(headers) is not None
 
+    def virtual_topic_binding(self, dest: Destination, topic_exchange: str) -> tuple[str, str] | None:
+        """The binding of a virtual topic's consumer queue, or None for any other destination.
+
+        ActiveMQ's virtual topics (on by default): ``/queue/Consumer.<group>.VirtualTopic.<X>``
+        is consumer group ``<group>``'s queue of topic ``/topic/VirtualTopic.<X>``: each group
+        gets every message sent to the topic, its members share them.  In RabbitMQ that is the
+        durable queue of that name bound to the topic exchange with key ``VirtualTopic.<X>``
+        (bound when a member subscribes, as ActiveMQ creates the queue with its first consumer).
+        ``<group>`` is one word, as in ActiveMQ's default ``Consumer.*.`` prefix; ``*`` and
+        ``>`` in ``<X>`` are wildcards, as in ActiveMQ."""
+        if dest.kind is not DestinationKind.QUEUE or not dest.name.startswith(_VIRTUAL_CONSUMER_PREFIX):
+            return None
+        _, group, topic = (dest.name.split(".", 2) + ["", ""])[:3]
+        if not group or not topic.startswith(_VIRTUAL_TOPIC_PREFIX) or topic == _VIRTUAL_TOPIC_PREFIX:
+            return None
+        return topic_exchange, activemq_binding_key(topic)
+
     def exclusive_consumer(self, headers: Mapping[str, str]) -> bool:
         """``activemq.exclusive:true``: an AMQP exclusive consume, so the broker refuses it while
         the queue has another consumer, and refuses other consumers while it lasts
@@ -492,6 +516,10 @@ def check_transformation(headers: Mapping[str, str], command: str) -> None:
         "(only 'jms-byte', which needs no conversion, is accepted); send and read the body as it is\n",
     )
 
+
+# ActiveMQ's default virtual topic names: topics "VirtualTopic.>", consumer queues "Consumer.*.<topic>"
+_VIRTUAL_TOPIC_PREFIX: Final = "VirtualTopic."
+_VIRTUAL_CONSUMER_PREFIX: Final = "Consumer."
 
 # the destinations whose subscriptions may have a selector (see ActiveMQRules.selector)
 _SELECTOR_KINDS: Final = frozenset(

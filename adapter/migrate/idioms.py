@@ -216,11 +216,12 @@ IDIOMS: Final[tuple[Idiom, ...]] = (
     Idiom(
         "virtual-topic",
         "Virtual topics (VirtualTopic.X, Consumer.G.VirtualTopic.X)",
-        "unsupported",
-        "A SEND to /topic/VirtualTopic.X reaches topic subscribers only; /queue/Consumer.G."
-        "VirtualTopic.X is an ordinary queue that receives nothing. Pre-declare each consumer "
-        "group's queue and bind it to amq.topic with the key VirtualTopic.X (see the topology below).",
-        ("Virtual topics: SEND to `/topic/VirtualTopic.X`", "**Not supported** today"),
+        "differs",
+        "Each consumer group's queue is a durable queue bound to amq.topic with the key "
+        "VirtualTopic.X when a member subscribes, so each group gets every message and its "
+        "members share them, as in ActiveMQ. MESSAGE's destination header names the topic "
+        "(/topic/VirtualTopic.X) where ActiveMQ names the group's queue.",
+        ("Virtual topics: SEND to `/topic/VirtualTopic.X`", "**Differs** only"),
     ),
     Idiom(
         "advisory-topic",

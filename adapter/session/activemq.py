@@ -10,7 +10,8 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
 * selector subscriptions: on a topic, deliveries the selector does not match are withheld; on a
   queue, the subscription joins the process's dispatcher of the queue
   (adapter/mapping/dispatch.py), which hands it messages, and its ACK/NACK settle there;
-* SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues).
+* SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues);
+* a dispatched subscription to a virtual topic's consumer queue binds it to its topic.
 
 It acts on its session (``host``) through the session's own parts: its subscriptions
 (``_subscriptions``, ``_by_tag``), temporary queues, publishing, confirms, transactions and
@@ -39,6 +40,7 @@ from ..mapping.operations import (
     JoinDispatch,
     LeaveDispatch,
     Operation,
+    QueueBind,
     QueueDeclare,
 )
 from ..mapping.profile import dead_letter_copy, selector_lookup
@@ -160,6 +162,10 @@ class ActiveMQExtension(ProfileExtension):
         matches = _match_all if selector is None else _selector_matcher(selector)
         yield JoinDispatch(queue, tag, matches, auto_ack, None if auto_ack else credit)
         yield BasicConsume(queue, tag, no_ack=False, exclusive=host._rules.exclusive_consumer(headers))
+        # a virtual topic's consumer queue is bound to its topic, as on the plain path
+        binding = host._rules.virtual_topic_binding(dest, host.settings.default_topic_exchange)
+        if binding is not None:
+            yield QueueBind(queue, *binding)
         yield from host._frames.receipt_of(frame)
         yield ActivateDispatch(tag)
 

@@ -159,6 +159,24 @@ def test_durable_subscription_plan() -> None:
         rules().subscribe_target(parse_destination("/topic/t"), headers, "1", "amq.topic", None)
 
 
+def test_virtual_topic_consumer_queue_is_bound() -> None:
+    """/queue/Consumer.<group>.VirtualTopic.X: the group's durable queue, bound to the topic."""
+    plan = rules().subscribe_target(
+        parse_destination("/queue/Consumer.A.VirtualTopic.orders.>"), {}, "1", "amq.topic", None
+    )
+    assert plan.queue == "Consumer.A.VirtualTopic.orders.>"
+    assert plan.declare is not None and plan.declare.durable and not plan.declare.exclusive
+    assert (plan.bind_exchange, plan.bind_key) == ("amq.topic", "VirtualTopic.orders.#")
+    for name in ("Consumer.A.orders", "Consumer..VirtualTopic.x", "Consumer.A.VirtualTopic.", "Consumer.A"):
+        plain = rules().subscribe_target(parse_destination(f"/queue/{name}"), {}, "1", "amq.topic", None)
+        assert plain.bind_exchange is None, name
+    # the plugin's rules know no virtual topics
+    default = RabbitMQRules().subscribe_target(
+        parse_destination("/queue/Consumer.A.VirtualTopic.x"), {}, "1", "amq.topic", None
+    )
+    assert default.bind_exchange is None
+
+
 # --- SEND properties ----------------------------------------------------------------------------
 
 
