@@ -570,7 +570,8 @@ class AmqpClient:
                 )
                 return frame, wire.BASIC_CONSUME_OK
             if isinstance(op, QueueBind):
-                return wire.queue_bind(channel, op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
+                frame = wire.queue_bind(channel, op.queue, op.exchange, op.routing_key, dict(op.arguments))
+                return frame, wire.QUEUE_BIND_OK
             if isinstance(op, BasicQos):
                 return wire.basic_qos(channel, op.prefetch_count), wire.BASIC_QOS_OK
             if isinstance(op, BasicCancel):

@@ -232,8 +232,12 @@ def queue_declare(
     return method_frame(channel, QUEUE_DECLARE, payload)
 
 
-def queue_bind(channel: int, queue: str, exchange: str, routing_key: str) -> bytes:
-    payload = b"\0\0" + shortstr(queue) + shortstr(exchange) + shortstr(routing_key) + b"\x00" + table(None)
+def queue_bind(
+    channel: int, queue: str, exchange: str, routing_key: str, arguments: Mapping[str, object] | None = None
+) -> bytes:
+    payload = (
+        b"\0\0" + shortstr(queue) + shortstr(exchange) + shortstr(routing_key) + b"\x00" + table(arguments)
+    )
     return method_frame(channel, QUEUE_BIND, payload)
 
 

@@ -71,6 +71,8 @@ class QueueBind:
     queue: str
     exchange: str
     routing_key: str
+    # binding arguments (a headers exchange's match), as (name, value) pairs
+    arguments: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

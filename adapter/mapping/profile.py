@@ -17,6 +17,8 @@ where the two differ instead of testing the profile name, so the differences are
 * the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once; on a queue
   it is applied by the queue's dispatcher, adapter/mapping/dispatch.py);
 * the queue an UNSUBSCRIBE removes;
+* scheduled delivery: ``AMQ_SCHEDULED_DELAY`` read (its plan: adapter/mapping/scheduled.py);
+* which SEND headers send a SEND the general way (``general_send_headers``);
 * virtual topics: ``/queue/Consumer.<group>.VirtualTopic.<X>`` bound to ``VirtualTopic.<X>``;
 * whether a ``client-id`` may log in (ActiveMQ: one connection per client id, ``ClientIds``).
 
@@ -39,6 +41,7 @@ from enum import StrEnum
 from typing import Final
 
 from .destinations import (
+    QUEUE_ARGUMENTS,
     TEMP_TOPIC_PREFIX,
     BrokerGeneration,
     Destination,
@@ -60,6 +63,7 @@ from .destinations import (
 )
 from .operations import Delivery
 from .properties import MessageProperties, field_value_text, properties_from_send
+from .scheduled import DELAY_HEADER, REFUSED_HEADERS, scheduled_delay
 from .selector import Lookup, Selector, SelectorError, Value, compile_selector
 
 __all__ = [
@@ -98,6 +102,9 @@ class RabbitMQRules:
     # whose plugin's queue.declare flags to use: the broker's generation, set by the session
     # once its AMQP connection is open (docs/compatibility.md#broker-generations)
     broker: BrokerGeneration = BrokerGeneration.V3_10
+    # a SEND with any of these headers goes the general way (Session.quick_send declines it):
+    # the x- queue arguments are checked on every SEND
+    general_send_headers: frozenset[str] = frozenset(QUEUE_ARGUMENTS)
 
     def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
         """The connection's client id (named durable subscriptions); the plugin has none."""
@@ -172,6 +179,10 @@ class RabbitMQRules:
 
     def virtual_topic_binding(self, dest: Destination, topic_exchange: str) -> tuple[str, str] | None:
         """The (exchange, key) a queue subscription binds its queue to; the plugin binds none."""
+        return None
+
+    def scheduled_delay(self, headers: Mapping[str, str]) -> int | None:
+        """The delay (ms) a SEND asks for; the plugin passes scheduling headers on unread."""
         return None
 
     def plain_joins_dispatcher(self, headers: Mapping[str, str]) -> bool:
@@ -332,6 +343,8 @@ class ActiveMQRules(RabbitMQRules):
     profile: Profile = Profile.ACTIVEMQ
     dead_letter_queue: str | None = "ActiveMQ.DLQ"  # ActiveMQ's default dead-letter strategy
     composite_destinations: bool = True
+    # and a scheduled SEND, planned by the general path (Publishing.send, the extension)
+    general_send_headers: frozenset[str] = frozenset(QUEUE_ARGUMENTS) | {DELAY_HEADER, *REFUSED_HEADERS}
 
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
@@ -467,6 +480,11 @@ class ActiveMQRules(RabbitMQRules):
 
     def names_durable_subscription(self, headers: Mapping[str, str]) -> bool:
         return _subscription_name(headers) is not None
+
+    def scheduled_delay(self, headers: Mapping[str, str]) -> int | None:
+        """``AMQ_SCHEDULED_DELAY`` (adapter/mapping/scheduled.py): the SEND is delivered after it;
+        ``AMQ_SCHEDULED_PERIOD``, ``_REPEAT`` and ``_CRON`` are refused."""
+        return scheduled_delay(headers)
 
     def virtual_topic_binding(self, dest: Destination, topic_exchange: str) -> tuple[str, str] | None:
         """The binding of a virtual topic's consumer queue, or None for any other destination.

@@ -190,11 +190,12 @@ IDIOMS: Final[tuple[Idiom, ...]] = (
     Idiom(
         "scheduled-delivery",
         "Scheduled delivery (AMQ_SCHEDULED_DELAY, _PERIOD, _REPEAT, _CRON)",
-        "unsupported",
-        "The headers are passed on and the message is delivered at once. Delay on the producer "
-        "side, or publish to a per-delay queue with x-message-ttl that dead-letters into the "
-        "target (or use RabbitMQ's delayed-message exchange plugin).",
-        ("Scheduled delivery: SEND with `AMQ_SCHEDULED_DELAY`", "**Not supported** today"),
+        "differs",
+        "AMQ_SCHEDULED_DELAY: delivered after the delay rounded up to two significant digits "
+        "(at most 10 % late), through a per-delay TTL queue that dead-letters into the target; "
+        "the message carries RabbitMQ's x-death headers. AMQ_SCHEDULED_PERIOD, _REPEAT and _CRON "
+        "are refused (ERROR): send each repetition from the producer.",
+        ("Scheduled delivery: SEND with `AMQ_SCHEDULED_DELAY`", "**Differs** in precision"),
     ),
     Idiom(
         "browser",

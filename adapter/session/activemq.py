@@ -11,6 +11,7 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
   queue, the subscription joins the process's dispatcher of the queue
   (adapter/mapping/dispatch.py), which hands it messages, and its ACK/NACK settle there;
 * SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues);
+* a scheduled SEND (``AMQ_SCHEDULED_DELAY``): its publishes through a delay queue;
 * a dispatched subscription to a virtual topic's consumer queue binds it to its topic.
 
 It acts on its session (``host``) through the session's own parts: its subscriptions
@@ -45,6 +46,7 @@ from ..mapping.operations import (
 )
 from ..mapping.profile import dead_letter_copy, selector_lookup
 from ..mapping.properties import MessageProperties
+from ..mapping.scheduled import scheduled_publishes
 from ..mapping.selector import Selector
 from ..stomp.frame import Frame
 from .extension import ConfirmHook, ProfileExtension, QuickSettle
@@ -206,6 +208,18 @@ class ActiveMQExtension(ProfileExtension):
 
     def temporaries(self, kind: DestinationKind) -> dict[str, str]:
         return self._temp_topics if kind is DestinationKind.TEMP_TOPIC else self._host._temp_queues
+
+    # ------------------------------------------------------------------ send
+    def scheduled(
+        self, headers: Mapping[str, str], publishes: list[BasicPublish]
+    ) -> tuple[list[Operation], list[BasicPublish]] | None:
+        """ActiveMQ's ``AMQ_SCHEDULED_DELAY``: the publishes go through a delay queue
+        (adapter/mapping/scheduled.py); the other scheduling headers are refused there."""
+        rules = self._host._rules
+        delay = rules.scheduled_delay(headers)
+        if delay is None:
+            return None
+        return scheduled_publishes(publishes, delay, self._host.settings.default_topic_exchange)
 
     # ------------------------------------------------------------------ delivery (DeliveryHook)
     def withholds(self, subscription: Subscription, delivery: Delivery) -> bool:

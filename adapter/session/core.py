@@ -37,7 +37,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import StompError
-from ..mapping.destinations import QUEUE_ARGUMENTS
 from ..mapping.operations import (
     AwaitConfirms,
     BasicAck,
@@ -65,7 +64,6 @@ from .subscriptions import Subscriptions, parse_ack_id
 from .targets import Targets
 from .transactions import Transactions
 
-_QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS)
 _CONNECTED = State.CONNECTED
 
 
@@ -105,6 +103,7 @@ class Session:
         self.on_delivery = frames.deliver
         self._count_publish = confirms.count
         self._send_properties = rules.send_properties
+        self._general_send_headers = rules.general_send_headers
         self._send_targets = targets.send_targets
         self._temp_queues = targets.temp_queues
         self._ack_header = "message-id"
@@ -265,8 +264,9 @@ class Session:
         target = self._send_targets.get(destination)
         if target is None or "transaction" in headers or "message-id" in headers:
             return None
-        if not _QUEUE_ARGUMENT_HEADERS.isdisjoint(headers):
-            return None  # x- arguments are checked on every SEND: the general path does it
+        if not self._general_send_headers.isdisjoint(headers):
+            # x- arguments are checked on every SEND; activemq: a scheduled SEND is planned there
+            return None
         receipt = headers.get("receipt")
         if receipt is not None and not self._confirms.on:
             return None

@@ -423,3 +423,28 @@ def test_virtual_topic_consumer_groups(both, broker: BrokerProbe) -> None:
     # message was sent to (docs/migration-activemq.md, virtual topics)
     assert outcome["destinations"] == [f"/queue/Consumer.A.{topic}", f"/queue/Consumer.B.{topic}"]
     assert run_virtual["destinations"] == [f"/topic/{topic}"]
+
+
+def test_scheduled_delivery(both, broker: BrokerProbe) -> None:
+    """AMQ_SCHEDULED_DELAY: the message arrives after messages sent later without a delay, on a
+    queue and on a topic; repetition (PERIOD, REPEAT, CRON) is refused by the adapter."""
+    queue = unique("amq-sched-")
+    topic = unique("sched")
+    broker.track_queue(queue)
+
+    def conversation(connect: Connect) -> object:
+        peer = connect()
+        subscribe(peer, f"/queue/{queue}", "q")
+        subscribe(peer, f"/topic/{topic}", "t")
+        send(peer, f"/queue/{queue}", "late", AMQ_SCHEDULED_DELAY="1500")
+        send(peer, f"/topic/{topic}", "late-topic", AMQ_SCHEDULED_DELAY="1500")
+        send(peer, f"/queue/{queue}", "now")
+        send(peer, f"/queue/{queue}", "at-once", AMQ_SCHEDULED_DELAY="0")
+        first = bodies(peer.read(10, until=lambda f: f.body == b"at-once"))
+        later = bodies(peer.read(10, until=lambda f: f.body == b"late"))
+        if "late-topic" not in later:
+            later += bodies(peer.read(10, until=lambda f: f.body == b"late-topic"))
+        return {"before": first, "after": sorted(later)}
+
+    outcome = compare(both, conversation)
+    assert outcome == {"before": ["now", "at-once"], "after": ["late", "late-topic"]}
