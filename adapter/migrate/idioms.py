@@ -201,10 +201,10 @@ IDIOMS: Final[tuple[Idiom, ...]] = (
         "browser",
         "Queue browsing (browser:true)",
         "unsupported",
-        "The header is ignored: the subscription CONSUMES the queue's messages and no "
-        "browser:end arrives. Browse with the management API (get messages, requeue) or read a "
-        "stream queue from an offset instead.",
-        ("Queue browsing: SUBSCRIBE with `browser:true`", "**Not supported** today"),
+        "Refused with ERROR 'Browsing not supported' (AMQP reads a queue only by taking its "
+        "messages from the other consumers). Browse with the management API (get messages, "
+        "requeue) or read a stream queue from an offset (x-stream-offset) instead.",
+        ("Queue browsing: SUBSCRIBE with `browser:true`", "**Not supported**, and refused"),
     ),
     Idiom(
         "transformation",

@@ -44,7 +44,7 @@ from ..mapping.operations import (
     QueueBind,
     QueueDeclare,
 )
-from ..mapping.profile import dead_letter_copy, selector_lookup
+from ..mapping.profile import check_browser, dead_letter_copy, selector_lookup
 from ..mapping.properties import MessageProperties
 from ..mapping.scheduled import scheduled_publishes
 from ..mapping.selector import Selector
@@ -178,6 +178,7 @@ class ActiveMQExtension(ProfileExtension):
         private queue of that name, the one a ``reply-to`` with the same destination names
         (created by whichever comes first).  Its implicit reply consumer, if any, gives way to
         this subscription, so replies are not shared between two consumers."""
+        check_browser(frame.headers)
         host = self._host
         temporaries = self.temporaries(dest.kind)
         queue = temporaries.get(dest.name)

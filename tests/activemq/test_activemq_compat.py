@@ -448,3 +448,40 @@ def test_scheduled_delivery(both, broker: BrokerProbe) -> None:
 
     outcome = compare(both, conversation)
     assert outcome == {"before": ["now", "at-once"], "after": ["late", "late-topic"]}
+
+
+def test_queue_browser(both, broker: BrokerProbe) -> None:
+    """browser:true: ActiveMQ sends the queue's messages without consuming them, then a MESSAGE
+    with browser:end.  The adapter cannot read a RabbitMQ queue without taking its messages from
+    the other consumers, so it refuses the SUBSCRIBE rather than consume them; on both, the
+    messages stay on the queue."""
+    queue = unique("amq-browse-")
+    broker.track_queue(queue)
+
+    def conversation(connect: Connect) -> object:
+        sender = connect()
+        for n in range(3):
+            send(sender, f"/queue/{queue}", f"m{n}")
+        browser = connect()
+        browser.send("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "b", "browser": "true"})
+        seen = browser.read(10, until=lambda f: f.command == "ERROR" or "browser" in f.headers)
+        reader = connect()
+        subscribe(reader, f"/queue/{queue}", "r")
+        return {
+            "browsed": [(f.command, f.headers.get("browser"), f.body.decode()) for f in seen],
+            "stayed": bodies(reader.read(10, until=lambda f: f.body == b"m2")),
+        }
+
+    activemq = conversation(both["activemq"])
+    adapter = conversation(both["adapter"])
+    assert activemq["stayed"] == adapter["stayed"] == ["m0", "m1", "m2"]
+    assert activemq["browsed"] == [
+        ("MESSAGE", None, "m0"),
+        ("MESSAGE", None, "m1"),
+        ("MESSAGE", None, "m2"),
+        ("MESSAGE", "end", ""),
+    ]
+    # docs/migration-activemq.md: queue browsing is refused, never a consuming subscription
+    assert [(command, body.split(":")[0]) for command, _, body in adapter["browsed"]] == [
+        ("ERROR", "SUBSCRIBE with 'browser")
+    ]

@@ -818,3 +818,18 @@ def test_a_server_cancelled_dispatched_subscription_forgets_its_messages() -> No
     assert any(isinstance(op, ops.JoinDispatch) for op in out)
     out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@1"}), _confirmed)
     assert not any(isinstance(op, ops.BasicPublish) for op in out)
+
+
+@pytest.mark.parametrize(
+    "destination",
+    ["/queue/q", "/amq/queue/q", "/topic/t", "/temp-queue/x", "/queue/Consumer.A.VirtualTopic.t"],
+)
+def test_a_queue_browser_is_refused_never_a_consuming_subscription(destination: str) -> None:
+    session = amq_session()
+    out = run(session, Frame("SUBSCRIBE", {"destination": destination, "id": "1", "browser": " TRUE"}))
+    error = frames_of(out)[0]
+    assert command_of(error) == "ERROR" and header(error, "message") == "Browsing not supported"
+    assert not any(isinstance(op, ops.BasicConsume | ops.QueueBind | ops.QueueDeclare) for op in out)
+    # browser:false, and the default profile (the plugin ignores the header), subscribe as usual
+    out = run(amq_session(), Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "browser": "false"}))
+    assert any(isinstance(op, ops.BasicConsume) for op in out)
