@@ -95,6 +95,16 @@ class BasicConsume:
 
 
 @dataclass(frozen=True, slots=True)
+class BasicGet:
+    """basic.get without no-ack (activemq profile: a queue browser): the result is the message,
+    a ``Delivery`` of ``consumer_tag`` (the browser's subscription), or None when the queue had
+    none ready.  It stays unacknowledged until the session settles it."""
+
+    queue: str
+    consumer_tag: str
+
+
+@dataclass(frozen=True, slots=True)
 class BasicCancel:
     consumer_tag: str
 
@@ -228,7 +238,16 @@ class DispatchSettle:
 
 # The synchronous operations that are one AMQP method and its reply (AmqpConnection.execute);
 # the other synchronous ones (login, close, waiting for confirms) belong to the shell.
-BROKER_CALLS = (ConfirmSelect, QueueDeclare, QueueBind, QueueDelete, BasicQos, BasicConsume, BasicCancel)
+BROKER_CALLS = (
+    ConfirmSelect,
+    QueueDeclare,
+    QueueBind,
+    QueueDelete,
+    BasicQos,
+    BasicConsume,
+    BasicCancel,
+    BasicGet,
+)
 
 DISPATCH_OPS = (JoinDispatch, ActivateDispatch, LeaveDispatch, DispatchDelivery, DispatchSettle)
 DispatchOp = JoinDispatch | ActivateDispatch | LeaveDispatch | DispatchDelivery | DispatchSettle
@@ -243,6 +262,7 @@ SYNCHRONOUS_OPS = (
     BasicQos,
     BasicConsume,
     BasicCancel,
+    BasicGet,
     AwaitConfirms,
 )
 
@@ -256,6 +276,7 @@ Operation = (
     | BasicQos
     | BasicConsume
     | BasicCancel
+    | BasicGet
     | BasicPublish
     | BasicAck
     | BasicNack

@@ -17,7 +17,7 @@ where the two differ instead of testing the profile name, so the differences are
 * the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once; on a queue
   it is applied by the queue's dispatcher, adapter/mapping/dispatch.py);
 * the queue an UNSUBSCRIBE removes;
-* queue browsing (``browser:true``) refused, never a consuming subscription;
+* queue browsing (``browser:true``): which SUBSCRIBE is one, and its bounds;
 * scheduled delivery: ``AMQ_SCHEDULED_DELAY`` read (its plan: adapter/mapping/scheduled.py);
 * which SEND headers send a SEND the general way (``general_send_headers``);
 * virtual topics: ``/queue/Consumer.<group>.VirtualTopic.<X>`` bound to ``VirtualTopic.<X>``;
@@ -74,7 +74,9 @@ __all__ = [
     "Profile",
     "RabbitMQRules",
     "activemq_binding_key",
-    "check_browser",
+    "BROWSE_BYTES",
+    "BROWSE_LIMIT",
+    "browses",
     "check_transformation",
     "client_id_in_use",
     "durable_subscription_queue",
@@ -419,7 +421,7 @@ class ActiveMQRules(RabbitMQRules):
         client_id: str | None,
     ) -> SubscribeTarget:
         check_transformation(headers, "SUBSCRIBE")
-        check_browser(headers)
+        browses(headers, dest)  # refused on a topic
         if dest.kind is DestinationKind.QUEUE:
             queue_arguments(headers)
             binding = self.virtual_topic_binding(dest, default_topic_exchange)
@@ -543,23 +545,26 @@ _VIRTUAL_TOPIC_PREFIX: Final = "VirtualTopic."
 _VIRTUAL_CONSUMER_PREFIX: Final = "Consumer."
 
 
-def check_browser(headers: Mapping[str, str]) -> None:
-    """Refuse ActiveMQ's queue browser (``browser:true``), rather than consume the messages it
-    only meant to look at (docs/migration-activemq.md): AMQP 0-9-1 reads a queue only by taking
-    its messages (basic.get, basic.consume), so a browse would hide them from the queue's other
-    consumers while it lasts and hand them back marked redelivered, out of their place for a
-    consumer that was waiting; and a queue of a million messages cannot be browsed that way
-    within a bounded memory of unacknowledged messages."""
+# ActiveMQ's queue browser: at most this many messages per browse (ActiveMQ's default
+# maxBrowsePageSize), and at most this many bytes of their bodies (the adapter's own bound: the
+# browse writes them to the client while it still holds them unacknowledged)
+BROWSE_LIMIT: Final = 400
+BROWSE_BYTES: Final = 8 * 1024 * 1024
+
+
+def browses(headers: Mapping[str, str], dest: Destination) -> bool:
+    """Whether a SUBSCRIBE is ActiveMQ's queue browser (``browser:true``); refused on anything
+    but a queue (ActiveMQ browses queues only), rather than consume what it meant to look at."""
     value = headers.get("browser")
     if value is None or value.strip().lower() != "true":
-        return
-    raise DestinationError(
-        "Browsing not supported",
-        "SUBSCRIBE with 'browser:true': the adapter cannot read a RabbitMQ queue without taking its "
-        "messages from the queue's other consumers, so it refuses rather than consume them. Browse "
-        "with RabbitMQ's management API (get messages, requeue), or read a stream queue from an "
-        "offset (x-stream-offset)\n",
-    )
+        return False
+    if dest.kind not in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE):
+        raise DestinationError(
+            "Browsing not supported",
+            f"SUBSCRIBE with 'browser:true' on '{dest.raw}': only queues (/queue/, /amq/queue/) "
+            "can be browsed\n",
+        )
+    return True
 
 
 # the destinations whose subscriptions may have a selector (see ActiveMQRules.selector)

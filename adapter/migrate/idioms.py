@@ -200,11 +200,12 @@ IDIOMS: Final[tuple[Idiom, ...]] = (
     Idiom(
         "browser",
         "Queue browsing (browser:true)",
-        "unsupported",
-        "Refused with ERROR 'Browsing not supported' (AMQP reads a queue only by taking its "
-        "messages from the other consumers). Browse with the management API (get messages, "
-        "requeue) or read a stream queue from an offset (x-stream-offset) instead.",
-        ("Queue browsing: SUBSCRIBE with `browser:true`", "**Not supported**, and refused"),
+        "differs",
+        "The same frames (the queue's messages, then browser:end; at most 400, as ActiveMQ's page "
+        "size, and 8 MiB), nothing consumed; but the messages are taken with basic.get and handed "
+        "back, so the queue's other consumers do not get them during the browse and then see them "
+        "redelivered:true. Only queues can be browsed.",
+        ("Queue browsing: SUBSCRIBE with `browser:true`", "**Differs** in what the queue's other"),
     ),
     Idiom(
         "transformation",

@@ -11,6 +11,7 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
   queue, the subscription joins the process's dispatcher of the queue
   (adapter/mapping/dispatch.py), which hands it messages, and its ACK/NACK settle there;
 * SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues);
+* queue browsers (``browser:true``): the queue's messages taken, sent and handed back;
 * a scheduled SEND (``AMQ_SCHEDULED_DELAY``): its publishes through a delay queue;
 * a dispatched subscription to a virtual topic's consumer queue binds it to its topic.
 
@@ -34,6 +35,8 @@ from ..mapping.operations import (
     BasicAck,
     BasicCancel,
     BasicConsume,
+    BasicGet,
+    BasicNack,
     BasicPublish,
     BasicQos,
     Delivery,
@@ -43,8 +46,9 @@ from ..mapping.operations import (
     Operation,
     QueueBind,
     QueueDeclare,
+    SendFrame,
 )
-from ..mapping.profile import check_browser, dead_letter_copy, selector_lookup
+from ..mapping.profile import BROWSE_BYTES, BROWSE_LIMIT, browses, dead_letter_copy, selector_lookup
 from ..mapping.properties import MessageProperties
 from ..mapping.scheduled import scheduled_publishes
 from ..mapping.selector import Selector
@@ -126,7 +130,9 @@ class ActiveMQExtension(ProfileExtension):
         self, dest: Destination, queue: str, selector: Selector | None, headers: Mapping[str, str]
     ) -> bool:
         # a selector on a shared queue (competing consumers), or a plain subscription on a queue
-        # whose selector subscriptions may hold messages for it
+        # whose selector subscriptions may hold messages for it; or a queue browser
+        if browses(headers, dest):
+            return True
         host = self._host
         return dest.kind in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE) and (
             selector is not None
@@ -154,6 +160,9 @@ class ActiveMQExtension(ProfileExtension):
         adapter as each message is sent, so a message no selector matches can be held), with a
         prefetch that leaves room for those held messages; the STOMP prefetch is enforced by the
         dispatcher (adapter/mapping/dispatch.py)."""
+        if browses(frame.headers, dest):
+            yield from self._browse(frame, queue, tag, dest, selector)
+            return
         host = self._host
         headers = frame.headers
         auto_ack = ack_mode == "auto"
@@ -171,6 +180,46 @@ class ActiveMQExtension(ProfileExtension):
         yield from host._frames.receipt_of(frame)
         yield ActivateDispatch(tag)
 
+    def _browse(
+        self, frame: Frame, queue: str, tag: str, dest: Destination, selector: Selector | None
+    ) -> Steps:
+        """ActiveMQ's queue browser (``browser:true``): the queue's messages without consuming
+        them, then a MESSAGE with ``browser:end``.  AMQP reads a queue only by taking its
+        messages, so the browse takes them one by one with basic.get (unacknowledged: they stay
+        the queue's), sends each matching one as a MESSAGE of the subscription, and then hands
+        them all back (basic.nack, requeue, one by one: the channel may hold other
+        subscriptions' deliveries), so RabbitMQ puts each back in its place; the queue's other
+        consumers see them again marked redelivered, and not while the browse lasts.  Bounded:
+        at most ``BROWSE_LIMIT`` messages and ``BROWSE_BYTES`` of bodies (ActiveMQ's browser
+        stops at its page size too); the adapter keeps only their delivery tags.  The
+        subscription stays until UNSUBSCRIBE, without a consumer, as ActiveMQ's does."""
+        host = self._host
+        sub_id = frame.headers.get("id")
+        host._subscriptions.add(
+            Subscription(
+                tag, sub_id, dest.raw, dest, "auto", selector, hook=None if selector is None else self
+            )
+        )
+        yield from host._frames.receipt_of(frame)
+        taken: list[int] = []
+        size = 0
+        while len(taken) < BROWSE_LIMIT and size < BROWSE_BYTES:
+            got = yield BasicGet(queue, tag)
+            if not isinstance(got, Delivery):
+                break  # the queue has no more ready messages
+            taken.append(got.delivery_tag)
+            size += len(got.body)
+            data = host._frames.deliver(got)
+            if data:  # b"": the selector does not match it
+                yield SendFrame(data)
+        # if the connection closes before this, the broker requeues them with the channel
+        for delivery_tag in taken:
+            yield BasicNack(delivery_tag, False, True)
+        headers = [("destination", dest.raw), ("message-id", f"{tag}@@browser-end"), ("browser", "end")]
+        if sub_id is not None:
+            headers.insert(0, ("subscription", sub_id))
+        yield SendFrame(host._frames.encode("MESSAGE", headers))
+
     def subscribe_temporary(
         self, frame: Frame, dest: Destination, tag: str, prefetch_count: int | None, ack_mode: AckMode
     ) -> Steps:
@@ -178,7 +227,7 @@ class ActiveMQExtension(ProfileExtension):
         private queue of that name, the one a ``reply-to`` with the same destination names
         (created by whichever comes first).  Its implicit reply consumer, if any, gives way to
         this subscription, so replies are not shared between two consumers."""
-        check_browser(frame.headers)
+        browses(frame.headers, dest)  # refused: not a queue
         host = self._host
         temporaries = self.temporaries(dest.kind)
         queue = temporaries.get(dest.name)

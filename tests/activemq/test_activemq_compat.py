@@ -451,37 +451,51 @@ def test_scheduled_delivery(both, broker: BrokerProbe) -> None:
 
 
 def test_queue_browser(both, broker: BrokerProbe) -> None:
-    """browser:true: ActiveMQ sends the queue's messages without consuming them, then a MESSAGE
-    with browser:end.  The adapter cannot read a RabbitMQ queue without taking its messages from
-    the other consumers, so it refuses the SUBSCRIBE rather than consume them; on both, the
-    messages stay on the queue."""
+    """browser:true sends the queue's messages without consuming them, then a MESSAGE with
+    browser:end; a selector browses the matching ones; the messages stay on the queue, in order.
+    A browser on a topic is refused by the adapter (ActiveMQ browses queues only)."""
     queue = unique("amq-browse-")
     broker.track_queue(queue)
 
     def conversation(connect: Connect) -> object:
         sender = connect()
-        for n in range(3):
-            send(sender, f"/queue/{queue}", f"m{n}")
+        for n in range(4):
+            send(sender, f"/queue/{queue}", f"m{n}", n=str(n))
         browser = connect()
-        browser.send("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "b", "browser": "true"})
-        seen = browser.read(10, until=lambda f: f.command == "ERROR" or "browser" in f.headers)
+        subscribe(browser, f"/queue/{queue}", "b", browser="true")
+        browsed = browser.read(10, until=lambda f: "browser" in f.headers)
+        subscribe(browser, f"/queue/{queue}", "odd", browser="true", selector="n IN ('1', '3')")
+        odd = browser.read(
+            10, until=lambda f: f.headers.get("subscription") == "odd" and "browser" in f.headers
+        )
         reader = connect()
         subscribe(reader, f"/queue/{queue}", "r")
+        stayed = reader.read(10, until=lambda f: f.body == b"m3")
         return {
-            "browsed": [(f.command, f.headers.get("browser"), f.body.decode()) for f in seen],
-            "stayed": bodies(reader.read(10, until=lambda f: f.body == b"m2")),
+            "browsed": [
+                (f.headers.get("subscription"), f.headers.get("browser"), f.body.decode()) for f in browsed
+            ],
+            "odd": [(f.headers.get("browser"), f.body.decode()) for f in odd],
+            "end": sorted(k for f in browsed if "browser" in f.headers for k in f.headers),
+            "stayed": bodies(stayed),
+            "redelivered": [f.headers.get("redelivered") for f in stayed],
         }
 
     activemq = conversation(both["activemq"])
     adapter = conversation(both["adapter"])
-    assert activemq["stayed"] == adapter["stayed"] == ["m0", "m1", "m2"]
     assert activemq["browsed"] == [
-        ("MESSAGE", None, "m0"),
-        ("MESSAGE", None, "m1"),
-        ("MESSAGE", None, "m2"),
-        ("MESSAGE", "end", ""),
+        ("b", None, "m0"),
+        ("b", None, "m1"),
+        ("b", None, "m2"),
+        ("b", None, "m3"),
+        ("b", "end", ""),
     ]
-    # docs/migration-activemq.md: queue browsing is refused, never a consuming subscription
-    assert [(command, body.split(":")[0]) for command, _, body in adapter["browsed"]] == [
-        ("ERROR", "SUBSCRIBE with 'browser")
-    ]
+    for key in ("browsed", "odd", "stayed"):
+        assert adapter[key] == activemq[key], (key, activemq[key], adapter[key])
+    assert activemq["odd"] == [(None, "m1"), (None, "m3"), ("end", "")]
+    assert activemq["stayed"] == ["m0", "m1", "m2", "m3"]
+    # docs/migration-activemq.md: the browse takes the messages and hands them back, so the
+    # next consumer sees them redelivered (ActiveMQ sends no redelivered header)
+    assert activemq["redelivered"] == [None] * 4
+    assert adapter["redelivered"] == ["true"] * 4
+    print(activemq["end"], adapter["end"])

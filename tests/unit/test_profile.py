@@ -5,6 +5,7 @@ are covered by test_destinations.py and test_session.py, which run with the defa
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -15,6 +16,8 @@ from adapter.mapping import dispatch
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationError, ProcessingError, parse_destination
 from adapter.mapping.profile import (
+    BROWSE_BYTES,
+    BROWSE_LIMIT,
     ActiveMQRules,
     ClientIds,
     RabbitMQRules,
@@ -820,16 +823,57 @@ def test_a_server_cancelled_dispatched_subscription_forgets_its_messages() -> No
     assert not any(isinstance(op, ops.BasicPublish) for op in out)
 
 
-@pytest.mark.parametrize(
-    "destination",
-    ["/queue/q", "/amq/queue/q", "/topic/t", "/temp-queue/x", "/queue/Consumer.A.VirtualTopic.t"],
-)
-def test_a_queue_browser_is_refused_never_a_consuming_subscription(destination: str) -> None:
-    session = amq_session()
-    out = run(session, Frame("SUBSCRIBE", {"destination": destination, "id": "1", "browser": " TRUE"}))
+def delivery_of(consumer_tag: str, tag: int, body: bytes) -> ops.Delivery:
+    return ops.Delivery(consumer_tag, tag, False, "", "q", MessageProperties(headers={}), body)
+
+
+@pytest.mark.parametrize("destination", ["/topic/t", "/temp-queue/x", "/temp-topic/x", "/exchange/e/k"])
+def test_a_browser_on_anything_but_a_queue_is_refused(destination: str) -> None:
+    out = run(amq_session(), Frame("SUBSCRIBE", {"destination": destination, "id": "1", "browser": " TRUE"}))
     error = frames_of(out)[0]
     assert command_of(error) == "ERROR" and header(error, "message") == "Browsing not supported"
-    assert not any(isinstance(op, ops.BasicConsume | ops.QueueBind | ops.QueueDeclare) for op in out)
-    # browser:false, and the default profile (the plugin ignores the header), subscribe as usual
-    out = run(amq_session(), Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "browser": "false"}))
-    assert any(isinstance(op, ops.BasicConsume) for op in out)
+    assert not any(isinstance(op, ops.BasicConsume | ops.QueueBind | ops.BasicGet) for op in out)
+
+
+def _drive(session: Session, frame: Frame, answer: Callable[[int], object]) -> list[ops.Operation]:
+    """Run a frame's steps, answering the n-th BasicGet with ``answer(n)``."""
+    steps = session.handle_frame(frame)
+    seen: list[ops.Operation] = []
+    gets = 0
+    reply: object = None
+    while True:
+        try:
+            op = steps.send(reply)
+        except StopIteration:
+            return seen
+        seen.append(op)
+        reply = None
+        if isinstance(op, ops.BasicGet):
+            gets += 1
+            reply = answer(gets)
+
+
+def test_a_browser_takes_messages_with_basic_get_and_hands_them_back() -> None:
+    """browser:true on a queue: RECEIPT, basic.get until the queue is empty (each message sent
+    as a MESSAGE of the subscription), each handed back (nack, requeue), then browser:end.  No
+    consume: the browse takes nothing from the queue's consumers for good."""
+    frame = Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "b", "browser": "true", "receipt": "r"})
+    seen = _drive(
+        amq_session(), frame, lambda n: delivery_of("T_b", 6 + n, b"m%d" % (6 + n)) if n <= 2 else None
+    )
+    sent = b"".join(o.data for o in seen if isinstance(o, ops.SendFrame))
+    assert sent.index(b"RECEIPT") < sent.index(b"m7") < sent.index(b"m8") < sent.index(b"browser:end")
+    nacks = [o for o in seen if isinstance(o, ops.BasicNack)]
+    assert nacks == [ops.BasicNack(7, False, True), ops.BasicNack(8, False, True)]
+    assert sum(isinstance(o, ops.BasicGet) for o in seen) == 3
+    assert not any(isinstance(o, ops.BasicConsume) for o in seen)
+
+
+def test_a_browse_is_bounded_by_the_page_size_and_bytes() -> None:
+    frame = Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "b", "browser": "true"})
+    seen = _drive(amq_session(), frame, lambda n: delivery_of("T_b", n, b"x"))
+    assert sum(isinstance(o, ops.BasicGet) for o in seen) == BROWSE_LIMIT
+    big = b"x" * (BROWSE_BYTES // 4)
+    seen = _drive(amq_session(), frame, lambda n: delivery_of("T_b", n, big))
+    assert sum(isinstance(o, ops.BasicGet) for o in seen) == 4
+    assert sum(isinstance(o, ops.BasicNack) for o in seen) == 4
