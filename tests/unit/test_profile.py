@@ -32,7 +32,7 @@ from adapter.session import Session, SessionSettings
 from adapter.session.extension import ProfileExtension
 from adapter.session.frames import Frames
 from adapter.stomp.frame import Frame
-from tests.unit.test_session import SESSION_ID, command_of, frames_of, header, run
+from tests.unit.test_session import SESSION_ID, command_of, connected, frames_of, header, run
 
 NOW_MS = 1_700_000_000_000
 
@@ -877,3 +877,44 @@ def test_a_browse_is_bounded_by_the_page_size_and_bytes() -> None:
     seen = _drive(amq_session(), frame, lambda n: delivery_of("T_b", n, big))
     assert sum(isinstance(o, ops.BasicGet) for o in seen) == 4
     assert sum(isinstance(o, ops.BasicNack) for o in seen) == 4
+
+
+def test_a_scheduled_send_goes_the_general_way_through_its_delay_queue() -> None:
+    session = amq_session()
+    plain = Frame("SEND", {"destination": "/queue/q"}, b"x")
+    run(session, plain)
+    assert session.quick_send(plain) is not None  # the destination is known now
+    scheduled = Frame("SEND", {"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "1234"}, b"x")
+    assert session.quick_send(scheduled) is None
+    out = run(session, scheduled)
+    kinds = [type(op).__name__ for op in out]
+    assert kinds == ["QueueDeclare", "QueueBind", "BasicPublish"]
+    publish = out[-1]
+    assert isinstance(publish, ops.BasicPublish)
+    assert (publish.exchange, publish.routing_key) == ("amq.headers", "q")
+    assert "AMQ_SCHEDULED_DELAY" not in (publish.properties.headers or {})
+
+
+def test_a_scheduled_send_in_a_transaction_declares_its_delay_queue_at_commit() -> None:
+    """The delay queue expires when unused (x-expires): it is declared and bound right before
+    the publish, at COMMIT, however long the transaction stayed open."""
+    session = amq_session()
+    run(session, Frame("BEGIN", {"transaction": "t"}))
+    sent = run(
+        session, Frame("SEND", {"destination": "/topic/t", "AMQ_SCHEDULED_DELAY": "50", "transaction": "t"})
+    )
+    assert sent == []
+    out = run(session, Frame("COMMIT", {"transaction": "t", "receipt": "c"}))
+    kinds = [type(op).__name__ for op in out if not isinstance(op, ops.SendFrame | ops.ConfirmSelect)]
+    assert kinds == ["QueueDeclare", "QueueBind", "BasicPublish"]
+    declare = next(op for op in out if isinstance(op, ops.QueueDeclare))
+    assert declare.queue == "activemq.scheduled.50ms.amq.topic"
+    assert declare.arguments["x-dead-letter-exchange"] == "amq.topic"
+
+
+def test_the_default_profile_passes_scheduling_headers_on() -> None:
+    session = connected()
+    out = run(session, Frame("SEND", {"destination": "/topic/t", "AMQ_SCHEDULED_CRON": "* * * * *"}, b"x"))
+    publish = next(op for op in out if isinstance(op, ops.BasicPublish))
+    assert publish.exchange == "amq.topic"
+    assert publish.properties.headers == {"AMQ_SCHEDULED_CRON": "* * * * *"}
