@@ -44,6 +44,7 @@ from ..mapping.destinations import NEWEST_BROKER, BrokerGeneration, broker_gener
 from ..mapping.operations import (
     BasicCancel,
     BasicConsume,
+    BasicGet,
     BasicQos,
     ConfirmSelect,
     Delivery,
@@ -69,6 +70,7 @@ BrokerCall = (
     | BasicQos
     | BasicConsume
     | BasicCancel
+    | BasicGet
 )
 
 CHANNEL: Final = 1  # the first channel of a connection (the only one unless it is reused)
@@ -231,6 +233,33 @@ class ChannelEvents(Protocol):
     def on_server_cancel(self, consumer_tag: str) -> None: ...
 
 
+class _GetReply:
+    """The channel's events while a basic.get's content comes: that message is the call's reply
+    (``AmqpClient._got``), then the events go back to their owner; every other event passes
+    through.  Swapped in for that one message, so deliveries pay nothing for it."""
+
+    __slots__ = ("_client", "_events")
+
+    def __init__(self, client: AmqpClient, events: ChannelEvents) -> None:
+        self._client = client
+        self._events = events
+
+    def on_deliver(self, delivery: Delivery) -> None:
+        client = self._client
+        client._events = self._events  # noqa: SLF001 - the client's own helper
+        client._got(delivery)  # noqa: SLF001
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        self._events.on_confirm(delivery_tag, multiple, ack)
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        self._events.on_server_cancel(consumer_tag)
+
+    def __getattr__(self, name: str) -> object:
+        # the owner's other events (a shell's: reads done, the link closing) pass through
+        return getattr(self._events, name)
+
+
 # --------------------------------------------------------------------------- the client
 class AmqpClient:
     """One AMQP connection with one channel at a time, without I/O.  A shell subclasses it,
@@ -285,6 +314,8 @@ class AmqpClient:
         self._call_replies: frozenset[tuple[int, int]] | None = None
         # a delivery in progress: method args, properties, expected size, body parts
         self._delivery: tuple[str, int, bool, str, str] | None = None
+        # the consumer tag a basic.get's message is given (BasicGet)
+        self._get_tag = ""
         self._delivery_props: MessageProperties | None = None
         self._delivery_size = 0
         self._delivery_parts: list[bytes | memoryview] = []
@@ -296,6 +327,9 @@ class AmqpClient:
 
     def _replied(self, method: tuple[int, int], payload: bytes) -> None:
         """The reply of the call ``_start_call`` began (``payload`` includes the method id)."""
+
+    def _got(self, delivery: Delivery) -> None:
+        """The message of a basic.get (its get-ok and content): the reply of that call."""
 
     def _failed(self, error: AmqpError) -> None:
         """The connection (or, ``error.channel_only``, its channel) is unusable."""
@@ -446,6 +480,13 @@ class AmqpClient:
         replies = self._call_replies
         if replies is not None and method in replies:
             self._call_replies = None
+            if method == wire.BASIC_GET_OK:
+                # the call's reply is the message, once its content has come (_complete_delivery)
+                delivery_tag, redelivered, exchange, routing_key, _ = wire.decode_get_ok(payload)
+                self._delivery = (self._get_tag, delivery_tag, redelivered, exchange, routing_key)
+                # its content is the reply, not a delivery: it goes to _got (no test per delivery)
+                self._events = _GetReply(self, self._events)
+                return
             self._replied(method, payload)
             return
         if method == wire.BASIC_RETURN:
@@ -585,7 +626,8 @@ class AmqpClient:
                 )
                 return frame, wire.EXCHANGE_DECLARE_OK
             if isinstance(op, QueueBind):
-                return wire.queue_bind(channel, op.queue, op.exchange, op.routing_key), wire.QUEUE_BIND_OK
+                frame = wire.queue_bind(channel, op.queue, op.exchange, op.routing_key, dict(op.arguments))
+                return frame, wire.QUEUE_BIND_OK
             if isinstance(op, BasicQos):
                 return wire.basic_qos(channel, op.prefetch_count), wire.BASIC_QOS_OK
             if isinstance(op, BasicCancel):
@@ -594,6 +636,10 @@ class AmqpClient:
                 return wire.queue_delete(channel, op.queue), wire.QUEUE_DELETE_OK
             if isinstance(op, ConfirmSelect):
                 return wire.confirm_select(channel), wire.CONFIRM_SELECT_OK
+            if isinstance(op, BasicGet):
+                # the reply is get-ok (this one) or get-empty (AmqpConnection.execute waits for both)
+                self._get_tag = op.consumer_tag
+                return wire.basic_get(channel, op.queue), wire.BASIC_GET_OK
             assert_never(op)
         except wire.EncodeError as error:
             raise self._encode_failed(error) from error

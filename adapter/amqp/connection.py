@@ -28,7 +28,7 @@ import time
 from typing import Protocol, cast
 
 from ..liveness import Liveness
-from ..mapping.operations import Delivery, QueueDeclare
+from ..mapping.operations import BasicGet, Delivery, QueueDeclare
 from . import wire
 from .client import (
     CHANNEL,
@@ -93,7 +93,8 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._flush_handle: asyncio.Handle | None = None
-        self._rpc: asyncio.Future[str | None] | None = None  # the call waiting for its reply
+        # the call waiting for its reply: a str or None, or a basic.get's Delivery
+        self._rpc: asyncio.Future[object] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
         # open() handed this link to its caller; until then no failure is the session's news
         self._opened = False
@@ -249,11 +250,16 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
     # connection that owns this link calls flush() after every batch of STOMP frames it
     # handles.  Scheduling a flush per call instead would cost an extra event-loop turn (a
     # zero-timeout poll) for every read.
-    async def execute(self, op: BrokerCall) -> str | None:
+    async def execute(self, op: BrokerCall) -> str | Delivery | None:
         """One of the session's synchronous operations as its AMQP method, waiting for the
-        reply: the queue name for a QueueDeclare (the server-named one when asked), else None.
+        reply: the queue name for a QueueDeclare (the server-named one when asked), the message
+        of a BasicGet (None: the queue was empty), else None.
         Raises AmqpError (ProcessingError for a value AMQP cannot carry)."""
         frame, reply = self._operation_call(op)
+        if isinstance(op, BasicGet):
+            got = await self._call(frame, (reply, wire.BASIC_GET_EMPTY))
+            assert got is None or isinstance(got, Delivery)
+            return got
         result = await self.call(frame, reply)
         if isinstance(op, QueueDeclare):
             return result if result is not None else op.queue
@@ -262,14 +268,24 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
     async def call(self, frame: bytes, *replies: tuple[int, int]) -> str | None:
         """Send a synchronous method and wait for one of ``replies``; returns what
         ``wire.decode_reply`` makes of it (a declared queue's name).  Raises AmqpError."""
+        result = await self._call(frame, replies)
+        assert result is None or isinstance(result, str)
+        return result
+
+    async def _call(self, frame: bytes, replies: tuple[tuple[int, int], ...]) -> object:
         if self._transport is None:
             raise AmqpError(504, "AMQP connection is closed")
         assert self._rpc is None, "synchronous AMQP calls must not overlap"
-        future: asyncio.Future[str | None] = self._loop.create_future()
+        future: asyncio.Future[object] = self._loop.create_future()
         self._start_call(frame, replies)
         self._rpc = future
         self._schedule_flush()
         return await future
+
+    def _got(self, delivery: Delivery) -> None:
+        future, self._rpc = self._rpc, None
+        if future is not None and not future.done():
+            future.set_result(delivery)
 
     def _replied(self, method: tuple[int, int], payload: bytes) -> None:
         # decode before taking the call off: a reply that does not decode fails the link

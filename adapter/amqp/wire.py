@@ -102,6 +102,9 @@ BASIC_CANCEL_OK = (60, 31)
 BASIC_PUBLISH = (60, 40)
 BASIC_RETURN = (60, 50)
 BASIC_DELIVER = (60, 60)
+BASIC_GET = (60, 70)
+BASIC_GET_OK = (60, 71)
+BASIC_GET_EMPTY = (60, 72)
 BASIC_ACK = (60, 80)
 BASIC_NACK = (60, 120)
 CONFIRM_SELECT = (85, 10)
@@ -253,8 +256,12 @@ def queue_declare(
     return method_frame(channel, QUEUE_DECLARE, payload)
 
 
-def queue_bind(channel: int, queue: str, exchange: str, routing_key: str) -> bytes:
-    payload = b"\0\0" + shortstr(queue) + shortstr(exchange) + shortstr(routing_key) + b"\x00" + table(None)
+def queue_bind(
+    channel: int, queue: str, exchange: str, routing_key: str, arguments: Mapping[str, object] | None = None
+) -> bytes:
+    payload = (
+        b"\0\0" + shortstr(queue) + shortstr(exchange) + shortstr(routing_key) + b"\x00" + table(arguments)
+    )
     return method_frame(channel, QUEUE_BIND, payload)
 
 
@@ -282,6 +289,24 @@ def basic_consume(
         + table(arguments)
     )
     return method_frame(channel, BASIC_CONSUME, payload)
+
+
+def basic_get(channel: int, queue: str) -> bytes:
+    """basic.get with acknowledgement (no-ack off)."""
+    return method_frame(channel, BASIC_GET, b"\0\0" + shortstr(queue) + b"\x00")
+
+
+def decode_get_ok(payload: bytes) -> tuple[int, bool, str, str, int]:
+    """Basic.GetOk after the 4-byte method id: delivery tag, redelivered, exchange, routing
+    key, message count."""
+    try:
+        delivery_tag = _u64.unpack_from(payload, 4)[0]
+        redelivered = bool(payload[12] & 1)
+        exchange, offset = decode_shortstr(payload, 13)
+        routing_key, offset = decode_shortstr(payload, offset)
+        return delivery_tag, redelivered, exchange, routing_key, _u32.unpack_from(payload, offset)[0]
+    except (IndexError, struct.error) as error:
+        raise _truncated("basic.get-ok", error) from None
 
 
 def basic_cancel(channel: int, consumer_tag: str) -> bytes:
@@ -628,7 +653,8 @@ def decode_queue_declare_ok(payload: bytes) -> str:
 
 def decode_reply(method: tuple[int, int], payload: bytes) -> str | None:
     """The result of a synchronous call's reply: the queue name of Queue.DeclareOk, else None
-    (the other replies the adapter waits for carry nothing it uses)."""
+    (the other replies the adapter waits for carry nothing it uses; Basic.GetOk's reply is its
+    message, AmqpClient._got)."""
     if method == QUEUE_DECLARE_OK:
         return decode_queue_declare_ok(payload)
     return None

@@ -82,6 +82,8 @@ class QueueBind:
     queue: str
     exchange: str
     routing_key: str
+    # binding arguments (a headers exchange's match), as (name, value) pairs
+    arguments: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,16 @@ class BasicConsume:
     no_ack: bool
     arguments: dict[str, object] = field(default_factory=dict)
     exclusive: bool = False  # activemq profile: activemq.exclusive
+
+
+@dataclass(frozen=True, slots=True)
+class BasicGet:
+    """basic.get without no-ack (activemq profile: a queue browser): the result is the message,
+    a ``Delivery`` of ``consumer_tag`` (the browser's subscription), or None when the queue had
+    none ready.  It stays unacknowledged until the session settles it."""
+
+    queue: str
+    consumer_tag: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +258,7 @@ BROKER_CALLS = (
     BasicQos,
     BasicConsume,
     BasicCancel,
+    BasicGet,
 )
 
 DISPATCH_OPS = (JoinDispatch, ActivateDispatch, LeaveDispatch, DispatchDelivery, DispatchSettle)
@@ -262,6 +275,7 @@ SYNCHRONOUS_OPS = (
     BasicQos,
     BasicConsume,
     BasicCancel,
+    BasicGet,
     AwaitConfirms,
 )
 
@@ -276,6 +290,7 @@ Operation = (
     | BasicQos
     | BasicConsume
     | BasicCancel
+    | BasicGet
     | BasicPublish
     | BasicAck
     | BasicNack

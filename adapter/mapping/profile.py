@@ -17,6 +17,10 @@ where the two differ instead of testing the profile name, so the differences are
 * the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once; on a queue
   it is applied by the queue's dispatcher, adapter/mapping/dispatch.py);
 * the queue an UNSUBSCRIBE removes;
+* queue browsing (``browser:true``): which SUBSCRIBE is one, and its bounds;
+* scheduled delivery: ``AMQ_SCHEDULED_DELAY`` read (its plan: adapter/mapping/scheduled.py);
+* which SEND headers send a SEND the general way (``general_send_headers``);
+* virtual topics: ``/queue/Consumer.<group>.VirtualTopic.<X>`` bound to ``VirtualTopic.<X>``;
 * whether a ``client-id`` may log in (ActiveMQ: one connection per client id, ``ClientIds``).
 
 These are rules: questions with answers, and no state of a connection beyond the broker's
@@ -38,6 +42,7 @@ from enum import StrEnum
 from typing import Final
 
 from .destinations import (
+    QUEUE_ARGUMENTS,
     TEMP_TOPIC_PREFIX,
     BrokerGeneration,
     Destination,
@@ -57,8 +62,10 @@ from .destinations import (
     send_queue_declare,
     subscribe_target,
 )
+from .exchanges import DECLARE_HEADER
 from .operations import Delivery
 from .properties import MessageProperties, field_value_text, properties_from_send
+from .scheduled import DELAY_HEADER, REFUSED_HEADERS, scheduled_delay
 from .selector import Lookup, Selector, SelectorError, Value, compile_selector
 
 __all__ = [
@@ -68,6 +75,9 @@ __all__ = [
     "Profile",
     "RabbitMQRules",
     "activemq_binding_key",
+    "BROWSE_BYTES",
+    "BROWSE_LIMIT",
+    "browses",
     "check_transformation",
     "client_id_in_use",
     "durable_subscription_queue",
@@ -97,6 +107,10 @@ class RabbitMQRules:
     # whose plugin's queue.declare flags to use: the broker's generation, set by the session
     # once its AMQP connection is open (docs/compatibility.md#broker-generations)
     broker: BrokerGeneration = BrokerGeneration.V3_10
+    # a SEND with any of these headers goes the general way (Session.quick_send declines it):
+    # the x- queue arguments are checked on every SEND, and a declare-exchange may ask for a
+    # declare (adapter/mapping/exchanges.py)
+    general_send_headers: frozenset[str] = frozenset(QUEUE_ARGUMENTS) | {DECLARE_HEADER}
 
     def client_id(self, connect_headers: Mapping[str, str]) -> str | None:
         """The connection's client id (named durable subscriptions); the plugin has none."""
@@ -168,6 +182,14 @@ class RabbitMQRules:
     def exclusive_consumer(self, headers: Mapping[str, str]) -> bool:
         """Whether the subscription's basic.consume is exclusive; the plugin never asks."""
         return False
+
+    def virtual_topic_binding(self, dest: Destination, topic_exchange: str) -> tuple[str, str] | None:
+        """The (exchange, key) a queue subscription binds its queue to; the plugin binds none."""
+        return None
+
+    def scheduled_delay(self, headers: Mapping[str, str]) -> int | None:
+        """The delay (ms) a SEND asks for; the plugin passes scheduling headers on unread."""
+        return None
 
     def plain_joins_dispatcher(self, headers: Mapping[str, str]) -> bool:
         """Whether a queue subscription without a selector joins the queue's dispatcher, when
@@ -327,6 +349,12 @@ class ActiveMQRules(RabbitMQRules):
     profile: Profile = Profile.ACTIVEMQ
     dead_letter_queue: str | None = "ActiveMQ.DLQ"  # ActiveMQ's default dead-letter strategy
     composite_destinations: bool = True
+    # and a scheduled SEND, planned by the general path (Publishing.send, the extension)
+    general_send_headers: frozenset[str] = frozenset(QUEUE_ARGUMENTS) | {
+        DECLARE_HEADER,
+        DELAY_HEADER,
+        *REFUSED_HEADERS,
+    }
 
     def __init__(self, clock_ms: Callable[[], int] | None = None) -> None:
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
@@ -399,9 +427,12 @@ class ActiveMQRules(RabbitMQRules):
         client_id: str | None,
     ) -> SubscribeTarget:
         check_transformation(headers, "SUBSCRIBE")
+        browses(headers, dest)  # refused on a topic
         if dest.kind is DestinationKind.QUEUE:
             queue_arguments(headers)
-            return SubscribeTarget(dest.name, _shared_queue(headers), None, "")
+            binding = self.virtual_topic_binding(dest, default_topic_exchange)
+            exchange, key = binding if binding is not None else (None, "")
+            return SubscribeTarget(dest.name, _shared_queue(headers), exchange, key)
         if dest.kind is not DestinationKind.TOPIC:
             return subscribe_target(dest, headers, sub_id, default_topic_exchange, generation=self.broker)
         key = activemq_binding_key(dest.name)
@@ -461,6 +492,28 @@ class ActiveMQRules(RabbitMQRules):
     def names_durable_subscription(self, headers: Mapping[str, str]) -> bool:
         return _subscription_name(headers) is not None
 
+    def scheduled_delay(self, headers: Mapping[str, str]) -> int | None:
+        """``AMQ_SCHEDULED_DELAY`` (adapter/mapping/scheduled.py): the SEND is delivered after it;
+        ``AMQ_SCHEDULED_PERIOD``, ``_REPEAT`` and ``_CRON`` are refused."""
+        return scheduled_delay(headers)
+
+    def virtual_topic_binding(self, dest: Destination, topic_exchange: str) -> tuple[str, str] | None:
+        """The binding of a virtual topic's consumer queue, or None for any other destination.
+
+        ActiveMQ's virtual topics (on by default): ``/queue/Consumer.<group>.VirtualTopic.<X>``
+        is consumer group ``<group>``'s queue of topic ``/topic/VirtualTopic.<X>``: each group
+        gets every message sent to the topic, its members share them.  In RabbitMQ that is the
+        durable queue of that name bound to the topic exchange with key ``VirtualTopic.<X>``
+        (bound when a member subscribes, as ActiveMQ creates the queue with its first consumer).
+        ``<group>`` is one word, as in ActiveMQ's default ``Consumer.*.`` prefix; ``*`` and
+        ``>`` in ``<X>`` are wildcards, as in ActiveMQ."""
+        if dest.kind is not DestinationKind.QUEUE or not dest.name.startswith(_VIRTUAL_CONSUMER_PREFIX):
+            return None
+        _, group, topic = (dest.name.split(".", 2) + ["", ""])[:3]
+        if not group or not topic.startswith(_VIRTUAL_TOPIC_PREFIX) or topic == _VIRTUAL_TOPIC_PREFIX:
+            return None
+        return topic_exchange, activemq_binding_key(topic)
+
     def exclusive_consumer(self, headers: Mapping[str, str]) -> bool:
         """``activemq.exclusive:true``: an AMQP exclusive consume, so the broker refuses it while
         the queue has another consumer, and refuses other consumers while it lasts
@@ -491,6 +544,33 @@ def check_transformation(headers: Mapping[str, str], command: str) -> None:
         f"{command} with 'transformation:{value}': the adapter converts no message bodies "
         "(only 'jms-byte', which needs no conversion, is accepted); send and read the body as it is\n",
     )
+
+
+# ActiveMQ's default virtual topic names: topics "VirtualTopic.>", consumer queues "Consumer.*.<topic>"
+_VIRTUAL_TOPIC_PREFIX: Final = "VirtualTopic."
+_VIRTUAL_CONSUMER_PREFIX: Final = "Consumer."
+
+
+# ActiveMQ's queue browser: at most this many messages per browse (ActiveMQ's default
+# maxBrowsePageSize), and at most this many bytes of their bodies (the adapter's own bound: the
+# browse writes them to the client while it still holds them unacknowledged)
+BROWSE_LIMIT: Final = 400
+BROWSE_BYTES: Final = 8 * 1024 * 1024
+
+
+def browses(headers: Mapping[str, str], dest: Destination) -> bool:
+    """Whether a SUBSCRIBE is ActiveMQ's queue browser (``browser:true``); refused on anything
+    but a queue (ActiveMQ browses queues only), rather than consume what it meant to look at."""
+    value = headers.get("browser")
+    if value is None or value.strip().lower() != "true":
+        return False
+    if dest.kind not in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE):
+        raise DestinationError(
+            "Browsing not supported",
+            f"SUBSCRIBE with 'browser:true' on '{dest.raw}': only queues (/queue/, /amq/queue/) "
+            "can be browsed\n",
+        )
+    return True
 
 
 # the destinations whose subscriptions may have a selector (see ActiveMQRules.selector)

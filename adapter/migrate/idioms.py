@@ -190,20 +190,22 @@ IDIOMS: Final[tuple[Idiom, ...]] = (
     Idiom(
         "scheduled-delivery",
         "Scheduled delivery (AMQ_SCHEDULED_DELAY, _PERIOD, _REPEAT, _CRON)",
-        "unsupported",
-        "The headers are passed on and the message is delivered at once. Delay on the producer "
-        "side, or publish to a per-delay queue with x-message-ttl that dead-letters into the "
-        "target (or use RabbitMQ's delayed-message exchange plugin).",
-        ("Scheduled delivery: SEND with `AMQ_SCHEDULED_DELAY`", "**Not supported** today"),
+        "differs",
+        "AMQ_SCHEDULED_DELAY: delivered after the delay rounded up to two significant digits "
+        "(at most 10 % late), through a per-delay TTL queue that dead-letters into the target; "
+        "the message carries RabbitMQ's x-death headers. AMQ_SCHEDULED_PERIOD, _REPEAT and _CRON "
+        "are refused (ERROR): send each repetition from the producer.",
+        ("Scheduled delivery: SEND with `AMQ_SCHEDULED_DELAY`", "**Differs** in precision"),
     ),
     Idiom(
         "browser",
         "Queue browsing (browser:true)",
-        "unsupported",
-        "The header is ignored: the subscription CONSUMES the queue's messages and no "
-        "browser:end arrives. Browse with the management API (get messages, requeue) or read a "
-        "stream queue from an offset instead.",
-        ("Queue browsing: SUBSCRIBE with `browser:true`", "**Not supported** today"),
+        "differs",
+        "The same frames (the queue's messages, then browser:end; at most 400, as ActiveMQ's page "
+        "size, and 8 MiB), nothing consumed; but the messages are taken with basic.get and handed "
+        "back, so the queue's other consumers do not get them during the browse and then see them "
+        "redelivered:true. Only queues can be browsed.",
+        ("Queue browsing: SUBSCRIBE with `browser:true`", "**Differs** in what the queue's other"),
     ),
     Idiom(
         "transformation",
@@ -216,11 +218,12 @@ IDIOMS: Final[tuple[Idiom, ...]] = (
     Idiom(
         "virtual-topic",
         "Virtual topics (VirtualTopic.X, Consumer.G.VirtualTopic.X)",
-        "unsupported",
-        "A SEND to /topic/VirtualTopic.X reaches topic subscribers only; /queue/Consumer.G."
-        "VirtualTopic.X is an ordinary queue that receives nothing. Pre-declare each consumer "
-        "group's queue and bind it to amq.topic with the key VirtualTopic.X (see the topology below).",
-        ("Virtual topics: SEND to `/topic/VirtualTopic.X`", "**Not supported** today"),
+        "differs",
+        "Each consumer group's queue is a durable queue bound to amq.topic with the key "
+        "VirtualTopic.X when a member subscribes, so each group gets every message and its "
+        "members share them, as in ActiveMQ. MESSAGE's destination header names the topic "
+        "(/topic/VirtualTopic.X) where ActiveMQ names the group's queue.",
+        ("Virtual topics: SEND to `/topic/VirtualTopic.X`", "**Differs** only"),
     ),
     Idiom(
         "advisory-topic",

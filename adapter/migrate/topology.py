@@ -5,8 +5,8 @@ Owns nothing of the rules themselves: every queue, flag, argument, binding and r
 what ``adapter.mapping.profile.ActiveMQRules`` (and the destination functions it builds on)
 returns for the recorded SEND and SUBSCRIBE frames, called exactly as the session calls them, so
 the report cannot drift from the adapter.  What the rules do not decide is stated as such: the
-private queue of a temporary destination (created by the session, named by the broker), and the
-bindings a virtual topic needs (not supported by the profile today: the report proposes them).
+private queue of a temporary destination (created by the session, named by the broker).  A
+virtual topic's consumer queue and its binding come from the rules like any other.
 
 Runs on the driver, on the distinct plans the Spark job collected; pure (no Spark, no I/O).
 """
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from ..errors import StompError
 from ..mapping.destinations import AMQ_TOPIC, DestinationKind, QueueParams, publish_target
-from ..mapping.profile import ActiveMQRules, activemq_binding_key, check_transformation
+from ..mapping.profile import ActiveMQRules, check_transformation
 
 __all__ = ["plan_topology"]
 
@@ -190,15 +190,3 @@ def _subscribe(
             "predeclared by RabbitMQ" if target.bind_exchange == AMQ_TOPIC else "must exist",
         )
         topology.bind(target.bind_exchange, target.bind_key, queue, app)
-    if "virtual-topic" in idioms and dest.kind is DestinationKind.QUEUE:
-        words = dest.name.split(".")
-        if len(words) >= 4 and words[0] == "Consumer" and words[2] == "VirtualTopic":
-            topic = ".".join(words[2:])
-            topology.exchange(AMQ_TOPIC, "predeclared by RabbitMQ")
-            topology.bind(
-                AMQ_TOPIC,
-                activemq_binding_key(topic),
-                dest.name,
-                app,
-                "to create by hand: virtual topics are not supported by the profile today",
-            )

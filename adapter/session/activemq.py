@@ -10,7 +10,10 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
 * selector subscriptions: on a topic, deliveries the selector does not match are withheld; on a
   queue, the subscription joins the process's dispatcher of the queue
   (adapter/mapping/dispatch.py), which hands it messages, and its ACK/NACK settle there;
-* SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues).
+* SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues);
+* queue browsers (``browser:true``): the queue's messages taken, sent and handed back;
+* a scheduled SEND (``AMQ_SCHEDULED_DELAY``): its publishes through a delay queue;
+* a dispatched subscription to a virtual topic's consumer queue binds it to its topic.
 
 It acts on its session (``host``) through the session's own parts: its subscriptions
 (``_subscriptions``, ``_by_tag``), temporary queues, publishing, confirms, transactions and
@@ -32,6 +35,8 @@ from ..mapping.operations import (
     BasicAck,
     BasicCancel,
     BasicConsume,
+    BasicGet,
+    BasicNack,
     BasicPublish,
     BasicQos,
     Delivery,
@@ -39,10 +44,13 @@ from ..mapping.operations import (
     JoinDispatch,
     LeaveDispatch,
     Operation,
+    QueueBind,
     QueueDeclare,
+    SendFrame,
 )
-from ..mapping.profile import dead_letter_copy, selector_lookup
+from ..mapping.profile import BROWSE_BYTES, BROWSE_LIMIT, browses, dead_letter_copy, selector_lookup
 from ..mapping.properties import MessageProperties
+from ..mapping.scheduled import scheduled_publishes
 from ..mapping.selector import Selector
 from ..stomp.frame import Frame
 from .extension import ConfirmHook, ProfileExtension, QuickSettle
@@ -122,7 +130,9 @@ class ActiveMQExtension(ProfileExtension):
         self, dest: Destination, queue: str, selector: Selector | None, headers: Mapping[str, str]
     ) -> bool:
         # a selector on a shared queue (competing consumers), or a plain subscription on a queue
-        # whose selector subscriptions may hold messages for it
+        # whose selector subscriptions may hold messages for it; or a queue browser
+        if browses(headers, dest):
+            return True
         host = self._host
         return dest.kind in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE) and (
             selector is not None
@@ -150,6 +160,9 @@ class ActiveMQExtension(ProfileExtension):
         adapter as each message is sent, so a message no selector matches can be held), with a
         prefetch that leaves room for those held messages; the STOMP prefetch is enforced by the
         dispatcher (adapter/mapping/dispatch.py)."""
+        if browses(frame.headers, dest):
+            yield from self._browse(frame, queue, tag, dest, selector)
+            return
         host = self._host
         headers = frame.headers
         auto_ack = ack_mode == "auto"
@@ -160,8 +173,52 @@ class ActiveMQExtension(ProfileExtension):
         matches = _match_all if selector is None else _selector_matcher(selector)
         yield JoinDispatch(queue, tag, matches, auto_ack, None if auto_ack else credit)
         yield BasicConsume(queue, tag, no_ack=False, exclusive=host._rules.exclusive_consumer(headers))
+        # a virtual topic's consumer queue is bound to its topic, as on the plain path
+        binding = host._rules.virtual_topic_binding(dest, host.settings.default_topic_exchange)
+        if binding is not None:
+            yield QueueBind(queue, *binding)
         yield from host._frames.receipt_of(frame)
         yield ActivateDispatch(tag)
+
+    def _browse(
+        self, frame: Frame, queue: str, tag: str, dest: Destination, selector: Selector | None
+    ) -> Steps:
+        """ActiveMQ's queue browser (``browser:true``): the queue's messages without consuming
+        them, then a MESSAGE with ``browser:end``.  AMQP reads a queue only by taking its
+        messages, so the browse takes them one by one with basic.get (unacknowledged: they stay
+        the queue's), sends each matching one as a MESSAGE of the subscription, and then hands
+        them all back (basic.nack, requeue, one by one: the channel may hold other
+        subscriptions' deliveries), so RabbitMQ puts each back in its place; the queue's other
+        consumers see them again marked redelivered, and not while the browse lasts.  Bounded:
+        at most ``BROWSE_LIMIT`` messages and ``BROWSE_BYTES`` of bodies (ActiveMQ's browser
+        stops at its page size too); the adapter keeps only their delivery tags.  The
+        subscription stays until UNSUBSCRIBE, without a consumer, as ActiveMQ's does."""
+        host = self._host
+        sub_id = frame.headers.get("id")
+        host._subscriptions.add(
+            Subscription(
+                tag, sub_id, dest.raw, dest, "auto", selector, hook=None if selector is None else self
+            )
+        )
+        yield from host._frames.receipt_of(frame)
+        taken: list[int] = []
+        size = 0
+        while len(taken) < BROWSE_LIMIT and size < BROWSE_BYTES:
+            got = yield BasicGet(queue, tag)
+            if not isinstance(got, Delivery):
+                break  # the queue has no more ready messages
+            taken.append(got.delivery_tag)
+            size += len(got.body)
+            data = host._frames.deliver(got)
+            if data:  # b"": the selector does not match it
+                yield SendFrame(data)
+        # if the connection closes before this, the broker requeues them with the channel
+        for delivery_tag in taken:
+            yield BasicNack(delivery_tag, False, True)
+        headers = [("destination", dest.raw), ("message-id", f"{tag}@@browser-end"), ("browser", "end")]
+        if sub_id is not None:
+            headers.insert(0, ("subscription", sub_id))
+        yield SendFrame(host._frames.encode("MESSAGE", headers))
 
     def subscribe_temporary(
         self, frame: Frame, dest: Destination, tag: str, prefetch_count: int | None, ack_mode: AckMode
@@ -170,6 +227,7 @@ class ActiveMQExtension(ProfileExtension):
         private queue of that name, the one a ``reply-to`` with the same destination names
         (created by whichever comes first).  Its implicit reply consumer, if any, gives way to
         this subscription, so replies are not shared between two consumers."""
+        browses(frame.headers, dest)  # refused: not a queue
         host = self._host
         temporaries = self.temporaries(dest.kind)
         queue = temporaries.get(dest.name)
@@ -200,6 +258,18 @@ class ActiveMQExtension(ProfileExtension):
 
     def temporaries(self, kind: DestinationKind) -> dict[str, str]:
         return self._temp_topics if kind is DestinationKind.TEMP_TOPIC else self._host._temp_queues
+
+    # ------------------------------------------------------------------ send
+    def scheduled(
+        self, headers: Mapping[str, str], publishes: list[BasicPublish]
+    ) -> tuple[list[Operation], list[BasicPublish]] | None:
+        """ActiveMQ's ``AMQ_SCHEDULED_DELAY``: the publishes go through a delay queue
+        (adapter/mapping/scheduled.py); the other scheduling headers are refused there."""
+        rules = self._host._rules
+        delay = rules.scheduled_delay(headers)
+        if delay is None:
+            return None
+        return scheduled_publishes(publishes, delay, self._host.settings.default_topic_exchange)
 
     # ------------------------------------------------------------------ delivery (DeliveryHook)
     def withholds(self, subscription: Subscription, delivery: Delivery) -> bool:

@@ -37,8 +37,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import StompError
-from ..mapping.destinations import QUEUE_ARGUMENTS
-from ..mapping.exchanges import DECLARE_HEADER
 from ..mapping.operations import (
     AwaitConfirms,
     BasicAck,
@@ -67,9 +65,6 @@ from .subscriptions import Subscriptions, parse_ack_id
 from .targets import Targets
 from .transactions import Transactions
 
-# headers a SEND cannot take the quick path with: x- arguments are checked on every SEND, and a
-# declare-exchange may ask for a declare (one set test either way: no cost per plain SEND)
-_QUEUE_ARGUMENT_HEADERS = frozenset(QUEUE_ARGUMENTS) | {DECLARE_HEADER}
 _CONNECTED = State.CONNECTED
 
 
@@ -111,6 +106,7 @@ class Session:
         self.on_delivery = frames.deliver
         self._count_publish = confirms.count
         self._send_properties = rules.send_properties
+        self._general_send_headers = rules.general_send_headers
         self._send_targets = targets.send_targets
         self._temp_queues = targets.temp_queues
         self._ack_header = "message-id"
@@ -271,8 +267,10 @@ class Session:
         target = self._send_targets.get(destination)
         if target is None or "transaction" in headers or "message-id" in headers:
             return None
-        if not _QUEUE_ARGUMENT_HEADERS.isdisjoint(headers):
-            return None  # x- arguments / declare-exchange: the general path does it
+        if not self._general_send_headers.isdisjoint(headers):
+            # x- arguments are checked on every SEND, a declare-exchange may ask for a declare;
+            # activemq: a scheduled SEND is planned there
+            return None
         receipt = headers.get("receipt")
         if receipt is not None and not self._confirms.on:
             return None

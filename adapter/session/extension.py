@@ -8,6 +8,7 @@ connection:
 * subscribe: ``dispatches`` / ``subscribe_dispatched`` (a subscription served by a queue's
   dispatcher), ``subscribe_temporary`` (SUBSCRIBE to a temporary destination), and
   ``delivery_hook`` (the ``DeliveryHook`` a new subscription's deliveries go through, or None);
+* send: ``scheduled`` (a SEND delivered later: its publishes through a delay queue);
 * delivery: the ``DeliveryHook`` (adapter/session/subscriptions.py), called by
   ``Frames.deliver`` only for subscriptions that have one;
 * settle: ``settle`` (ACK/NACK on the general path), ``quick_settle_hook`` (the quick ACK path),
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..mapping.destinations import Destination, DestinationKind
-from ..mapping.operations import Operation
+from ..mapping.operations import BasicPublish, Operation
 from ..mapping.selector import Selector
 from ..stomp.frame import Frame
 from .settings import Steps
@@ -73,6 +74,14 @@ class ProfileExtension:
         """The private queues of a kind of temporary destination the rules let a reply-to name
         beyond /temp-queue/ (by name)."""
         raise AssertionError(f"no {kind} in this profile")
+
+    # ------------------------------------------------------------------ send
+    def scheduled(
+        self, headers: Mapping[str, str], publishes: list[BasicPublish]
+    ) -> tuple[list[Operation], list[BasicPublish]] | None:
+        """A SEND the profile delivers later: the operations to run before its publishes and
+        the publishes to make instead; None: published as they are."""
+        return None
 
     # ------------------------------------------------------------------ settle
     def quick_settle_hook(self) -> QuickSettle | None:

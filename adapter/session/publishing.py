@@ -97,11 +97,21 @@ class Publishing:
             BasicPublish(exchange, key, properties, frame.body, part)
             for (exchange, key), part in zip(exchanges, parts, strict=True)
         ]
+        # activemq profile: a scheduled SEND (AMQ_SCHEDULED_DELAY) publishes through a delay
+        # queue, which its preparing operations declare and bind (the extension's plan)
+        prepare: list[Operation] = []
+        scheduled = self._extension.scheduled(headers, publishes)
+        if scheduled is not None:
+            prepare, publishes = scheduled
         if transaction is not None:
             last = len(publishes) - 1
+            for op in prepare:
+                self._transactions.buffer(transaction, op, None)  # replayed at COMMIT, in order
             for n, publish in enumerate(publishes):
                 self._transactions.buffer(transaction, publish, receipt if n == last else None)
             return
+        for op in prepare:
+            yield op
         if not composite:
             yield from self.publish(publishes[0], receipt)
             return

@@ -28,14 +28,15 @@ ACTIVEMQ_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"
 _INSTALL = "install Debian's package: `apt-get install -y activemq` (.ci/run does it when missing)"
 
 # One STOMP connector; persistent (KahaDB) so durable subscriptions and queues behave as in
-# production; no JMX, no web console, no scheduler.
+# production; the scheduler on (AMQ_SCHEDULED_DELAY, off in ActiveMQ's default configuration);
+# no JMX, no web console.
 _BROKER_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
   xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
   xsi:schemaLocation="http://www.springframework.org/schema/beans
     http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
     http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
   <broker xmlns="http://activemq.apache.org/schema/core" brokerName="adapter-tests" useJmx="false"
-          persistent="true" dataDirectory="{data}">
+          persistent="true" schedulerSupport="true" dataDirectory="{data}">
     <persistenceAdapter><kahaDB directory="{data}/kahadb"/></persistenceAdapter>
     <transportConnectors>
       <transportConnector name="stomp" uri="stomp://127.0.0.1:{port}"/>

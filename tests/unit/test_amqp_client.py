@@ -25,7 +25,7 @@ from adapter.amqp.client import (
 )
 from adapter.amqp.errors import REPLY_CODE_NAMES, AmqpError, reply_code_name
 from adapter.mapping.destinations import NEWEST_BROKER, ProcessingError, broker_generation
-from adapter.mapping.operations import BasicQos, Delivery, QueueDeclare
+from adapter.mapping.operations import BasicGet, BasicQos, Delivery, QueueBind, QueueDeclare
 from adapter.mapping.properties import MessageProperties
 
 
@@ -58,6 +58,9 @@ class Recorder(AmqpClient):
 
     def _replied(self, method: tuple[int, int], payload: bytes) -> None:
         self.log.append(("reply", method))
+
+    def _got(self, delivery: Delivery) -> None:
+        self.log.append(("got", delivery))
 
     def _failed(self, error: AmqpError) -> None:
         self.log.append(("failed", error.code, error.phase, error.channel_only, error.from_broker))
@@ -432,6 +435,43 @@ def test_a_call_ends_with_its_reply_only() -> None:
     with pytest.raises(AssertionError, match="overlap"):
         client._start_call(frame_bytes, (reply,))
         client._start_call(frame_bytes, (reply,))
+
+
+def test_a_basic_get_is_answered_by_its_message_or_by_get_empty() -> None:
+    """basic.get (a queue browser): the call's reply is the whole message, named by the
+    browser's consumer tag, never a delivery; get-empty is a plain reply."""
+    client = opened()
+    frame_bytes, reply = client._operation_call(BasicGet("q", "T_b"))
+    client._start_call(frame_bytes, (reply, wire.BASIC_GET_EMPTY))
+    sent = [value for _, value in client.take()]
+    assert isinstance(sent[1], commands.Basic.Get) and (sent[1].queue, sent[1].no_ack) == ("q", False)
+    client.feed(
+        marshal(
+            (commands.Basic.GetOk(9, True, "", "q", 41), 1),
+            (header.ContentHeader(0, 4, commands.Basic.Properties(headers={"k": "v"})), 1),
+        )
+    )
+    assert client.log == []  # the call ends with the content, not with get-ok
+    client.feed(marshal((body.ContentBody(b"bo"), 1), (body.ContentBody(b"dy"), 1)))
+    [(kind, got)] = client.log
+    assert kind == "got" and got[:5] == ("T_b", 9, True, "", "q") and got.body == b"body"
+    assert got.properties.headers == {"k": "v"}
+    client.log.clear()
+    client._start_call(frame_bytes, (reply, wire.BASIC_GET_EMPTY))
+    client.feed(marshal((commands.Basic.GetEmpty(), 1)))
+    assert client.log == [("reply", wire.BASIC_GET_EMPTY)]
+    client.log.clear()
+    client.feed(delivery_bytes(3, b"after"))  # a delivery after it is a delivery again
+    assert client.log[0][0] == "deliver"
+
+
+def test_a_binding_carries_its_arguments() -> None:
+    client = opened()
+    frame_bytes, _ = client._operation_call(
+        QueueBind("q", "amq.headers", "", (("x-match", "all"), ("h", "v")))
+    )
+    _, bind = frame.unmarshal(frame_bytes)[1:]
+    assert (bind.queue, bind.exchange, bind.arguments) == ("q", "amq.headers", {"x-match": "all", "h": "v"})
 
 
 def test_an_exclusive_declare_binds_the_connection() -> None:

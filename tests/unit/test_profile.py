@@ -5,6 +5,7 @@ are covered by test_destinations.py and test_session.py, which run with the defa
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -15,6 +16,8 @@ from adapter.mapping import dispatch
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationError, ProcessingError, parse_destination
 from adapter.mapping.profile import (
+    BROWSE_BYTES,
+    BROWSE_LIMIT,
     ActiveMQRules,
     ClientIds,
     RabbitMQRules,
@@ -29,7 +32,7 @@ from adapter.session import Session, SessionSettings
 from adapter.session.extension import ProfileExtension
 from adapter.session.frames import Frames
 from adapter.stomp.frame import Frame
-from tests.unit.test_session import SESSION_ID, command_of, frames_of, header, run
+from tests.unit.test_session import SESSION_ID, command_of, connected, frames_of, header, run
 
 NOW_MS = 1_700_000_000_000
 
@@ -157,6 +160,24 @@ def test_durable_subscription_plan() -> None:
     assert same.queue == plan.queue
     with pytest.raises(DestinationError, match="client-id"):
         rules().subscribe_target(parse_destination("/topic/t"), headers, "1", "amq.topic", None)
+
+
+def test_virtual_topic_consumer_queue_is_bound() -> None:
+    """/queue/Consumer.<group>.VirtualTopic.X: the group's durable queue, bound to the topic."""
+    plan = rules().subscribe_target(
+        parse_destination("/queue/Consumer.A.VirtualTopic.orders.>"), {}, "1", "amq.topic", None
+    )
+    assert plan.queue == "Consumer.A.VirtualTopic.orders.>"
+    assert plan.declare is not None and plan.declare.durable and not plan.declare.exclusive
+    assert (plan.bind_exchange, plan.bind_key) == ("amq.topic", "VirtualTopic.orders.#")
+    for name in ("Consumer.A.orders", "Consumer..VirtualTopic.x", "Consumer.A.VirtualTopic.", "Consumer.A"):
+        plain = rules().subscribe_target(parse_destination(f"/queue/{name}"), {}, "1", "amq.topic", None)
+        assert plain.bind_exchange is None, name
+    # the plugin's rules know no virtual topics
+    default = RabbitMQRules().subscribe_target(
+        parse_destination("/queue/Consumer.A.VirtualTopic.x"), {}, "1", "amq.topic", None
+    )
+    assert default.bind_exchange is None
 
 
 # --- SEND properties ----------------------------------------------------------------------------
@@ -800,3 +821,100 @@ def test_a_server_cancelled_dispatched_subscription_forgets_its_messages() -> No
     assert any(isinstance(op, ops.JoinDispatch) for op in out)
     out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@1"}), _confirmed)
     assert not any(isinstance(op, ops.BasicPublish) for op in out)
+
+
+def delivery_of(consumer_tag: str, tag: int, body: bytes) -> ops.Delivery:
+    return ops.Delivery(consumer_tag, tag, False, "", "q", MessageProperties(headers={}), body)
+
+
+@pytest.mark.parametrize("destination", ["/topic/t", "/temp-queue/x", "/temp-topic/x", "/exchange/e/k"])
+def test_a_browser_on_anything_but_a_queue_is_refused(destination: str) -> None:
+    out = run(amq_session(), Frame("SUBSCRIBE", {"destination": destination, "id": "1", "browser": " TRUE"}))
+    error = frames_of(out)[0]
+    assert command_of(error) == "ERROR" and header(error, "message") == "Browsing not supported"
+    assert not any(isinstance(op, ops.BasicConsume | ops.QueueBind | ops.BasicGet) for op in out)
+
+
+def _drive(session: Session, frame: Frame, answer: Callable[[int], object]) -> list[ops.Operation]:
+    """Run a frame's steps, answering the n-th BasicGet with ``answer(n)``."""
+    steps = session.handle_frame(frame)
+    seen: list[ops.Operation] = []
+    gets = 0
+    reply: object = None
+    while True:
+        try:
+            op = steps.send(reply)
+        except StopIteration:
+            return seen
+        seen.append(op)
+        reply = None
+        if isinstance(op, ops.BasicGet):
+            gets += 1
+            reply = answer(gets)
+
+
+def test_a_browser_takes_messages_with_basic_get_and_hands_them_back() -> None:
+    """browser:true on a queue: RECEIPT, basic.get until the queue is empty (each message sent
+    as a MESSAGE of the subscription), each handed back (nack, requeue), then browser:end.  No
+    consume: the browse takes nothing from the queue's consumers for good."""
+    frame = Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "b", "browser": "true", "receipt": "r"})
+    seen = _drive(
+        amq_session(), frame, lambda n: delivery_of("T_b", 6 + n, b"m%d" % (6 + n)) if n <= 2 else None
+    )
+    sent = b"".join(o.data for o in seen if isinstance(o, ops.SendFrame))
+    assert sent.index(b"RECEIPT") < sent.index(b"m7") < sent.index(b"m8") < sent.index(b"browser:end")
+    nacks = [o for o in seen if isinstance(o, ops.BasicNack)]
+    assert nacks == [ops.BasicNack(7, False, True), ops.BasicNack(8, False, True)]
+    assert sum(isinstance(o, ops.BasicGet) for o in seen) == 3
+    assert not any(isinstance(o, ops.BasicConsume) for o in seen)
+
+
+def test_a_browse_is_bounded_by_the_page_size_and_bytes() -> None:
+    frame = Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "b", "browser": "true"})
+    seen = _drive(amq_session(), frame, lambda n: delivery_of("T_b", n, b"x"))
+    assert sum(isinstance(o, ops.BasicGet) for o in seen) == BROWSE_LIMIT
+    big = b"x" * (BROWSE_BYTES // 4)
+    seen = _drive(amq_session(), frame, lambda n: delivery_of("T_b", n, big))
+    assert sum(isinstance(o, ops.BasicGet) for o in seen) == 4
+    assert sum(isinstance(o, ops.BasicNack) for o in seen) == 4
+
+
+def test_a_scheduled_send_goes_the_general_way_through_its_delay_queue() -> None:
+    session = amq_session()
+    plain = Frame("SEND", {"destination": "/queue/q"}, b"x")
+    run(session, plain)
+    assert session.quick_send(plain) is not None  # the destination is known now
+    scheduled = Frame("SEND", {"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "1234"}, b"x")
+    assert session.quick_send(scheduled) is None
+    out = run(session, scheduled)
+    kinds = [type(op).__name__ for op in out]
+    assert kinds == ["QueueDeclare", "QueueBind", "BasicPublish"]
+    publish = out[-1]
+    assert isinstance(publish, ops.BasicPublish)
+    assert (publish.exchange, publish.routing_key) == ("amq.headers", "q")
+    assert "AMQ_SCHEDULED_DELAY" not in (publish.properties.headers or {})
+
+
+def test_a_scheduled_send_in_a_transaction_declares_its_delay_queue_at_commit() -> None:
+    """The delay queue expires when unused (x-expires): it is declared and bound right before
+    the publish, at COMMIT, however long the transaction stayed open."""
+    session = amq_session()
+    run(session, Frame("BEGIN", {"transaction": "t"}))
+    sent = run(
+        session, Frame("SEND", {"destination": "/topic/t", "AMQ_SCHEDULED_DELAY": "50", "transaction": "t"})
+    )
+    assert sent == []
+    out = run(session, Frame("COMMIT", {"transaction": "t", "receipt": "c"}))
+    kinds = [type(op).__name__ for op in out if not isinstance(op, ops.SendFrame | ops.ConfirmSelect)]
+    assert kinds == ["QueueDeclare", "QueueBind", "BasicPublish"]
+    declare = next(op for op in out if isinstance(op, ops.QueueDeclare))
+    assert declare.queue == "activemq.scheduled.50ms.amq.topic"
+    assert declare.arguments["x-dead-letter-exchange"] == "amq.topic"
+
+
+def test_the_default_profile_passes_scheduling_headers_on() -> None:
+    session = connected()
+    out = run(session, Frame("SEND", {"destination": "/topic/t", "AMQ_SCHEDULED_CRON": "* * * * *"}, b"x"))
+    publish = next(op for op in out if isinstance(op, ops.BasicPublish))
+    assert publish.exchange == "amq.topic"
+    assert publish.properties.headers == {"AMQ_SCHEDULED_CRON": "* * * * *"}
