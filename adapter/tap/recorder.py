@@ -2,17 +2,17 @@
 
 Owns how a byte stream becomes the records of docs/recording-format.md: ``open``, ``frame``,
 ``heartbeats`` and ``close``.  Pure: no sockets, no event loop, no files; the proxy shell
-(adapter/tap/proxy.py) feeds it what it forwards and hands the records it emits to the writer.
+(adapter/tap/proxy.py) feeds it what it forwards and hands the records it emits to the writer,
+one batch (a list) per read, so the writer's queue sees one put per read, not one per frame.
 
-Framing is the project's own codec (``FrameParser``): the recorder sees a frame exactly where the
-adapter would.  The codec hands out headers unescaped and first-occurrence-only, while a
-recording keeps the wire's bytes, so the recorder keeps its own copy of what it fed and cuts each
-frame out of it by the codec's ``buffered`` count (a public, exact figure of the bytes not yet
-returned): the head of that slice is split into header lines as they were, escapes and repeats
-included.  The parser never learns a version (``set_version``), so it unescapes nothing and
-cannot fail on an escape the upstream accepts; its limits are the tap's own, generous ones.
+Framing is the project's own STOMP framing (``FrameScanner``, adapter/stomp/scanner.py: the
+codec's rules and limits, applied passively): the recorder sees a frame exactly where the adapter
+would, gets each frame's header lines as they were on the wire (escapes and repeats included),
+and never holds a body it does not record: without ``--record-bodies`` a body in flight is only
+counted.  Nothing is unescaped, so no escape the upstream accepts can fail; the limits are the
+tap's own, generous ones.
 
-Tolerance: when the codec refuses the stream (a frame too big, a broken header line), parsing of
+Tolerance: when the scanner refuses the stream (a frame too big, a broken header line), parsing of
 that direction stops for good, one ``frame`` record says why (``command`` null, ``error``), and
 the bytes keep flowing through the proxy untouched.  Heart-beats (EOLs between frames) are
 counted, not recorded one by one: at most one ``heartbeats`` record per direction per second,
@@ -22,24 +22,21 @@ and the remainder when the connection closes.
 from __future__ import annotations
 
 import base64
-import re
 from collections.abc import Callable
 from typing import Any
 
-from ..stomp.codec import FrameError, FrameLimits, FrameParser
+from ..stomp.codec import FrameError, FrameLimits
+from ..stomp.scanner import FrameScanner, ScannedFrame
 
 FORMAT_VERSION = 1
 REDACTED = "***"
 HEARTBEAT_WINDOW = 1.0  # seconds: at most one heartbeats record per connection and direction
 
 Record = dict[str, Any]
-# a record and about how many bytes it takes until written (the writer's queue bound counts them)
-Emit = Callable[[Record, int], object]
+# a batch of records and about how many bytes they take until written (the writer's queue bound
+# counts them)
+Emit = Callable[[list[Record], int], object]
 SMALL_RECORD = 256
-
-_BETWEEN_FRAMES = b"\r\n\0"
-_BETWEEN_FRAMES_FIRST = frozenset(_BETWEEN_FRAMES)
-_skip_between = re.compile(rb"[\r\n\0]*").match
 
 
 class ParseBudget:
@@ -54,28 +51,6 @@ class ParseBudget:
         self.held = 0
 
 
-def split_head(head: bytes) -> tuple[str, list[list[str]]]:
-    """The command and the header lines of a frame head, as on the wire: wire order, repeated
-    names kept, values still escaped; a line's CR before its LF is line ending, not value."""
-    lines = head.split(b"\n")
-    command = lines[0].removesuffix(b"\r").decode("utf-8", "surrogateescape")
-    headers: list[list[str]] = []
-    for line in lines[1:]:
-        name, _, value = line.removesuffix(b"\r").partition(b":")
-        text = name.decode("utf-8", "surrogateescape")
-        headers.append([text, REDACTED if text == "passcode" else value.decode("utf-8", "surrogateescape")])
-    return command, headers
-
-
-def _head_end(buffer: bytearray, start: int, end: int) -> int:
-    """Where the head of the frame at ``start`` ends: its blank line (the codec found one)."""
-    lf_lf = buffer.find(b"\n\n", start, end)
-    lf_crlf = buffer.find(b"\n\r\n", start, lf_lf + 3 if lf_lf >= 0 else end)
-    if lf_lf >= 0 and (lf_crlf < 0 or lf_lf < lf_crlf):
-        return lf_lf
-    return lf_crlf
-
-
 class DirectionRecorder:
     """One direction of one connection: ``feed`` the bytes as they pass, in order."""
 
@@ -85,13 +60,11 @@ class DirectionRecorder:
         "_dir",
         "_emit",
         "_bodies",
-        "_parser",
-        "_copy",
+        "_scanner",
         "_budget",
         "_held",
-        "_heartbeats",
+        "_heartbeats_seen",
         "_heartbeats_since",
-        "_after_frame",
         "frames",
         "stopped",
     )
@@ -112,110 +85,93 @@ class DirectionRecorder:
         self._dir = direction
         self._emit = emit
         self._bodies = bodies
-        self._parser: FrameParser | None = FrameParser(limits)
-        self._copy = bytearray()  # what the parser holds, as it came: the headers' exact bytes
+        self._scanner: FrameScanner | None = FrameScanner(limits, bodies=bodies, redact="passcode")
         self._budget = budget
         self._held = 0
-        self._heartbeats = 0
+        self._heartbeats_seen = 0  # the scanner's count when the last heartbeats record was made
         self._heartbeats_since = float("-inf")
-        self._after_frame = False
         self.frames = 0
         self.stopped = False
 
     def feed(self, data: bytes, now: float) -> None:
-        parser = self._parser
-        if parser is None:
+        scanner = self._scanner
+        if scanner is None:
             return
-        parser.feed(data)
-        copy = self._copy
-        copy += data
-        while True:
-            before = parser.buffered
-            try:
-                frame = parser.next_frame()
-            except FrameError as error:
-                self._stop(now, str(error))
-                return
-            consumed = before - parser.buffered
-            if frame is None:
-                if consumed:  # heart-beats (and stray NULs) between frames
-                    self._between(bytes(copy[:consumed]), now)
-                    del copy[:consumed]
-                break
-            # the frame's head, cut from the copy without copying its body
-            start = _skip_between(copy).end() if copy[0] in _BETWEEN_FRAMES_FIRST else 0  # type: ignore[union-attr]  # "*" always matches
-            if start:
-                self._between(bytes(copy[:start]), now)
-            head = bytes(copy[start : _head_end(copy, start, consumed)])
-            del copy[:consumed]
-            command, headers = split_head(head)
-            size = SMALL_RECORD + len(head) + 8 * len(headers)
-            record: Record = {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": self._conn,
-                "kind": "frame",
-                "client": self._client,
-                "dir": self._dir,
-                "command": command,
-                "headers": headers,
-                "body_len": len(frame.body),
-            }
-            if self._bodies:
-                record["body"] = base64.b64encode(frame.body).decode("ascii")
-                size += len(record["body"])
-            self.frames += 1
-            self._after_frame = True
-            self._emit(record, size)
-        self._account(parser.buffered + len(copy), now)
+        found: list[ScannedFrame] = []
+        error = None
+        try:
+            scanner.feed(data, found)
+        except FrameError as refused:
+            error = str(refused)
+        records: list[Record] = []
+        size = 0
+        if found:
+            conn, client, direction = self._conn, self._client, self._dir
+            for command, headers, head_len, body_len, body in found:
+                record: Record = {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": conn,
+                    "kind": "frame",
+                    "client": client,
+                    "dir": direction,
+                    "command": command,
+                    "headers": headers,
+                    "body_len": body_len,
+                }
+                size += SMALL_RECORD + head_len + 8 * len(headers)
+                if body is not None:
+                    record["body"] = encoded = base64.b64encode(body).decode("ascii")
+                    size += len(encoded)
+                records.append(record)
+            self.frames += len(found)
+        if scanner.heartbeats != self._heartbeats_seen and now - self._heartbeats_since >= HEARTBEAT_WINDOW:
+            size += self._heartbeats_record(records, now)
+        if error is not None:
+            size += self._stop(records, now, error)
+        elif scanner.held != self._held:
+            size += self._account(scanner.held, now, records)
+        if records:
+            self._emit(records, size)
 
-    def _account(self, held: int, now: float) -> None:
+    def _account(self, held: int, now: float, records: list[Record]) -> int:
         budget = self._budget
         budget.held += held - self._held
         self._held = held
-        if held and budget.held > budget.limit:
-            self._stop(
-                now,
-                f"the tap's parse buffers are full (--parse-buffer-bytes {budget.limit}): "
-                f"this direction holds {held} bytes of an incomplete frame",
-            )
+        if not held or budget.held <= budget.limit:
+            return 0
+        return self._stop(
+            records,
+            now,
+            f"the tap's parse buffers are full (--parse-buffer-bytes {budget.limit}): "
+            f"this direction holds {held} bytes of an incomplete frame",
+        )
 
-    def _between(self, run: bytes, now: float) -> None:
-        """EOLs (and stray NULs) between frames: heart-beats, except the one EOL that ends the
-        frame before them (the adapter and the plugins end every frame with NUL LF)."""
-        count = run.count(b"\n")
-        if self._after_frame and (run[:1] == b"\n" or run[:2] == b"\r\n"):
-            count -= 1
-        self._after_frame = False
-        if not count:
-            return
-        self._heartbeats += count
-        if now - self._heartbeats_since >= HEARTBEAT_WINDOW:
-            self._flush_heartbeats(now)
+    def _heartbeats_record(self, records: list[Record], now: float) -> int:
+        assert self._scanner is not None
+        seen = self._scanner.heartbeats
+        records.append(
+            {
+                "v": FORMAT_VERSION,
+                "ts": now,
+                "conn": self._conn,
+                "kind": "heartbeats",
+                "dir": self._dir,
+                "count": seen - self._heartbeats_seen,
+            }
+        )
+        self._heartbeats_seen = seen
+        self._heartbeats_since = now
+        return SMALL_RECORD
 
-    def _flush_heartbeats(self, now: float) -> None:
-        if self._heartbeats:
-            self._emit(
-                {
-                    "v": FORMAT_VERSION,
-                    "ts": now,
-                    "conn": self._conn,
-                    "kind": "heartbeats",
-                    "dir": self._dir,
-                    "count": self._heartbeats,
-                },
-                SMALL_RECORD,
-            )
-            self._heartbeats = 0
-            self._heartbeats_since = now
-
-    def _stop(self, now: float, error: str) -> None:
+    def _stop(self, records: list[Record], now: float, error: str) -> int:
         """Parsing of this direction ends here; its buffers are let go."""
-        self._parser = None
-        self._copy = bytearray()
-        self._account(0, now)
+        self._scanner = None
+        budget = self._budget
+        budget.held -= self._held
+        self._held = 0
         self.stopped = True
-        self._emit(
+        records.append(
             {
                 "v": FORMAT_VERSION,
                 "ts": now,
@@ -227,23 +183,30 @@ class DirectionRecorder:
                 "error": error,
                 "headers": [],
                 "body_len": 0,
-            },
-            SMALL_RECORD + len(error),
+            }
         )
+        return SMALL_RECORD + len(error)
 
     def finish(self, now: float) -> None:
         """The connection is over: pending heart-beats are recorded, and a frame cut off by the
-        close is recorded as one the codec could not parse."""
-        self._flush_heartbeats(now)
-        parser = self._parser
-        if parser is None:
+        close is recorded as one the scanner could not parse."""
+        scanner = self._scanner
+        if scanner is None:
             return
-        rest = self._copy.lstrip(_BETWEEN_FRAMES)
+        records: list[Record] = []
+        size = 0
+        if scanner.heartbeats != self._heartbeats_seen:
+            size += self._heartbeats_record(records, now)
+        rest = scanner.incomplete
         if rest:
-            self._stop(now, f"connection closed in the middle of a frame ({len(rest)} bytes of it)")
+            size += self._stop(
+                records, now, f"connection closed in the middle of a frame ({rest} bytes of it)"
+            )
         else:
-            self._account(0, now)
-            self._parser = None
+            self._account(0, now, records)
+            self._scanner = None
+        if records:
+            self._emit(records, size)
 
 
 class ConnectionRecorder:
@@ -276,16 +239,18 @@ class ConnectionRecorder:
             conn, client, "out", emit, bodies=bodies, limits=limits, budget=budget
         )
         emit(
-            {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": conn,
-                "kind": "open",
-                "client": client,
-                "listen": listen,
-                "upstream": upstream,
-                "tls": tls,
-            },
+            [
+                {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": conn,
+                    "kind": "open",
+                    "client": client,
+                    "listen": listen,
+                    "upstream": upstream,
+                    "tls": tls,
+                }
+            ],
             SMALL_RECORD,
         )
 
@@ -296,15 +261,17 @@ class ConnectionRecorder:
         self.inbound.finish(now)
         self.outbound.finish(now)
         self._emit(
-            {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": self.conn,
-                "kind": "close",
-                "by": by,
-                "reason": reason,
-                "bytes_in": bytes_in,
-                "bytes_out": bytes_out,
-            },
+            [
+                {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": self.conn,
+                    "kind": "close",
+                    "by": by,
+                    "reason": reason,
+                    "bytes_in": bytes_in,
+                    "bytes_out": bytes_out,
+                }
+            ],
             SMALL_RECORD + len(reason),
         )

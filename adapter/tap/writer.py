@@ -3,10 +3,17 @@
 Owns the recording directory (docs/recording-format.md): the bounded queue between the proxy and
 the disk, the one writer thread, the ``.part`` file being written, its rotation by size and age,
 and what happens when the disk cannot keep up or fails.  The proxy never waits for it: ``offer``
-is a couple of integer comparisons and a put on a ``queue.SimpleQueue``; a record that does not
-fit the bound (``max_records`` records or ``max_bytes`` of them, counting those the writer holds
-while it writes) is dropped on the spot and counted, per connection, and the writer records the
-counts in ``dropped`` records when it catches up.
+takes the records of one read as one batch, and is a couple of integer comparisons and one put
+on a ``queue.SimpleQueue``; a batch that does not fit the bound (``max_records`` records or
+``max_bytes`` of them, counting those the writer holds while it writes) is dropped on the spot and
+counted, per connection, and the writer records the counts in ``dropped`` records when it
+catches up.
+
+Serialisation is the writer's main cost and runs under the interpreter lock the proxy needs too,
+so it is kept lean: one C JSON encoder built once (not one per record, which is what
+``json.dumps`` does), a ``frame`` record (nearly all of them) written from a template with its
+connection's constant part and its time's text reused, only its headers going through the
+encoder; compression (zlib) runs without the lock.
 
 A failed write (ENOSPC, EIO, a file system gone read-only) abandons the file being written: it
 stays under its hidden ``.part`` name (Spark skips it; ``zcat`` can still read what reached the
@@ -39,7 +46,76 @@ BATCH = 512  # records per write call at most
 COMPRESS_LEVEL = 6
 
 _STOP = object()
-_encode = json.JSONEncoder(separators=(",", ":")).encode  # ensure_ascii: \udcXX for non-UTF-8 bytes
+
+
+def _json_encoder() -> Callable[[object], str]:
+    """Compact, ASCII-only JSON (``ensure_ascii``: \\udcXX for the surrogate escapes of
+    non-UTF-8 bytes), with CPython's C encoder made once: ``json.dumps`` makes one per call."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the pure-Python encoder, same output
+        return json.JSONEncoder(separators=(",", ":")).encode
+    encoder = make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+
+    def encode(value: object) -> str:
+        return "".join(encoder(value, 0))
+
+    return encode
+
+
+_encode = _json_encoder()
+_string = json.encoder.encode_basestring_ascii
+
+
+class LineEncoder:
+    """Records to JSON Lines, the same text as ``_encode`` of each record (keys in the record's
+    order), ``frame`` records from a template.  Memoises the constant part of each connection and
+    direction (bounded: cleared when it grows past ``MEMO``) and the text of the last time seen
+    (the records of one read share it)."""
+
+    MEMO = 4096
+    _FRAME_KEYS = ("v", "ts", "conn", "kind", "client", "dir", "command", "headers", "body_len")
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[str, str, str], str] = {}
+        self._ts = -1.0
+        self._ts_text = ""
+
+    def lines(self, records: list[Record]) -> bytes:
+        out: list[str] = []
+        prefixes = self._prefixes
+        for record in records:
+            if record["kind"] != "frame" or len(record) != 9 or tuple(record) != self._FRAME_KEYS:
+                out.append(_encode(record))
+                out.append("\n")
+                continue
+            ts = record["ts"]
+            if ts != self._ts:
+                self._ts, self._ts_text = ts, _encode(ts)
+            key = (record["conn"], record["client"], record["dir"])
+            prefix = prefixes.get(key)
+            if prefix is None:
+                if len(prefixes) >= self.MEMO:
+                    prefixes.clear()
+                prefix = prefixes[key] = (
+                    f',"conn":{_string(key[0])},"kind":"frame","client":{_string(key[1])},'
+                    f'"dir":{_string(key[2])},"command":'
+                )
+            command = record["command"]
+            body_len = record["body_len"]
+            if (
+                record["v"] != FORMAT_VERSION
+                or command is None
+                or type(body_len) is not int  # noqa: E721 - bool is an int, and JSON says true
+                or type(ts) is not float  # noqa: E721 - likewise
+            ):
+                out.append(_encode(record))
+                out.append("\n")
+                continue
+            out.append(
+                f'{{"v":1,"ts":{self._ts_text}{prefix}{_string(command)},'
+                f'"headers":{_encode(record["headers"])},"body_len":{body_len}}}\n'
+            )
+        return "".join(out).encode("ascii")
 
 
 class RateLimitedWarning:
@@ -116,6 +192,7 @@ class RecordWriter:
         self._reported_in_file: dict[str, int] = {}
         self._retry_at = float("-inf")
         self._warn = RateLimitedWarning()
+        self._lines = LineEncoder().lines
         self._thread = threading.Thread(target=self._run, name="tap-writer", daemon=True)
 
     # ------------------------------------------------------------------ the event loop's side
@@ -128,18 +205,23 @@ class RecordWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
-    def offer(self, record: Record, size: int) -> bool:
-        """Queue ``record`` (about ``size`` bytes), or drop and count it: never blocks."""
+    def offer(self, records: list[Record], size: int) -> bool:
+        """Queue ``records`` (about ``size`` bytes together), or drop and count them: never
+        blocks.  A batch is kept or dropped whole."""
+        count = len(records)
         if (
-            self._offered - self._taken >= self._max_records
+            self._offered - self._taken + count > self._max_records
             or self._offered_bytes - self._taken_bytes + size > self._max_bytes
         ):
-            self._drop({record["conn"]: 1})
+            lost: dict[str, int] = {}
+            for record in records:
+                lost[record["conn"]] = lost.get(record["conn"], 0) + 1
+            self._drop(lost)
             self._warn("tap: the recording cannot keep up (writer queue full): dropping records")
             return False
-        self._offered += 1
+        self._offered += count
         self._offered_bytes += size
-        self._queue.put((record, size))
+        self._queue.put((records, size))
         return True
 
     def close(self, timeout: float = 30.0) -> bool:
@@ -168,7 +250,8 @@ class RecordWriter:
         get = self._queue.get
         stopping = False
         while not stopping:
-            batch: list[tuple[Record, int]] = []
+            batch: list[Record] = []
+            batch_bytes = 0
             try:
                 item = get(timeout=TICK)
             except queue.Empty:
@@ -177,7 +260,8 @@ class RecordWriter:
                 if item is _STOP:
                     stopping = True
                     break
-                batch.append(item)
+                batch += item[0]
+                batch_bytes += item[1]
                 if len(batch) >= BATCH:
                     break
                 try:
@@ -186,8 +270,8 @@ class RecordWriter:
                     item = None
             now = self._clock()
             if batch:
-                self._write([record for record, _ in batch], now)
-                self._taken_bytes += sum(size for _, size in batch)
+                self._write(batch, now)
+                self._taken_bytes += batch_bytes
                 self._taken += len(batch)
             if self._offered == self._taken:  # caught up: say what was lost
                 self._write_dropped(now)
@@ -203,7 +287,7 @@ class RecordWriter:
         if now < self._retry_at:
             self._lose(records)
             return
-        lines = "".join([_encode(record) + "\n" for record in records]).encode("ascii")
+        lines = self._lines(records)
         try:
             if self._gzip is None:
                 self._open(now)

@@ -7,7 +7,7 @@ import base64
 import json
 
 from adapter.stomp.codec import FrameLimits
-from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget, split_head
+from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget
 
 CONNECT = b"CONNECT\naccept-version:1.2\nlogin:app\npasscode:s3cret\nclient-id:legacy-7\n\n\0"
 SEND = b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0\n"
@@ -20,8 +20,8 @@ class Sink:
         self.records: list[dict] = []
         self.sizes: list[int] = []
 
-    def __call__(self, record: dict, size: int) -> None:
-        self.records.append(record)
+    def __call__(self, records: list[dict], size: int) -> None:  # one batch per read
+        self.records.extend(records)
         self.sizes.append(size)
 
     def kinds(self) -> list[str]:
@@ -108,7 +108,9 @@ def test_the_passcode_is_never_recorded_and_bodies_only_when_asked():
     connect, send = sink.frames()
     assert ["passcode", "***"] in connect["headers"]
     assert base64.b64decode(send["body"]) == b"hello"
-    assert split_head(b"STOMP\npasscode:x\npasscode:y")[1] == [["passcode", "***"], ["passcode", "***"]]
+    repeated = Sink()
+    direction(repeated).feed(b"STOMP\npasscode:x\npasscode:y\n\n\0", 1.0)
+    assert repeated.frames()[0]["headers"] == [["passcode", "***"], ["passcode", "***"]]
 
 
 def test_bytes_that_are_not_utf8_survive_as_escapes():
@@ -171,14 +173,32 @@ def test_heartbeats_are_aggregated_to_one_record_per_second():
 def test_the_process_wide_parse_budget_stops_the_direction_that_exceeds_it():
     budget = ParseBudget(1000)
     sink = Sink()
-    one, two = direction(sink, budget=budget), direction(sink, budget=budget)
-    one.feed(b"SEND\ndestination:/q\n\n" + b"x" * 300, 1.0)  # incomplete: held
+    one, two = direction(sink, budget=budget), direction(sink, budget=budget, bodies=True)
+    one.feed(b"SEND\ndestination:/q\nx-pad:" + b"x" * 300, 1.0)  # an incomplete head: held
     assert budget.held > 0 and not one.stopped
-    two.feed(b"SEND\ndestination:/q\n\n" + b"y" * 600, 1.0)
+    two.feed(b"SEND\ndestination:/q\n\n" + b"y" * 700, 1.0)  # a body being recorded: held
     assert two.stopped and not one.stopped
     assert "parse-buffer-bytes" in sink.records[-1]["error"]
-    one.feed(b"\0", 1.0)
+    one.feed(b"\n\n\0", 1.0)
     assert budget.held == 0  # the complete frame let go of its bytes, the stopped side of its own
+
+
+def test_a_body_in_flight_is_counted_not_held_unless_bodies_are_recorded():
+    budget = ParseBudget(1000)
+    sink = Sink()
+    plain = direction(sink, budget=budget)
+    plain.feed(b"SEND\ndestination:/q\n\n" + b"x" * 5000, 1.0)  # no content-length: up to the NUL
+    plain.feed(b"x" * 5000, 1.0)
+    plain.feed(b"x" * 5000 + b"\0\nSEND\ncontent-length:4000\n\n" + b"y" * 2000, 1.0)
+    assert budget.held == 0 and not plain.stopped
+    plain.feed(b"y" * 2000 + b"\0", 1.0)
+    assert [(f["command"], f["body_len"]) for f in sink.frames()] == [("SEND", 15000), ("SEND", 4000)]
+    recorded = Sink()
+    bodies = direction(recorded, bodies=True)
+    frame = b"SEND\ncontent-length:7\n\nab\0cdef\0"
+    for i in range(len(frame)):
+        bodies.feed(frame[i : i + 1], 1.0)
+    assert base64.b64decode(recorded.frames()[0]["body"]) == b"ab\0cdef"
 
 
 def test_a_connection_records_open_both_directions_and_close():
