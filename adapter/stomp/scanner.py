@@ -18,6 +18,8 @@ connection's memory is the incomplete head at most.  Pure: no sockets, no event 
 
 from __future__ import annotations
 
+import re
+
 from .codec import (
     _BETWEEN_FRAMES_FIRST,
     CR,
@@ -30,9 +32,10 @@ from .codec import (
     content_length,
 )
 
-# one frame: command, header lines as [name, value] (values as on the wire), bytes of its head
-# (command line to the blank line included), body length, the body (only when asked)
-ScannedFrame = tuple[str, list[list[str]], int, int, bytes | None]
+# one frame: its command; its header lines as on the wire, without their line ends, joined by LF
+# ("" when it has none; ``header_pairs`` splits them); the bytes of its head (command line to the
+# blank line included); its body's length; its body (only when asked)
+ScannedFrame = tuple[str, str, int, int, bytes | None]
 
 
 def _too_big(limits: FrameLimits, what: str = "Frame exceeds") -> FrameError:
@@ -56,7 +59,6 @@ class FrameScanner:
     __slots__ = (
         "_limits",
         "_bodies",
-        "_redact",
         "_buf",
         "_scan_from",
         "_after_frame",
@@ -67,16 +69,14 @@ class FrameScanner:
         "heartbeats",
     )
 
-    def __init__(self, limits: FrameLimits, *, bodies: bool = False, redact: str | None = None) -> None:
+    def __init__(self, limits: FrameLimits, *, bodies: bool = False) -> None:
         self._limits = limits
         self._bodies = bodies
-        # a header name whose values are replaced by "***" (the tap's passcode rule)
-        self._redact = redact
         self._buf = bytearray()  # an incomplete head (or a CR waiting for its LF), from its start
         self._scan_from = 0  # where the search for the end of that head resumes
         self._after_frame = False
         # a frame whose body is still arriving: (command, headers, head length)
-        self._frame: tuple[str, list[list[str]], int] | None = None
+        self._frame: tuple[str, str, int] | None = None
         self._left = 0  # its body bytes still to come, per content-length; -1: up to a NUL
         self._seen = 0  # its body bytes seen so far
         self._body: bytearray | None = None  # and those bytes, only when ``bodies``
@@ -247,7 +247,7 @@ class FrameScanner:
         self,
         view: bytes | bytearray,
         command: str,
-        headers: list[list[str]],
+        headers: str,
         head_len: int,
         body_start: int,
         end: int,
@@ -263,51 +263,69 @@ class FrameScanner:
             view.clear()
         self._scan_from = 0
 
-    def _head(self, raw: bytes | bytearray) -> tuple[str, list[list[str]], int | None]:
+    def _head(self, raw: bytes | bytearray) -> tuple[str, str, int | None]:
         """The command and header lines of a head (blank line excluded), checked as the codec
         checks them; the ``content-length`` is the first one's (STOMP 1.2: first occurrence wins)."""
         limits = self._limits
         text = raw.decode("utf-8", "surrogateescape")
-        lines = text.split("\n")
         if "\r" in text:  # CR LF line ends: the CR is line ending, not value; any other CR is refused
-            lines = [line.removesuffix("\r") for line in lines]
+            lines = [line.removesuffix("\r") for line in text.split("\n")]
             if "\r" in lines[0]:
                 raise FrameError("Bad frame", f"CR not followed by LF in command line {_wire(lines[0])!r}")
             for line in lines:
                 if "\r" in line:
                     raise FrameError("Bad header", f"CR not followed by LF in header line {_wire(line)!r}")
+            text = "\n".join(lines)
+        command, _, headers = text.partition("\n")
         if len(raw) > limits.max_header_length:
-            if len(lines[0].encode("utf-8", "surrogateescape")) > limits.max_header_length:
+            if len(command.encode("utf-8", "surrogateescape")) > limits.max_header_length:
                 raise FrameError("Bad frame", "Command line too long")
-            if any(len(line.encode("utf-8", "surrogateescape")) > limits.max_header_length for line in lines):
+            if any(
+                len(line.encode("utf-8", "surrogateescape")) > limits.max_header_length
+                for line in headers.split("\n")
+            ):
                 raise FrameError(
                     "Header too long",
                     f"A header line is longer than the maximum of {limits.max_header_length} bytes",
                 )
-        headers = [line.split(":", 1) for line in lines[1:]]
-        if headers and min(map(len, headers)) < 2:
-            line = next(line for line in lines[1:] if ":" not in line)
-            raise FrameError("Bad header", f"Header line without ':' {_wire(line)!r}")
-        if len(headers) > limits.max_headers and len({name for name, _ in headers}) > limits.max_headers:
+        if not headers:
+            return command, headers, None
+        colonless = _colonless_line(headers)
+        if colonless is not None:
+            raise FrameError("Bad header", f"Header line without ':' {_wire(colonless.group())!r}")
+        if headers.count("\n") >= limits.max_headers and len(set(_names(headers))) > limits.max_headers:
             raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
         length = None
-        if "content-length" in text:
-            for name, value in headers:
-                if name == "content-length":
-                    # the common case in one step; anything else (spaces, signs, digits
-                    # beyond ASCII, too many of them) gets the codec's own rule and errors
-                    length = (
-                        int(value)
-                        if value.isdigit() and value.isascii() and len(value) < 16
-                        else content_length(value)
-                    )
-                    break
-        redact = self._redact
-        if redact is not None and redact in text:
-            for header in headers:
-                if header[0] == redact:
-                    header[1] = "***"
-        return lines[0], headers, length
+        if "content-length:" in headers:
+            if headers.startswith("content-length:"):
+                start = 15
+            else:
+                start = headers.find("\ncontent-length:")
+                start = start + 16 if start >= 0 else -1
+            if start >= 0:
+                stop = headers.find("\n", start)
+                value = headers[start:] if stop < 0 else headers[start:stop]
+                # the common case in one step; anything else (spaces, signs, digits beyond
+                # ASCII, too many of them) gets the codec's own rule and errors
+                length = (
+                    int(value)
+                    if value.isdigit() and value.isascii() and len(value) < 16
+                    else content_length(value)
+                )
+        return command, headers, length
+
+
+def header_pairs(headers: str) -> list[list[str]]:
+    """The header lines of a scanned frame as ``[name, value]`` pairs, in wire order, repeats
+    kept, values as on the wire (split at each line's first ':')."""
+    return [line.split(":", 1) for line in headers.split("\n")] if headers else []
+
+
+def _names(headers: str) -> list[str]:
+    return [line.partition(":")[0] for line in headers.split("\n")]
+
+
+_colonless_line = re.compile(r"^[^:\n]*$", re.MULTILINE).search
 
 
 def _wire(line: str) -> bytes:

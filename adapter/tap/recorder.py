@@ -1,9 +1,19 @@
 """The tap's recorder: the bytes of one proxied connection in, recording records out.
 
-Owns how a byte stream becomes the records of docs/recording-format.md: ``open``, ``frame``,
-``heartbeats`` and ``close``.  Pure: no sockets, no event loop, no files; the proxy shell
-(adapter/tap/proxy.py) feeds it what it forwards and hands the records it emits to the writer,
-one batch (a list) per read, so the writer's queue sees one put per read, not one per frame.
+Owns how a byte stream becomes the records of docs/recording-format.md (``open``, ``frame``,
+``heartbeats`` and ``close``) and their JSON Lines text.  Pure: no sockets, no event loop, no
+files; the proxy shell (adapter/tap/proxy.py) feeds it what it forwards and hands the text it
+emits to the writer, one batch of lines per read, so the writer's queue sees one put per read,
+not one per frame.
+
+Why the records are text already here, in the event loop, and not dicts for the writer thread:
+both run under the one interpreter lock, so the work costs the proxy the same wherever it is done,
+but a dict with its lists of headers, waiting tens of milliseconds in the queue, outlives the
+young generation of the garbage collector and makes its full collections (milliseconds each, in
+the event loop) frequent; a string is not tracked at all.  A ``frame`` line is built from a
+template: the connection's constant part is made once, the time's text once per read, and the
+headers of a plain head (printable ASCII, no ``"`` or ``\\``, no passcode) are turned into JSON by
+plain string replacements; anything else goes through the C JSON encoder, with the same output.
 
 Framing is the project's own STOMP framing (``FrameScanner``, adapter/stomp/scanner.py: the
 codec's rules and limits, applied passively): the recorder sees a frame exactly where the adapter
@@ -22,21 +32,60 @@ and the remainder when the connection closes.
 from __future__ import annotations
 
 import base64
+import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 from ..stomp.codec import FrameError, FrameLimits
-from ..stomp.scanner import FrameScanner, ScannedFrame
+from ..stomp.scanner import FrameScanner, ScannedFrame, header_pairs
 
 FORMAT_VERSION = 1
 REDACTED = "***"
 HEARTBEAT_WINDOW = 1.0  # seconds: at most one heartbeats record per connection and direction
 
 Record = dict[str, Any]
-# a batch of records and about how many bytes they take until written (the writer's queue bound
-# counts them)
-Emit = Callable[[list[Record], int], object]
-SMALL_RECORD = 256
+# a batch of records of one connection: its id, their JSON Lines text (each line ends with LF),
+# how many records it holds
+Emit = Callable[[str, str, int], object]
+
+
+def _json_encoder() -> Callable[[object], str]:
+    """Compact, ASCII-only JSON (``ensure_ascii``: \\udcXX for the surrogate escapes of
+    non-UTF-8 bytes), with CPython's C encoder made once: ``json.dumps`` makes one per call."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the pure-Python encoder, same output
+        return json.JSONEncoder(separators=(",", ":")).encode
+    encoder = make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+
+    def encode(value: object) -> str:
+        return "".join(encoder(value, 0))
+
+    return encode
+
+
+encode_json = _json_encoder()
+_string = json.encoder.encode_basestring_ascii
+# what JSON (ASCII only) writes as it is: printable ASCII but '"' and '\\'; LF separates lines here
+_json_unsafe = re.compile(r"[^ !#-\[\]-~\n]").search
+
+
+def headers_json(headers: str) -> str:
+    """The ``headers`` field of a frame record: the scanned header lines as JSON pairs, passcode
+    values redacted; the text ``encode_json`` gives for ``header_pairs``, made faster when it can."""
+    if not headers:
+        return "[]"
+    if _json_unsafe(headers) is None and "passcode" not in headers:
+        return '[["' + '"],["'.join([line.replace(":", '","', 1) for line in headers.split("\n")]) + '"]]'
+    pairs = header_pairs(headers)
+    for pair in pairs:
+        if pair[0] == "passcode":
+            pair[1] = REDACTED
+    return encode_json(pairs)
+
+
+def line(record: Record) -> str:
+    return encode_json(record) + "\n"
 
 
 class ParseBudget:
@@ -61,6 +110,7 @@ class DirectionRecorder:
         "_emit",
         "_bodies",
         "_scanner",
+        "_prefix",
         "_budget",
         "_held",
         "_heartbeats_seen",
@@ -85,7 +135,12 @@ class DirectionRecorder:
         self._dir = direction
         self._emit = emit
         self._bodies = bodies
-        self._scanner: FrameScanner | None = FrameScanner(limits, bodies=bodies, redact="passcode")
+        self._scanner: FrameScanner | None = FrameScanner(limits, bodies=bodies)
+        # a frame line's part after its time, up to its command: the same for all of them
+        self._prefix = (
+            f',"conn":{_string(conn)},"kind":"frame","client":{_string(client)},'
+            f'"dir":{_string(direction)},"command":'
+        )
         self._budget = budget
         self._held = 0
         self._heartbeats_seen = 0  # the scanner's count when the last heartbeats record was made
@@ -103,89 +158,77 @@ class DirectionRecorder:
             scanner.feed(data, found)
         except FrameError as refused:
             error = str(refused)
-        records: list[Record] = []
-        size = 0
+        lines: list[str] = []
         if found:
-            conn, client, direction = self._conn, self._client, self._dir
-            for command, headers, head_len, body_len, body in found:
-                record: Record = {
-                    "v": FORMAT_VERSION,
-                    "ts": now,
-                    "conn": conn,
-                    "kind": "frame",
-                    "client": client,
-                    "dir": direction,
-                    "command": command,
-                    "headers": headers,
-                    "body_len": body_len,
-                }
-                size += SMALL_RECORD + head_len + 8 * len(headers)
+            start = f'{{"v":{FORMAT_VERSION},"ts":{float.__repr__(now)}{self._prefix}'
+            for command, headers, _, body_len, body in found:
+                text = f'{start}{_string(command)},"headers":{headers_json(headers)},"body_len":{body_len}'
                 if body is not None:
-                    record["body"] = encoded = base64.b64encode(body).decode("ascii")
-                    size += len(encoded)
-                records.append(record)
+                    text += ',"body":"' + base64.b64encode(body).decode("ascii") + '"'
+                lines.append(text + "}\n")
             self.frames += len(found)
         if scanner.heartbeats != self._heartbeats_seen and now - self._heartbeats_since >= HEARTBEAT_WINDOW:
-            size += self._heartbeats_record(records, now)
+            self._heartbeats_record(lines, now)
         if error is not None:
-            size += self._stop(records, now, error)
+            self._stop(lines, now, error)
         elif scanner.held != self._held:
-            size += self._account(scanner.held, now, records)
-        if records:
-            self._emit(records, size)
+            self._account(scanner.held, now, lines)
+        if lines:
+            self._emit(self._conn, "".join(lines), len(lines))
 
-    def _account(self, held: int, now: float, records: list[Record]) -> int:
+    def _account(self, held: int, now: float, lines: list[str]) -> None:
         budget = self._budget
         budget.held += held - self._held
         self._held = held
-        if not held or budget.held <= budget.limit:
-            return 0
-        return self._stop(
-            records,
-            now,
-            f"the tap's parse buffers are full (--parse-buffer-bytes {budget.limit}): "
-            f"this direction holds {held} bytes of an incomplete frame",
-        )
+        if held and budget.held > budget.limit:
+            self._stop(
+                lines,
+                now,
+                f"the tap's parse buffers are full (--parse-buffer-bytes {budget.limit}): "
+                f"this direction holds {held} bytes of an incomplete frame",
+            )
 
-    def _heartbeats_record(self, records: list[Record], now: float) -> int:
+    def _heartbeats_record(self, lines: list[str], now: float) -> None:
         assert self._scanner is not None
         seen = self._scanner.heartbeats
-        records.append(
-            {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": self._conn,
-                "kind": "heartbeats",
-                "dir": self._dir,
-                "count": seen - self._heartbeats_seen,
-            }
+        lines.append(
+            line(
+                {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": self._conn,
+                    "kind": "heartbeats",
+                    "dir": self._dir,
+                    "count": seen - self._heartbeats_seen,
+                }
+            )
         )
         self._heartbeats_seen = seen
         self._heartbeats_since = now
-        return SMALL_RECORD
 
-    def _stop(self, records: list[Record], now: float, error: str) -> int:
+    def _stop(self, lines: list[str], now: float, error: str) -> None:
         """Parsing of this direction ends here; its buffers are let go."""
         self._scanner = None
         budget = self._budget
         budget.held -= self._held
         self._held = 0
         self.stopped = True
-        records.append(
-            {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": self._conn,
-                "kind": "frame",
-                "client": self._client,
-                "dir": self._dir,
-                "command": None,
-                "error": error,
-                "headers": [],
-                "body_len": 0,
-            }
+        lines.append(
+            line(
+                {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": self._conn,
+                    "kind": "frame",
+                    "client": self._client,
+                    "dir": self._dir,
+                    "command": None,
+                    "error": error,
+                    "headers": [],
+                    "body_len": 0,
+                }
+            )
         )
-        return SMALL_RECORD + len(error)
 
     def finish(self, now: float) -> None:
         """The connection is over: pending heart-beats are recorded, and a frame cut off by the
@@ -193,20 +236,17 @@ class DirectionRecorder:
         scanner = self._scanner
         if scanner is None:
             return
-        records: list[Record] = []
-        size = 0
+        lines: list[str] = []
         if scanner.heartbeats != self._heartbeats_seen:
-            size += self._heartbeats_record(records, now)
+            self._heartbeats_record(lines, now)
         rest = scanner.incomplete
         if rest:
-            size += self._stop(
-                records, now, f"connection closed in the middle of a frame ({rest} bytes of it)"
-            )
+            self._stop(lines, now, f"connection closed in the middle of a frame ({rest} bytes of it)")
         else:
-            self._account(0, now, records)
+            self._account(0, now, lines)
             self._scanner = None
-        if records:
-            self._emit(records, size)
+        if lines:
+            self._emit(self._conn, "".join(lines), len(lines))
 
 
 class ConnectionRecorder:
@@ -239,7 +279,8 @@ class ConnectionRecorder:
             conn, client, "out", emit, bodies=bodies, limits=limits, budget=budget
         )
         emit(
-            [
+            conn,
+            line(
                 {
                     "v": FORMAT_VERSION,
                     "ts": now,
@@ -250,8 +291,8 @@ class ConnectionRecorder:
                     "upstream": upstream,
                     "tls": tls,
                 }
-            ],
-            SMALL_RECORD,
+            ),
+            1,
         )
 
     def close(self, now: float, *, by: str, reason: str, bytes_in: int, bytes_out: int) -> None:
@@ -261,7 +302,8 @@ class ConnectionRecorder:
         self.inbound.finish(now)
         self.outbound.finish(now)
         self._emit(
-            [
+            self.conn,
+            line(
                 {
                     "v": FORMAT_VERSION,
                     "ts": now,
@@ -272,6 +314,6 @@ class ConnectionRecorder:
                     "bytes_in": bytes_in,
                     "bytes_out": bytes_out,
                 }
-            ],
-            SMALL_RECORD + len(reason),
+            ),
+            1,
         )

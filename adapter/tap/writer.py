@@ -3,17 +3,14 @@
 Owns the recording directory (docs/recording-format.md): the bounded queue between the proxy and
 the disk, the one writer thread, the ``.part`` file being written, its rotation by size and age,
 and what happens when the disk cannot keep up or fails.  The proxy never waits for it: ``offer``
-takes the records of one read as one batch, and is a couple of integer comparisons and one put
-on a ``queue.SimpleQueue``; a batch that does not fit the bound (``max_records`` records or
+takes the records of one read as one batch of text, and is a couple of integer comparisons and
+one put on a ``queue.SimpleQueue``; a batch that does not fit the bound (``max_records`` records or
 ``max_bytes`` of them, counting those the writer holds while it writes) is dropped on the spot and
 counted, per connection, and the writer records the counts in ``dropped`` records when it
 catches up.
 
-Serialisation is the writer's main cost and runs under the interpreter lock the proxy needs too,
-so it is kept lean: one C JSON encoder built once (not one per record, which is what
-``json.dumps`` does), a ``frame`` record (nearly all of them) written from a template with its
-connection's constant part and its time's text reused, only its headers going through the
-encoder; compression (zlib) runs without the lock.
+The records come as JSON Lines text already (adapter/tap/recorder.py says why): the writer
+joins, compresses (zlib runs without the interpreter lock) and writes them.
 
 A failed write (ENOSPC, EIO, a file system gone read-only) abandons the file being written: it
 stays under its hidden ``.part`` name (Spark skips it; ``zcat`` can still read what reached the
@@ -25,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import logging
 import os
 import queue
@@ -35,87 +31,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from .recorder import FORMAT_VERSION, Record
+from .recorder import FORMAT_VERSION, line
 
 log = logging.getLogger("adapter.tap")
 
 RETRY_SECONDS = 5.0
 WARN_EVERY = 60.0
 TICK = 0.5  # how often an idle writer looks at the age of its file
+# once woken by a record, the writer lets the records of the next reads gather this long before
+# it takes them: a busy proxy wakes it ~20 times a second, not once per read (each wake-up is a
+# futex call on the proxy's side and a handover of the interpreter lock)
+GATHER = 0.05
 BATCH = 512  # records per write call at most
 COMPRESS_LEVEL = 6
 
 _STOP = object()
-
-
-def _json_encoder() -> Callable[[object], str]:
-    """Compact, ASCII-only JSON (``ensure_ascii``: \\udcXX for the surrogate escapes of
-    non-UTF-8 bytes), with CPython's C encoder made once: ``json.dumps`` makes one per call."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # no C accelerator: the pure-Python encoder, same output
-        return json.JSONEncoder(separators=(",", ":")).encode
-    encoder = make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
-
-    def encode(value: object) -> str:
-        return "".join(encoder(value, 0))
-
-    return encode
-
-
-_encode = _json_encoder()
-_string = json.encoder.encode_basestring_ascii
-
-
-class LineEncoder:
-    """Records to JSON Lines, the same text as ``_encode`` of each record (keys in the record's
-    order), ``frame`` records from a template.  Memoises the constant part of each connection and
-    direction (bounded: cleared when it grows past ``MEMO``) and the text of the last time seen
-    (the records of one read share it)."""
-
-    MEMO = 4096
-    _FRAME_KEYS = ("v", "ts", "conn", "kind", "client", "dir", "command", "headers", "body_len")
-
-    def __init__(self) -> None:
-        self._prefixes: dict[tuple[str, str, str], str] = {}
-        self._ts = -1.0
-        self._ts_text = ""
-
-    def lines(self, records: list[Record]) -> bytes:
-        out: list[str] = []
-        prefixes = self._prefixes
-        for record in records:
-            if record["kind"] != "frame" or len(record) != 9 or tuple(record) != self._FRAME_KEYS:
-                out.append(_encode(record))
-                out.append("\n")
-                continue
-            ts = record["ts"]
-            if ts != self._ts:
-                self._ts, self._ts_text = ts, _encode(ts)
-            key = (record["conn"], record["client"], record["dir"])
-            prefix = prefixes.get(key)
-            if prefix is None:
-                if len(prefixes) >= self.MEMO:
-                    prefixes.clear()
-                prefix = prefixes[key] = (
-                    f',"conn":{_string(key[0])},"kind":"frame","client":{_string(key[1])},'
-                    f'"dir":{_string(key[2])},"command":'
-                )
-            command = record["command"]
-            body_len = record["body_len"]
-            if (
-                record["v"] != FORMAT_VERSION
-                or command is None
-                or type(body_len) is not int  # noqa: E721 - bool is an int, and JSON says true
-                or type(ts) is not float  # noqa: E721 - likewise
-            ):
-                out.append(_encode(record))
-                out.append("\n")
-                continue
-            out.append(
-                f'{{"v":1,"ts":{self._ts_text}{prefix}{_string(command)},'
-                f'"headers":{_encode(record["headers"])},"body_len":{body_len}}}\n'
-            )
-        return "".join(out).encode("ascii")
+# one put: a connection, the JSON Lines text of its records, how many records, and (for the
+# writer's own ``dropped`` records only) how many lost records it reports
+Batch = tuple[str, str, int, int]
 
 
 class RateLimitedWarning:
@@ -192,7 +125,6 @@ class RecordWriter:
         self._reported_in_file: dict[str, int] = {}
         self._retry_at = float("-inf")
         self._warn = RateLimitedWarning()
-        self._lines = LineEncoder().lines
         self._thread = threading.Thread(target=self._run, name="tap-writer", daemon=True)
 
     # ------------------------------------------------------------------ the event loop's side
@@ -205,23 +137,20 @@ class RecordWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
-    def offer(self, records: list[Record], size: int) -> bool:
-        """Queue ``records`` (about ``size`` bytes together), or drop and count them: never
-        blocks.  A batch is kept or dropped whole."""
-        count = len(records)
+    def offer(self, conn: str, lines: str, count: int) -> bool:
+        """Queue ``count`` records of connection ``conn`` (``lines``: their JSON Lines text), or
+        drop and count them: never blocks.  A batch is kept or dropped whole."""
+        size = len(lines)
         if (
             self._offered - self._taken + count > self._max_records
             or self._offered_bytes - self._taken_bytes + size > self._max_bytes
         ):
-            lost: dict[str, int] = {}
-            for record in records:
-                lost[record["conn"]] = lost.get(record["conn"], 0) + 1
-            self._drop(lost)
+            self._drop({conn: count})
             self._warn("tap: the recording cannot keep up (writer queue full): dropping records")
             return False
         self._offered += count
         self._offered_bytes += size
-        self._queue.put((records, size))
+        self._queue.put((conn, lines, count, 0))
         return True
 
     def close(self, timeout: float = 30.0) -> bool:
@@ -250,19 +179,22 @@ class RecordWriter:
         get = self._queue.get
         stopping = False
         while not stopping:
-            batch: list[Record] = []
-            batch_bytes = 0
+            batch: list[Batch] = []
+            records = batch_bytes = 0
             try:
                 item = get(timeout=TICK)
             except queue.Empty:
                 item = None
+            if item is not None and item is not _STOP:
+                time.sleep(GATHER)
             while item is not None:
                 if item is _STOP:
                     stopping = True
                     break
-                batch += item[0]
-                batch_bytes += item[1]
-                if len(batch) >= BATCH:
+                batch.append(item)
+                records += item[2]
+                batch_bytes += len(item[1])
+                if records >= BATCH:
                     break
                 try:
                     item = self._queue.get_nowait()
@@ -272,7 +204,7 @@ class RecordWriter:
             if batch:
                 self._write(batch, now)
                 self._taken_bytes += batch_bytes
-                self._taken += len(batch)
+                self._taken += records
             if self._offered == self._taken:  # caught up: say what was lost
                 self._write_dropped(now)
             if self._gzip is not None and (
@@ -283,37 +215,37 @@ class RecordWriter:
             ):
                 self._finish(now)
 
-    def _write(self, records: list[Record], now: float) -> None:
+    def _write(self, batch: list[Batch], now: float) -> None:
         if now < self._retry_at:
-            self._lose(records)
+            self._lose(batch)
             return
-        lines = self._lines(records)
+        data = "".join([lines for _, lines, _, _ in batch]).encode("ascii")
         try:
             if self._gzip is None:
                 self._open(now)
             assert self._gzip is not None
-            self._gzip.write(lines)
+            self._gzip.write(data)
         except OSError as error:
-            self._lose(records)
+            self._lose(batch)
             self._fail(error, now)
             return
-        self._tally(records, self._in_file, self._reported_in_file)
-        self.written += len(records) - sum(record["kind"] == "dropped" for record in records)
+        self._tally(batch, self._in_file, self._reported_in_file)
+        self.written += sum([count for _, _, count, reports in batch if not reports])
 
     @staticmethod
-    def _tally(records: list[Record], proxied: dict[str, int], reported: dict[str, int]) -> None:
-        """Count ``records`` per connection: the proxy's ones, and what ``dropped`` ones report."""
-        for record in records:
-            conn = record["conn"]
-            if record["kind"] == "dropped":
-                reported[conn] = reported.get(conn, 0) + record["count"]
+    def _tally(batch: list[Batch], proxied: dict[str, int], reported: dict[str, int]) -> None:
+        """Count the records of ``batch`` per connection: the proxy's ones, and what ``dropped``
+        ones report."""
+        for conn, _, count, reports in batch:
+            if reports:
+                reported[conn] = reported.get(conn, 0) + reports
             else:
-                proxied[conn] = proxied.get(conn, 0) + 1
+                proxied[conn] = proxied.get(conn, 0) + count
 
-    def _lose(self, records: list[Record]) -> None:
+    def _lose(self, batch: list[Batch]) -> None:
         proxied: dict[str, int] = {}
         reported: dict[str, int] = {}
-        self._tally(records, proxied, reported)
+        self._tally(batch, proxied, reported)
         self._drop(proxied)
         self._drop(reported, new=False)
 
@@ -324,7 +256,12 @@ class RecordWriter:
             table, self._dropped_by_conn = self._dropped_by_conn, {}
         self._write(
             [
-                {"v": FORMAT_VERSION, "ts": now, "conn": conn, "kind": "dropped", "count": count}
+                (
+                    conn,
+                    line({"v": FORMAT_VERSION, "ts": now, "conn": conn, "kind": "dropped", "count": count}),
+                    1,
+                    count,
+                )
                 for conn, count in table.items()
             ],
             now,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 
 from adapter.stomp.codec import FrameLimits
-from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget
+from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget, headers_json
 
 CONNECT = b"CONNECT\naccept-version:1.2\nlogin:app\npasscode:s3cret\nclient-id:legacy-7\n\n\0"
 SEND = b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0\n"
@@ -16,13 +17,16 @@ STREAM = CONNECT + SEND + b"\n\n" + SUBSCRIBE_ESCAPED + b"\r\n" + SEND
 
 
 class Sink:
+    """What the writer gets: per read, one connection's records as JSON Lines text."""
+
     def __init__(self) -> None:
         self.records: list[dict] = []
-        self.sizes: list[int] = []
 
-    def __call__(self, records: list[dict], size: int) -> None:  # one batch per read
+    def __call__(self, conn: str, lines: str, count: int) -> None:
+        assert lines.isascii() and lines.endswith("\n") and lines.count("\n") == count
+        records = [json.loads(line) for line in lines.splitlines()]
+        assert {record["conn"] for record in records} == {conn}
         self.records.extend(records)
-        self.sizes.append(size)
 
     def kinds(self) -> list[str]:
         return [r["kind"] for r in self.records]
@@ -241,3 +245,17 @@ def test_a_connection_records_open_both_directions_and_close():
         },
     ]
     assert [r["dir"] for r in sink.frames()] == ["in", "out"]
+
+
+def test_headers_json_is_what_the_json_encoder_gives_fast_path_or_not():
+    rng = random.Random(7)
+    alphabet = ["a", "b", ":", " ", '"', "\\", "\u00e9", "\udcff", "\x7f", "\t", "~", "passcode"]
+    for _ in range(500):
+        lines = []
+        for _ in range(rng.randrange(1, 6)):
+            name = rng.choice(["destination", "id", "passcode", "x" + rng.choice(alphabet)])
+            lines.append(name + ":" + "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 6))))
+        text = "\n".join(lines)
+        pairs = [[n, "***" if n == "passcode" else v] for n, v in (line.split(":", 1) for line in lines)]
+        assert headers_json(text) == json.dumps(pairs, separators=(",", ":"))
+    assert headers_json("") == "[]"
