@@ -18,7 +18,8 @@ connection's memory is the incomplete head at most.  Pure: no sockets, no event 
 
 from __future__ import annotations
 
-import re
+from itertools import repeat
+from operator import contains
 
 from .codec import (
     _BETWEEN_FRAMES_FIRST,
@@ -32,10 +33,10 @@ from .codec import (
     content_length,
 )
 
-# one frame: its command; its header lines as on the wire, without their line ends, joined by LF
-# ("" when it has none; ``header_pairs`` splits them); the bytes of its head (command line to the
-# blank line included); its body's length; its body (only when asked)
-ScannedFrame = tuple[str, str, int, int, bytes | None]
+# one frame: its command; its header lines as on the wire, without their line ends
+# (``header_pairs`` splits them); the bytes of its head (command line to the blank line
+# included); its body's length; its body (only when asked)
+ScannedFrame = tuple[str, list[str], int, int, bytes | None]
 
 
 def _too_big(limits: FrameLimits, what: str = "Frame exceeds") -> FrameError:
@@ -76,7 +77,7 @@ class FrameScanner:
         self._scan_from = 0  # where the search for the end of that head resumes
         self._after_frame = False
         # a frame whose body is still arriving: (command, headers, head length)
-        self._frame: tuple[str, str, int] | None = None
+        self._frame: tuple[str, list[str], int] | None = None
         self._left = 0  # its body bytes still to come, per content-length; -1: up to a NUL
         self._seen = 0  # its body bytes seen so far
         self._body: bytearray | None = None  # and those bytes, only when ``bodies``
@@ -247,7 +248,7 @@ class FrameScanner:
         self,
         view: bytes | bytearray,
         command: str,
-        headers: str,
+        headers: list[str],
         head_len: int,
         body_start: int,
         end: int,
@@ -263,7 +264,7 @@ class FrameScanner:
             view.clear()
         self._scan_from = 0
 
-    def _head(self, raw: bytes | bytearray) -> tuple[str, str, int | None]:
+    def _head(self, raw: bytes | bytearray) -> tuple[str, list[str], int | None]:
         """The command and header lines of a head (blank line excluded), checked as the codec
         checks them; the ``content-length`` is the first one's (STOMP 1.2: first occurrence wins)."""
         limits = self._limits
@@ -289,11 +290,12 @@ class FrameScanner:
                     f"A header line is longer than the maximum of {limits.max_header_length} bytes",
                 )
         if not headers:
-            return command, headers, None
-        colonless = _colonless_line(headers)
-        if colonless is not None:
-            raise FrameError("Bad header", f"Header line without ':' {_wire(colonless.group())!r}")
-        if headers.count("\n") >= limits.max_headers and len(set(_names(headers))) > limits.max_headers:
+            return command, [], None
+        lines = headers.split("\n")
+        if not all(map(contains, lines, repeat(":"))):
+            colonless = next(line for line in lines if ":" not in line)
+            raise FrameError("Bad header", f"Header line without ':' {_wire(colonless)!r}")
+        if len(lines) > limits.max_headers and len(set(_names(lines))) > limits.max_headers:
             raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
         length = None
         if "content-length:" in headers:
@@ -312,20 +314,17 @@ class FrameScanner:
                     if value.isdigit() and value.isascii() and len(value) < 16
                     else content_length(value)
                 )
-        return command, headers, length
+        return command, lines, length
 
 
-def header_pairs(headers: str) -> list[list[str]]:
+def header_pairs(lines: list[str]) -> list[list[str]]:
     """The header lines of a scanned frame as ``[name, value]`` pairs, in wire order, repeats
     kept, values as on the wire (split at each line's first ':')."""
-    return [line.split(":", 1) for line in headers.split("\n")] if headers else []
+    return [line.split(":", 1) for line in lines]
 
 
-def _names(headers: str) -> list[str]:
-    return [line.partition(":")[0] for line in headers.split("\n")]
-
-
-_colonless_line = re.compile(r"^[^:\n]*$", re.MULTILINE).search
+def _names(lines: list[str]) -> list[str]:
+    return [line.partition(":")[0] for line in lines]
 
 
 def _wire(line: str) -> bytes:

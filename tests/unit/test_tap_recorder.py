@@ -255,7 +255,6 @@ def test_headers_json_is_what_the_json_encoder_gives_fast_path_or_not():
         for _ in range(rng.randrange(1, 6)):
             name = rng.choice(["destination", "id", "passcode", "x" + rng.choice(alphabet)])
             lines.append(name + ":" + "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 6))))
-        text = "\n".join(lines)
         pairs = [[n, "***" if n == "passcode" else v] for n, v in (line.split(":", 1) for line in lines)]
-        assert headers_json(text) == json.dumps(pairs, separators=(",", ":"))
-    assert headers_json("") == "[]"
+        assert headers_json(lines) == json.dumps(pairs, separators=(",", ":"))
+    assert headers_json([]) == "[]"
