@@ -18,7 +18,11 @@ same position), and a SEND to a recorded ``reply-to`` value goes to the target's
 the same message.  CONNECT gets the passcode given to the replay (recordings never hold one) and
 asks for no heart-beats (the replay sends none).  A DISCONNECT (or the client's close) is sent
 ``SETTLE`` seconds after its turn, so that a message the upstream did not send but the target
-does arrives before it and is counted.
+does arrives before it and is counted.  The frames of other connections that the upstream saw
+after that end and that it could change wait for it: a SEND or SUBSCRIBE (a subscriber that
+is still there on the target would take messages the recording gave to another one), and a
+CONNECT with the same ``client-id`` (ActiveMQ, and the profile, refuse a client-id that is
+still connected).
 
 asyncio streams and the project's frame parser; no Spark.
 """
@@ -256,6 +260,10 @@ class _Replay:
         self.connections: dict[str, _Connection] = {}
         self.reply_tos: dict[str, str] = {}  # a recorded reply-to -> the target's for the same message
         self.later: list[asyncio.Task[None]] = []
+        # the delayed ends of connections not yet done, and by client-id: what the upstream saw
+        # after an end and that it could change waits for it
+        self.ending: list[asyncio.Task[None]] = []
+        self.ending_ids: dict[str, list[asyncio.Task[None]]] = {}
         subscription_ids: dict[str, set[str]] = {}
         for event in events:
             if event.direction == "in" and event.command == "SUBSCRIBE":
@@ -323,6 +331,21 @@ class _Replay:
             behind, self.behind = self.behind, set()
             await asyncio.gather(*(c.caught_up(self.options.wait) for c in behind if c.writer is not None))
 
+    def _end(self, connection: _Connection, data: bytes | None) -> None:
+        """The connection's DISCONNECT (``data``) or close, ``SETTLE`` seconds from now."""
+        connection.finished = True
+        task = asyncio.create_task(self._later(connection, data))
+        self.later.append(task)
+        self.ending.append(task)
+        if connection.client_id is not None:
+            self.ending_ids.setdefault(connection.client_id, []).append(task)
+
+    async def _ended(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        """Wait for these delayed ends (those of connections the upstream saw end first)."""
+        if tasks:
+            await asyncio.gather(*tasks)
+            self.ending = [task for task in self.ending if not task.done()]
+
     async def _later(self, connection: _Connection, data: bytes | None) -> None:
         await asyncio.sleep(SETTLE)
         if data is not None:
@@ -340,8 +363,7 @@ class _Replay:
             connection = self.connection(event)
             if event.kind == "close":
                 if connection.writer is not None and not connection.finished:
-                    connection.finished = True
-                    self.later.append(asyncio.create_task(self._later(connection, None)))
+                    self._end(connection, None)
                 continue
             if event.direction == "out":
                 connection.recorded.take(event.command, event.headers, connection.subscription_ids)
@@ -356,26 +378,28 @@ class _Replay:
                     continue
                 connection.login = event.header("login")
                 connection.client_id = event.header("client-id")
+                if connection.client_id is not None:
+                    await self._ended(self.ending_ids.pop(connection.client_id, []))
                 await connection.open(options)
             connection.idioms.update(frame_idioms("in", event.command, event.headers))
             if options.speed > 0:
                 delay = (event.ts - first) / options.speed - (time.monotonic() - started)
                 if delay > 0:
                     await asyncio.sleep(delay)
+            if event.command in ("SEND", "SUBSCRIBE"):
+                await self._ended(self.ending)
             await self._catch_up()
             self._learn_reply_tos()
             data = _encode(event.command, self._rewrite(connection, event), event.body or b"")
             if event.command == "DISCONNECT":
-                connection.finished = True
-                self.later.append(asyncio.create_task(self._later(connection, data)))
+                self._end(connection, data)
             else:
                 connection.write(data)
                 if event.command in _CONNECT:
                     await connection.caught_up(options.wait)
         for connection in list(self.connections.values()):
             if not connection.finished:
-                connection.finished = True
-                self.later.append(asyncio.create_task(self._later(connection, None)))
+                self._end(connection, None)
         await asyncio.gather(*self.later)
         return [connection.result() for connection in self.connections.values()]
 

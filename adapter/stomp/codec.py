@@ -360,23 +360,25 @@ class FrameParser:
 
     @staticmethod
     def _content_length(headers: dict[str, str]) -> int | None:
-        content_length: int | None = None
         raw_length = headers.get("content-length")
-        if raw_length is not None:
-            stripped = raw_length.strip()
-            try:
-                content_length = decimal_integer(stripped, signed=False)
-            except TooManyDigits as error:  # far beyond any frame size limit: refused unparsed
-                raise FrameError(
-                    "Bad content-length",
-                    f"content-length has too many digits ({error.digits}, at most {error.limit})",
-                ) from None
-            if content_length is None:
-                raise FrameError(
-                    "Bad content-length",
-                    f"content-length must be a non-negative integer, got {raw_length!r}",
-                )
-        return content_length
+        return None if raw_length is None else content_length(raw_length)
+
+
+def content_length(raw_length: str) -> int:
+    """The value of a ``content-length`` header (surrounding whitespace allowed), or FrameError."""
+    try:
+        value = decimal_integer(raw_length.strip(), signed=False)
+    except TooManyDigits as error:  # far beyond any frame size limit: refused unparsed
+        raise FrameError(
+            "Bad content-length",
+            f"content-length has too many digits ({error.digits}, at most {error.limit})",
+        ) from None
+    if value is None:
+        raise FrameError(
+            "Bad content-length",
+            f"content-length must be a non-negative integer, got {raw_length!r}",
+        )
+    return value
 
 
 def escape(value: str) -> str:

@@ -1,18 +1,28 @@
 """The tap's recorder: the bytes of one proxied connection in, recording records out.
 
-Owns how a byte stream becomes the records of docs/recording-format.md: ``open``, ``frame``,
-``heartbeats`` and ``close``.  Pure: no sockets, no event loop, no files; the proxy shell
-(adapter/tap/proxy.py) feeds it what it forwards and hands the records it emits to the writer.
+Owns how a byte stream becomes the records of docs/recording-format.md (``open``, ``frame``,
+``heartbeats`` and ``close``) and their JSON Lines text.  Pure: no sockets, no event loop, no
+files; the proxy shell (adapter/tap/proxy.py) feeds it what it forwards and hands the text it
+emits to the writer, one batch of lines per read, so the writer's queue sees one put per read,
+not one per frame.
 
-Framing is the project's own codec (``FrameParser``): the recorder sees a frame exactly where the
-adapter would.  The codec hands out headers unescaped and first-occurrence-only, while a
-recording keeps the wire's bytes, so the recorder keeps its own copy of what it fed and cuts each
-frame out of it by the codec's ``buffered`` count (a public, exact figure of the bytes not yet
-returned): the head of that slice is split into header lines as they were, escapes and repeats
-included.  The parser never learns a version (``set_version``), so it unescapes nothing and
-cannot fail on an escape the upstream accepts; its limits are the tap's own, generous ones.
+Why the records are text already here, in the event loop, and not dicts for the writer thread:
+both run under the one interpreter lock, so the work costs the proxy the same wherever it is done,
+but a dict with its lists of headers, waiting tens of milliseconds in the queue, outlives the
+young generation of the garbage collector and makes its full collections (milliseconds each, in
+the event loop) frequent; a string is not tracked at all.  A ``frame`` line is built from a
+template: the connection's constant part is made once, the time's text once per read, and the
+headers of a plain head (printable ASCII, no ``"`` or ``\\``, no passcode) are turned into JSON by
+plain string replacements; anything else goes through the C JSON encoder, with the same output.
 
-Tolerance: when the codec refuses the stream (a frame too big, a broken header line), parsing of
+Framing is the project's own STOMP framing (``FrameScanner``, adapter/stomp/scanner.py: the
+codec's rules and limits, applied passively): the recorder sees a frame exactly where the adapter
+would, gets each frame's header lines as they were on the wire (escapes and repeats included),
+and never holds a body it does not record: without ``--record-bodies`` a body in flight is only
+counted.  Nothing is unescaped, so no escape the upstream accepts can fail; the limits are the
+tap's own, generous ones.
+
+Tolerance: when the scanner refuses the stream (a frame too big, a broken header line), parsing of
 that direction stops for good, one ``frame`` record says why (``command`` null, ``error``), and
 the bytes keep flowing through the proxy untouched.  Heart-beats (EOLs between frames) are
 counted, not recorded one by one: at most one ``heartbeats`` record per direction per second,
@@ -22,24 +32,65 @@ and the remainder when the connection closes.
 from __future__ import annotations
 
 import base64
-import re
+import json
 from collections.abc import Callable
 from typing import Any
 
-from ..stomp.codec import FrameError, FrameLimits, FrameParser
+from ..stomp.codec import FrameError, FrameLimits
+from ..stomp.scanner import FrameScanner, ScannedFrame, header_pairs
 
 FORMAT_VERSION = 1
 REDACTED = "***"
 HEARTBEAT_WINDOW = 1.0  # seconds: at most one heartbeats record per connection and direction
 
 Record = dict[str, Any]
-# a record and about how many bytes it takes until written (the writer's queue bound counts them)
-Emit = Callable[[Record, int], object]
-SMALL_RECORD = 256
+# a batch of records of one connection: its id, their JSON Lines text (each line ends with LF),
+# how many records it holds
+Emit = Callable[[str, str, int], object]
 
-_BETWEEN_FRAMES = b"\r\n\0"
-_BETWEEN_FRAMES_FIRST = frozenset(_BETWEEN_FRAMES)
-_skip_between = re.compile(rb"[\r\n\0]*").match
+
+def _json_encoder() -> Callable[[object], str]:
+    """Compact, ASCII-only JSON (``ensure_ascii``: \\udcXX for the surrogate escapes of
+    non-UTF-8 bytes), with CPython's C encoder made once: ``json.dumps`` makes one per call."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the pure-Python encoder, same output
+        return json.JSONEncoder(separators=(",", ":")).encode
+    encoder = make(None, None, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+
+    def encode(value: object) -> str:
+        return "".join(encoder(value, 0))
+
+    return encode
+
+
+encode_json = _json_encoder()
+_string = json.encoder.encode_basestring_ascii
+
+
+def headers_json(lines: list[str]) -> str:
+    """The ``headers`` field of a frame record: the scanned header lines as JSON pairs, passcode
+    values redacted; the text ``encode_json`` gives for ``header_pairs``, made faster when it can:
+    text that JSON writes as it is (printable ASCII but '"' and '\\') needs no encoder."""
+    if not lines:
+        return "[]"
+    text = "".join(lines)
+    if (
+        text.isascii()
+        and text.isprintable()
+        and '"' not in text
+        and "\\" not in text
+        and "passcode" not in text
+    ):
+        return '[["' + '"],["'.join([line.replace(":", '","', 1) for line in lines]) + '"]]'
+    pairs = header_pairs(lines)
+    for pair in pairs:
+        if pair[0] == "passcode":
+            pair[1] = REDACTED
+    return encode_json(pairs)
+
+
+def line(record: Record) -> str:
+    return encode_json(record) + "\n"
 
 
 class ParseBudget:
@@ -54,28 +105,6 @@ class ParseBudget:
         self.held = 0
 
 
-def split_head(head: bytes) -> tuple[str, list[list[str]]]:
-    """The command and the header lines of a frame head, as on the wire: wire order, repeated
-    names kept, values still escaped; a line's CR before its LF is line ending, not value."""
-    lines = head.split(b"\n")
-    command = lines[0].removesuffix(b"\r").decode("utf-8", "surrogateescape")
-    headers: list[list[str]] = []
-    for line in lines[1:]:
-        name, _, value = line.removesuffix(b"\r").partition(b":")
-        text = name.decode("utf-8", "surrogateescape")
-        headers.append([text, REDACTED if text == "passcode" else value.decode("utf-8", "surrogateescape")])
-    return command, headers
-
-
-def _head_end(buffer: bytearray, start: int, end: int) -> int:
-    """Where the head of the frame at ``start`` ends: its blank line (the codec found one)."""
-    lf_lf = buffer.find(b"\n\n", start, end)
-    lf_crlf = buffer.find(b"\n\r\n", start, lf_lf + 3 if lf_lf >= 0 else end)
-    if lf_lf >= 0 and (lf_crlf < 0 or lf_lf < lf_crlf):
-        return lf_lf
-    return lf_crlf
-
-
 class DirectionRecorder:
     """One direction of one connection: ``feed`` the bytes as they pass, in order."""
 
@@ -85,13 +114,12 @@ class DirectionRecorder:
         "_dir",
         "_emit",
         "_bodies",
-        "_parser",
-        "_copy",
+        "_scanner",
+        "_prefix",
         "_budget",
         "_held",
-        "_heartbeats",
+        "_heartbeats_seen",
         "_heartbeats_since",
-        "_after_frame",
         "frames",
         "stopped",
     )
@@ -112,138 +140,118 @@ class DirectionRecorder:
         self._dir = direction
         self._emit = emit
         self._bodies = bodies
-        self._parser: FrameParser | None = FrameParser(limits)
-        self._copy = bytearray()  # what the parser holds, as it came: the headers' exact bytes
+        self._scanner: FrameScanner | None = FrameScanner(limits, bodies=bodies)
+        # a frame line's part after its time, up to its command: the same for all of them
+        self._prefix = (
+            f',"conn":{_string(conn)},"kind":"frame","client":{_string(client)},'
+            f'"dir":{_string(direction)},"command":'
+        )
         self._budget = budget
         self._held = 0
-        self._heartbeats = 0
+        self._heartbeats_seen = 0  # the scanner's count when the last heartbeats record was made
         self._heartbeats_since = float("-inf")
-        self._after_frame = False
         self.frames = 0
         self.stopped = False
 
     def feed(self, data: bytes, now: float) -> None:
-        parser = self._parser
-        if parser is None:
+        scanner = self._scanner
+        if scanner is None:
             return
-        parser.feed(data)
-        copy = self._copy
-        copy += data
-        while True:
-            before = parser.buffered
-            try:
-                frame = parser.next_frame()
-            except FrameError as error:
-                self._stop(now, str(error))
-                return
-            consumed = before - parser.buffered
-            if frame is None:
-                if consumed:  # heart-beats (and stray NULs) between frames
-                    self._between(bytes(copy[:consumed]), now)
-                    del copy[:consumed]
-                break
-            # the frame's head, cut from the copy without copying its body
-            start = _skip_between(copy).end() if copy[0] in _BETWEEN_FRAMES_FIRST else 0  # type: ignore[union-attr]  # "*" always matches
-            if start:
-                self._between(bytes(copy[:start]), now)
-            head = bytes(copy[start : _head_end(copy, start, consumed)])
-            del copy[:consumed]
-            command, headers = split_head(head)
-            size = SMALL_RECORD + len(head) + 8 * len(headers)
-            record: Record = {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": self._conn,
-                "kind": "frame",
-                "client": self._client,
-                "dir": self._dir,
-                "command": command,
-                "headers": headers,
-                "body_len": len(frame.body),
-            }
-            if self._bodies:
-                record["body"] = base64.b64encode(frame.body).decode("ascii")
-                size += len(record["body"])
-            self.frames += 1
-            self._after_frame = True
-            self._emit(record, size)
-        self._account(parser.buffered + len(copy), now)
+        found: list[ScannedFrame] = []
+        error = None
+        try:
+            scanner.feed(data, found)
+        except FrameError as refused:
+            error = str(refused)
+        lines: list[str] = []
+        if found:
+            start = f'{{"v":{FORMAT_VERSION},"ts":{float.__repr__(now)}{self._prefix}'
+            for command, headers, _, body_len, body in found:
+                text = f'{start}{_string(command)},"headers":{headers_json(headers)},"body_len":{body_len}'
+                if body is not None:
+                    text += ',"body":"' + base64.b64encode(body).decode("ascii") + '"'
+                lines.append(text + "}\n")
+            self.frames += len(found)
+        if scanner.heartbeats != self._heartbeats_seen and now - self._heartbeats_since >= HEARTBEAT_WINDOW:
+            self._heartbeats_record(lines, now)
+        if error is not None:
+            self._stop(lines, now, error)
+        elif scanner.held != self._held:
+            self._account(scanner.held, now, lines)
+        if lines:
+            self._emit(self._conn, "".join(lines), len(lines))
 
-    def _account(self, held: int, now: float) -> None:
+    def _account(self, held: int, now: float, lines: list[str]) -> None:
         budget = self._budget
         budget.held += held - self._held
         self._held = held
         if held and budget.held > budget.limit:
             self._stop(
+                lines,
                 now,
                 f"the tap's parse buffers are full (--parse-buffer-bytes {budget.limit}): "
                 f"this direction holds {held} bytes of an incomplete frame",
             )
 
-    def _between(self, run: bytes, now: float) -> None:
-        """EOLs (and stray NULs) between frames: heart-beats, except the one EOL that ends the
-        frame before them (the adapter and the plugins end every frame with NUL LF)."""
-        count = run.count(b"\n")
-        if self._after_frame and (run[:1] == b"\n" or run[:2] == b"\r\n"):
-            count -= 1
-        self._after_frame = False
-        if not count:
-            return
-        self._heartbeats += count
-        if now - self._heartbeats_since >= HEARTBEAT_WINDOW:
-            self._flush_heartbeats(now)
-
-    def _flush_heartbeats(self, now: float) -> None:
-        if self._heartbeats:
-            self._emit(
+    def _heartbeats_record(self, lines: list[str], now: float) -> None:
+        assert self._scanner is not None
+        seen = self._scanner.heartbeats
+        lines.append(
+            line(
                 {
                     "v": FORMAT_VERSION,
                     "ts": now,
                     "conn": self._conn,
                     "kind": "heartbeats",
                     "dir": self._dir,
-                    "count": self._heartbeats,
-                },
-                SMALL_RECORD,
+                    "count": seen - self._heartbeats_seen,
+                }
             )
-            self._heartbeats = 0
-            self._heartbeats_since = now
+        )
+        self._heartbeats_seen = seen
+        self._heartbeats_since = now
 
-    def _stop(self, now: float, error: str) -> None:
+    def _stop(self, lines: list[str], now: float, error: str) -> None:
         """Parsing of this direction ends here; its buffers are let go."""
-        self._parser = None
-        self._copy = bytearray()
-        self._account(0, now)
+        self._scanner = None
+        budget = self._budget
+        budget.held -= self._held
+        self._held = 0
         self.stopped = True
-        self._emit(
-            {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": self._conn,
-                "kind": "frame",
-                "client": self._client,
-                "dir": self._dir,
-                "command": None,
-                "error": error,
-                "headers": [],
-                "body_len": 0,
-            },
-            SMALL_RECORD + len(error),
+        lines.append(
+            line(
+                {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": self._conn,
+                    "kind": "frame",
+                    "client": self._client,
+                    "dir": self._dir,
+                    "command": None,
+                    "error": error,
+                    "headers": [],
+                    "body_len": 0,
+                }
+            )
         )
 
     def finish(self, now: float) -> None:
         """The connection is over: pending heart-beats are recorded, and a frame cut off by the
-        close is recorded as one the codec could not parse."""
-        self._flush_heartbeats(now)
-        parser = self._parser
-        if parser is None:
+        close is recorded as one the scanner could not parse."""
+        scanner = self._scanner
+        if scanner is None:
             return
-        rest = self._copy.lstrip(_BETWEEN_FRAMES)
+        lines: list[str] = []
+        if scanner.heartbeats != self._heartbeats_seen:
+            self._heartbeats_record(lines, now)
+        rest = scanner.incomplete
         if rest:
-            self._stop(now, f"connection closed in the middle of a frame ({len(rest)} bytes of it)")
+            self._stop(lines, now, f"connection closed in the middle of a frame ({rest} bytes of it)")
         else:
-            self._account(0, now)
-            self._parser = None
+            self._account(0, now, lines)
+            self._scanner = None
+        if lines:
+            self._emit(self._conn, "".join(lines), len(lines))
 
 
 class ConnectionRecorder:
@@ -276,17 +284,20 @@ class ConnectionRecorder:
             conn, client, "out", emit, bodies=bodies, limits=limits, budget=budget
         )
         emit(
-            {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": conn,
-                "kind": "open",
-                "client": client,
-                "listen": listen,
-                "upstream": upstream,
-                "tls": tls,
-            },
-            SMALL_RECORD,
+            conn,
+            line(
+                {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": conn,
+                    "kind": "open",
+                    "client": client,
+                    "listen": listen,
+                    "upstream": upstream,
+                    "tls": tls,
+                }
+            ),
+            1,
         )
 
     def close(self, now: float, *, by: str, reason: str, bytes_in: int, bytes_out: int) -> None:
@@ -296,15 +307,18 @@ class ConnectionRecorder:
         self.inbound.finish(now)
         self.outbound.finish(now)
         self._emit(
-            {
-                "v": FORMAT_VERSION,
-                "ts": now,
-                "conn": self.conn,
-                "kind": "close",
-                "by": by,
-                "reason": reason,
-                "bytes_in": bytes_in,
-                "bytes_out": bytes_out,
-            },
-            SMALL_RECORD + len(reason),
+            self.conn,
+            line(
+                {
+                    "v": FORMAT_VERSION,
+                    "ts": now,
+                    "conn": self.conn,
+                    "kind": "close",
+                    "by": by,
+                    "reason": reason,
+                    "bytes_in": bytes_in,
+                    "bytes_out": bytes_out,
+                }
+            ),
+            1,
         )

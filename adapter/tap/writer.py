@@ -3,10 +3,14 @@
 Owns the recording directory (docs/recording-format.md): the bounded queue between the proxy and
 the disk, the one writer thread, the ``.part`` file being written, its rotation by size and age,
 and what happens when the disk cannot keep up or fails.  The proxy never waits for it: ``offer``
-is a couple of integer comparisons and a put on a ``queue.SimpleQueue``; a record that does not
-fit the bound (``max_records`` records or ``max_bytes`` of them, counting those the writer holds
-while it writes) is dropped on the spot and counted, per connection, and the writer records the
-counts in ``dropped`` records when it catches up.
+takes the records of one read as one batch of text, and is a couple of integer comparisons and
+one put on a ``queue.SimpleQueue``; a batch that does not fit the bound (``max_records`` records or
+``max_bytes`` of them, counting those the writer holds while it writes) is dropped on the spot and
+counted, per connection, and the writer records the counts in ``dropped`` records when it
+catches up.
+
+The records come as JSON Lines text already (adapter/tap/recorder.py says why): the writer
+joins, compresses (zlib runs without the interpreter lock) and writes them.
 
 A failed write (ENOSPC, EIO, a file system gone read-only) abandons the file being written: it
 stays under its hidden ``.part`` name (Spark skips it; ``zcat`` can still read what reached the
@@ -18,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import json
 import logging
 import os
 import queue
@@ -28,18 +31,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from .recorder import FORMAT_VERSION, Record
+from .recorder import FORMAT_VERSION, line
 
 log = logging.getLogger("adapter.tap")
 
 RETRY_SECONDS = 5.0
 WARN_EVERY = 60.0
 TICK = 0.5  # how often an idle writer looks at the age of its file
+# once woken by a record, the writer lets the records of the next reads gather this long before
+# it takes them: a busy proxy wakes it ~20 times a second, not once per read (each wake-up is a
+# futex call on the proxy's side and a handover of the interpreter lock)
+GATHER = 0.05
 BATCH = 512  # records per write call at most
 COMPRESS_LEVEL = 6
 
 _STOP = object()
-_encode = json.JSONEncoder(separators=(",", ":")).encode  # ensure_ascii: \udcXX for non-UTF-8 bytes
+# one put: a connection, the JSON Lines text of its records, how many records, and (for the
+# writer's own ``dropped`` records only) how many lost records it reports
+Batch = tuple[str, str, int, int]
 
 
 class RateLimitedWarning:
@@ -128,18 +137,20 @@ class RecordWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
-    def offer(self, record: Record, size: int) -> bool:
-        """Queue ``record`` (about ``size`` bytes), or drop and count it: never blocks."""
+    def offer(self, conn: str, lines: str, count: int) -> bool:
+        """Queue ``count`` records of connection ``conn`` (``lines``: their JSON Lines text), or
+        drop and count them: never blocks.  A batch is kept or dropped whole."""
+        size = len(lines)
         if (
-            self._offered - self._taken >= self._max_records
+            self._offered - self._taken + count > self._max_records
             or self._offered_bytes - self._taken_bytes + size > self._max_bytes
         ):
-            self._drop({record["conn"]: 1})
+            self._drop({conn: count})
             self._warn("tap: the recording cannot keep up (writer queue full): dropping records")
             return False
-        self._offered += 1
+        self._offered += count
         self._offered_bytes += size
-        self._queue.put((record, size))
+        self._queue.put((conn, lines, count, 0))
         return True
 
     def close(self, timeout: float = 30.0) -> bool:
@@ -168,17 +179,22 @@ class RecordWriter:
         get = self._queue.get
         stopping = False
         while not stopping:
-            batch: list[tuple[Record, int]] = []
+            batch: list[Batch] = []
+            records = batch_bytes = 0
             try:
                 item = get(timeout=TICK)
             except queue.Empty:
                 item = None
+            if item is not None and item is not _STOP:
+                time.sleep(GATHER)
             while item is not None:
                 if item is _STOP:
                     stopping = True
                     break
                 batch.append(item)
-                if len(batch) >= BATCH:
+                records += item[2]
+                batch_bytes += len(item[1])
+                if records >= BATCH:
                     break
                 try:
                     item = self._queue.get_nowait()
@@ -186,9 +202,9 @@ class RecordWriter:
                     item = None
             now = self._clock()
             if batch:
-                self._write([record for record, _ in batch], now)
-                self._taken_bytes += sum(size for _, size in batch)
-                self._taken += len(batch)
+                self._write(batch, now)
+                self._taken_bytes += batch_bytes
+                self._taken += records
             if self._offered == self._taken:  # caught up: say what was lost
                 self._write_dropped(now)
             if self._gzip is not None and (
@@ -199,37 +215,37 @@ class RecordWriter:
             ):
                 self._finish(now)
 
-    def _write(self, records: list[Record], now: float) -> None:
+    def _write(self, batch: list[Batch], now: float) -> None:
         if now < self._retry_at:
-            self._lose(records)
+            self._lose(batch)
             return
-        lines = "".join([_encode(record) + "\n" for record in records]).encode("ascii")
+        data = "".join([lines for _, lines, _, _ in batch]).encode("ascii")
         try:
             if self._gzip is None:
                 self._open(now)
             assert self._gzip is not None
-            self._gzip.write(lines)
+            self._gzip.write(data)
         except OSError as error:
-            self._lose(records)
+            self._lose(batch)
             self._fail(error, now)
             return
-        self._tally(records, self._in_file, self._reported_in_file)
-        self.written += len(records) - sum(record["kind"] == "dropped" for record in records)
+        self._tally(batch, self._in_file, self._reported_in_file)
+        self.written += sum([count for _, _, count, reports in batch if not reports])
 
     @staticmethod
-    def _tally(records: list[Record], proxied: dict[str, int], reported: dict[str, int]) -> None:
-        """Count ``records`` per connection: the proxy's ones, and what ``dropped`` ones report."""
-        for record in records:
-            conn = record["conn"]
-            if record["kind"] == "dropped":
-                reported[conn] = reported.get(conn, 0) + record["count"]
+    def _tally(batch: list[Batch], proxied: dict[str, int], reported: dict[str, int]) -> None:
+        """Count the records of ``batch`` per connection: the proxy's ones, and what ``dropped``
+        ones report."""
+        for conn, _, count, reports in batch:
+            if reports:
+                reported[conn] = reported.get(conn, 0) + reports
             else:
-                proxied[conn] = proxied.get(conn, 0) + 1
+                proxied[conn] = proxied.get(conn, 0) + count
 
-    def _lose(self, records: list[Record]) -> None:
+    def _lose(self, batch: list[Batch]) -> None:
         proxied: dict[str, int] = {}
         reported: dict[str, int] = {}
-        self._tally(records, proxied, reported)
+        self._tally(batch, proxied, reported)
         self._drop(proxied)
         self._drop(reported, new=False)
 
@@ -240,7 +256,12 @@ class RecordWriter:
             table, self._dropped_by_conn = self._dropped_by_conn, {}
         self._write(
             [
-                {"v": FORMAT_VERSION, "ts": now, "conn": conn, "kind": "dropped", "count": count}
+                (
+                    conn,
+                    line({"v": FORMAT_VERSION, "ts": now, "conn": conn, "kind": "dropped", "count": count}),
+                    1,
+                    count,
+                )
                 for conn, count in table.items()
             ],
             now,

@@ -1,6 +1,11 @@
 """Fixtures of the ActiveMQ comparison suite: a private Apache ActiveMQ 5.17 broker, the adapter
 in the ``activemq`` profile, and a raw STOMP client that speaks to both.
 
+Every conversation runs twice: once with ActiveMQ reached directly, once through the recording
+tap (``stomp-amqp-adapter tap``, one per module, recording with bodies) in front of it.  The
+tests assert the outcome literally, so both runs giving it is the tap's transparency; the
+recording itself is checked in tests/spark/test_tap_on_activemq.py.
+
 The broker is Debian's ``activemq`` package, started once per module from the test's own
 directory: its own ``activemq.xml`` (KahaDB in the test's data directory, STOMP only, on a free
 port, never 61613), its own tmp directory, no JMX.  The system service and its instance
@@ -22,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import AdapterProcess, BrokerProbe, free_port, wait_for_port
+from tests.tap_support import TapProcess
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 ACTIVEMQ_JAR = ACTIVEMQ_HOME / "bin" / "activemq.jar"
@@ -94,6 +100,18 @@ def activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveMQ]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def activemq_tap(activemq: ActiveMQ, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TapProcess]:
+    """The recording tap in front of the module's ActiveMQ (bodies recorded, as for a replay)."""
+    base = tmp_path_factory.mktemp("activemq-tap")
+    tap = TapProcess(f"127.0.0.1:{activemq.port}", base / "recording", "--record-bodies")
+    try:
+        yield tap
+    finally:
+        status = tap.stop()
+        assert status == 0, f"the tap exited with {status}: {tap.log()}"
 
 
 @pytest.fixture
@@ -219,12 +237,18 @@ def connector(port: int, peers: list[Peer]) -> Connect:
     return connect
 
 
-@pytest.fixture
-def both(activemq: ActiveMQ, start_adapter: Callable[..., AdapterProcess]) -> Iterator[dict[str, Connect]]:
-    """``{"activemq": connect, "adapter": connect}``: the same conversation runs against each."""
+@pytest.fixture(params=["direct", "via-tap"])
+def both(
+    request: pytest.FixtureRequest, activemq: ActiveMQ, start_adapter: Callable[..., AdapterProcess]
+) -> Iterator[dict[str, Connect]]:
+    """``{"activemq": connect, "adapter": connect}``: the same conversation runs against each;
+    ActiveMQ is reached directly, or through the recording tap (``via-tap``)."""
+    port = activemq.port
+    if request.param == "via-tap":
+        port = request.getfixturevalue("activemq_tap").port
     adapter = start_adapter(profile="activemq")
     peers: list[Peer] = []
-    yield {"activemq": connector(activemq.port, peers), "adapter": connector(adapter.port, peers)}
+    yield {"activemq": connector(port, peers), "adapter": connector(adapter.port, peers)}
     for peer in peers:
         if not peer.closed:
             peer.sock.close()

@@ -5,11 +5,14 @@ not serve the same (docs/migration-activemq.md), none for the others."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 from adapter.migrate.cli import main
+from adapter.migrate.recording import load_conversations
+from adapter.migrate.replay import ReplayOptions, replay
 from tests.recordings import Recording, fleet
 from tests.support import AdapterProcess, BrokerProbe, unique
 
@@ -80,3 +83,23 @@ def test_replay_refuses_a_recording_without_bodies(tmp_path: Path, capsys) -> No
     status = main(["replay", str(tmp_path / "rec"), "--target", "127.0.0.1:9", "--passcode", "x"])
     assert status == 2
     assert "--record-bodies" in capsys.readouterr().err
+
+
+def test_a_client_id_used_again_after_its_connection_closed_is_replayed_in_that_order(
+    start_adapter: Callable[..., AdapterProcess], tmp_path: Path
+) -> None:
+    """A durable subscriber that disconnects and comes back with its client-id (php-stomp's
+    ``unset`` then ``new Stomp``): the replay must end the first connection before it opens the
+    second, or the target refuses the client-id as already connected."""
+    recording = Recording(tmp_path / "rec", bodies=True)
+    client_id = unique("again")
+    first = recording.connection("10.0.0.7").connect(client_id=client_id)
+    first.send("DISCONNECT")  # no receipt: nothing for the replay to wait for
+    first.close()
+    second = recording.connection("10.0.0.7").connect(client_id=client_id)
+    second.close()
+    recording.close()
+    port = start_adapter(profile="activemq").port
+    events = load_conversations(tmp_path / "rec", need_bodies=True)
+    results = asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
+    assert [(r.client_id, r.differences, r.not_sent) for r in results] == [(client_id, [], 0)] * 2

@@ -10,6 +10,10 @@ Scenarios: ``queue`` (SEND non-persistent, SUBSCRIBE with client acks and
 ``durable`` (``client-id`` + ``activemq.subscriptionName``: messages sent while the subscriber
 is away wait for it; then ActiveMQ's UNSUBSCRIBE sequence removes the subscription).
 
+The same programs also run against the private Apache ActiveMQ of tests/activemq, directly and
+through the recording tap in front of it: they print the same lines either way (the tap's
+transparency), and the lines the adapter gives.
+
 A missing interpreter or client library FAILS the test with the package to install: .ci/run
 installs them.
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from adapter.mapping.profile import durable_subscription_queue
+from tests.activemq.conftest import ActiveMQ, activemq, activemq_tap  # noqa: F401 - module fixtures
 from tests.support import AdapterProcess, BrokerProbe
 
 HERE = Path(__file__).parent
@@ -86,3 +91,30 @@ def test_durable_subscription(client: str, activemq_adapter: AdapterProcess, bro
     lines = run_client(client, activemq_adapter.port, "durable", name)
     assert lines == ["message away-1", "message away-2", "done"]
     assert broker.wait_gone(queue)  # ActiveMQ's UNSUBSCRIBE sequence removed it
+
+
+# what each scenario prints, whichever broker is behind (the tests above, against the adapter)
+PRINTS = {
+    "queue": ["message one", "message two", "message three", "done"],
+    "selector": ["message red-big", "nothing more", "done"],
+    "durable": ["message away-1", "message away-2", "done"],
+}
+
+
+@pytest.mark.parametrize("via", ["direct", "via-tap"])
+@pytest.mark.parametrize("scenario", PRINTS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_against_activemq_direct_and_through_the_tap(
+    client: str,
+    scenario: str,
+    via: str,
+    activemq: ActiveMQ,  # noqa: F811
+    request: pytest.FixtureRequest,
+) -> None:
+    port = activemq.port if via == "direct" else request.getfixturevalue("activemq_tap").port
+    name = (
+        f"legacy-{client}-{uuid.uuid4().hex[:8]}"
+        if scenario != "selector"
+        else f"legacy.{uuid.uuid4().hex[:8]}"
+    )
+    assert run_client(client, port, scenario, name) == PRINTS[scenario]

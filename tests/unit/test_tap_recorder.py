@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 
 from adapter.stomp.codec import FrameLimits
-from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget, split_head
+from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget, headers_json
 
 CONNECT = b"CONNECT\naccept-version:1.2\nlogin:app\npasscode:s3cret\nclient-id:legacy-7\n\n\0"
 SEND = b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0\n"
@@ -16,13 +17,16 @@ STREAM = CONNECT + SEND + b"\n\n" + SUBSCRIBE_ESCAPED + b"\r\n" + SEND
 
 
 class Sink:
+    """What the writer gets: per read, one connection's records as JSON Lines text."""
+
     def __init__(self) -> None:
         self.records: list[dict] = []
-        self.sizes: list[int] = []
 
-    def __call__(self, record: dict, size: int) -> None:
-        self.records.append(record)
-        self.sizes.append(size)
+    def __call__(self, conn: str, lines: str, count: int) -> None:
+        assert lines.isascii() and lines.endswith("\n") and lines.count("\n") == count
+        records = [json.loads(line) for line in lines.splitlines()]
+        assert {record["conn"] for record in records} == {conn}
+        self.records.extend(records)
 
     def kinds(self) -> list[str]:
         return [r["kind"] for r in self.records]
@@ -108,7 +112,9 @@ def test_the_passcode_is_never_recorded_and_bodies_only_when_asked():
     connect, send = sink.frames()
     assert ["passcode", "***"] in connect["headers"]
     assert base64.b64decode(send["body"]) == b"hello"
-    assert split_head(b"STOMP\npasscode:x\npasscode:y")[1] == [["passcode", "***"], ["passcode", "***"]]
+    repeated = Sink()
+    direction(repeated).feed(b"STOMP\npasscode:x\npasscode:y\n\n\0", 1.0)
+    assert repeated.frames()[0]["headers"] == [["passcode", "***"], ["passcode", "***"]]
 
 
 def test_bytes_that_are_not_utf8_survive_as_escapes():
@@ -171,14 +177,32 @@ def test_heartbeats_are_aggregated_to_one_record_per_second():
 def test_the_process_wide_parse_budget_stops_the_direction_that_exceeds_it():
     budget = ParseBudget(1000)
     sink = Sink()
-    one, two = direction(sink, budget=budget), direction(sink, budget=budget)
-    one.feed(b"SEND\ndestination:/q\n\n" + b"x" * 300, 1.0)  # incomplete: held
+    one, two = direction(sink, budget=budget), direction(sink, budget=budget, bodies=True)
+    one.feed(b"SEND\ndestination:/q\nx-pad:" + b"x" * 300, 1.0)  # an incomplete head: held
     assert budget.held > 0 and not one.stopped
-    two.feed(b"SEND\ndestination:/q\n\n" + b"y" * 600, 1.0)
+    two.feed(b"SEND\ndestination:/q\n\n" + b"y" * 700, 1.0)  # a body being recorded: held
     assert two.stopped and not one.stopped
     assert "parse-buffer-bytes" in sink.records[-1]["error"]
-    one.feed(b"\0", 1.0)
+    one.feed(b"\n\n\0", 1.0)
     assert budget.held == 0  # the complete frame let go of its bytes, the stopped side of its own
+
+
+def test_a_body_in_flight_is_counted_not_held_unless_bodies_are_recorded():
+    budget = ParseBudget(1000)
+    sink = Sink()
+    plain = direction(sink, budget=budget)
+    plain.feed(b"SEND\ndestination:/q\n\n" + b"x" * 5000, 1.0)  # no content-length: up to the NUL
+    plain.feed(b"x" * 5000, 1.0)
+    plain.feed(b"x" * 5000 + b"\0\nSEND\ncontent-length:4000\n\n" + b"y" * 2000, 1.0)
+    assert budget.held == 0 and not plain.stopped
+    plain.feed(b"y" * 2000 + b"\0", 1.0)
+    assert [(f["command"], f["body_len"]) for f in sink.frames()] == [("SEND", 15000), ("SEND", 4000)]
+    recorded = Sink()
+    bodies = direction(recorded, bodies=True)
+    frame = b"SEND\ncontent-length:7\n\nab\0cdef\0"
+    for i in range(len(frame)):
+        bodies.feed(frame[i : i + 1], 1.0)
+    assert base64.b64decode(recorded.frames()[0]["body"]) == b"ab\0cdef"
 
 
 def test_a_connection_records_open_both_directions_and_close():
@@ -221,3 +245,16 @@ def test_a_connection_records_open_both_directions_and_close():
         },
     ]
     assert [r["dir"] for r in sink.frames()] == ["in", "out"]
+
+
+def test_headers_json_is_what_the_json_encoder_gives_fast_path_or_not():
+    rng = random.Random(7)
+    alphabet = ["a", "b", ":", " ", '"', "\\", "\u00e9", "\udcff", "\x7f", "\t", "~", "passcode"]
+    for _ in range(500):
+        lines = []
+        for _ in range(rng.randrange(1, 6)):
+            name = rng.choice(["destination", "id", "passcode", "x" + rng.choice(alphabet)])
+            lines.append(name + ":" + "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 6))))
+        pairs = [[n, "***" if n == "passcode" else v] for n, v in (line.split(":", 1) for line in lines)]
+        assert headers_json(lines) == json.dumps(pairs, separators=(",", ":"))
+    assert headers_json([]) == "[]"

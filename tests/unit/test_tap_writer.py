@@ -32,6 +32,16 @@ def record(conn: str, n: int) -> dict:
     }
 
 
+def batch(conn: str, n: int, size: int | None = None) -> tuple[str, str, int]:
+    """One record as the proxy offers it: its connection, its JSON line (``size`` characters
+    long if given), a count of 1."""
+    text = json.dumps(record(conn, n)) + "\n"
+    if size is not None:
+        text = json.dumps({**record(conn, n), "pad": "x" * (size - len(text) + 200)}) + "\n"
+        assert len(text) == size
+    return conn, text, 1
+
+
 def read_back(directory: Path) -> list[dict]:
     rows = []
     for path in sorted(directory.iterdir()):
@@ -53,7 +63,7 @@ def test_files_rotate_by_size_and_keep_every_record_in_order(tmp_path):
     writer = RecordWriter(tmp_path, rotate_bytes=50_000, rotate_seconds=3600)
     writer.start()
     for n in range(2000):
-        assert writer.offer(record("a", n), 300)
+        assert writer.offer(*batch("a", n))
         if n % 100 == 99:  # give the writer a chance to write (and rotate) between batches
             wait_until(lambda: writer.pending == 0)
     assert writer.close()
@@ -67,7 +77,7 @@ def test_a_file_is_hidden_until_finished_and_rotates_by_age(tmp_path):
     now = [1_000_000.0]
     writer = RecordWriter(tmp_path, rotate_seconds=60, clock=lambda: now[0])
     writer.start()
-    writer.offer(record("a", 1), 300)
+    writer.offer(*batch("a", 1))
     wait_until(lambda: writer.pending == 0)
     (part,) = tmp_path.iterdir()
     assert part.name.startswith(".tap-19700112T134640Z-") and part.name.endswith(".jsonl.gz.part")
@@ -75,7 +85,7 @@ def test_a_file_is_hidden_until_finished_and_rotates_by_age(tmp_path):
     wait_until(lambda: writer.files == 1)
     (done,) = tmp_path.iterdir()
     assert done.name == part.name[1:].removesuffix(".part")
-    writer.offer(record("a", 2), 300)
+    writer.offer(*batch("a", 2))
     assert writer.close()
     assert [row["n"] for row in read_back(tmp_path)] == [1, 2]
 
@@ -109,10 +119,10 @@ def test_a_disk_that_does_not_keep_up_drops_records_counts_them_and_never_blocks
         tmp_path, max_records=100, open_file=lambda path: BlockingFile(path, release, entered)
     )
     writer.start()
-    writer.offer(record("a", 0), 300)
+    writer.offer(*batch("a", 0))
     assert entered.wait(10)  # the writer is stuck in its first write
     # the disk is released only after these: an offer that waited for it would hang here
-    accepted = [writer.offer(record("a" if n % 2 else "b", n), 300) for n in range(1, 1001)]
+    accepted = [writer.offer(*batch("a" if n % 2 else "b", n)) for n in range(1, 1001)]
     assert accepted.count(True) == 99  # the one being written counts against the bound
     assert writer.dropped == 901
     release.set()
@@ -129,10 +139,10 @@ def test_the_byte_bound_drops_too(tmp_path):
         tmp_path, max_bytes=10_000, open_file=lambda path: BlockingFile(path, release, entered)
     )
     writer.start()
-    writer.offer(record("a", 0), 4000)
+    writer.offer(*batch("a", 0, 4000))
     assert entered.wait(10)
-    assert writer.offer(record("a", 1), 4000)
-    assert not writer.offer(record("a", 2), 4000)  # 12000 > 10000
+    assert writer.offer(*batch("a", 1, 4000))
+    assert not writer.offer(*batch("a", 2, 4000))  # 12000 > 10000
     release.set()
     assert writer.close()
     assert writer.dropped == 1
@@ -169,14 +179,14 @@ def test_a_full_disk_drops_warns_once_and_recovers(tmp_path, caplog, monkeypatch
     caplog.set_level(logging.WARNING, logger="adapter.tap")
     writer.start()
     for n in range(50):
-        writer.offer(record("a", n), 300)
+        writer.offer(*batch("a", n))
         wait_until(lambda: writer.pending == 0)
     assert writer.dropped == 50 and writer.written == 0
     warnings = [r for r in caplog.records if "cannot write the recording" in r.getMessage()]
     assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
     disk_full.clear()  # space again: the next write after the retry delay opens a new file
     time.sleep(0.3)
-    writer.offer(record("a", 50), 300)
+    writer.offer(*batch("a", 50))
     assert writer.close()
     rows = read_back(tmp_path)
     assert [row["n"] for row in rows if row["kind"] == "frame"] == [50]
