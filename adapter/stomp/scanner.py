@@ -292,28 +292,25 @@ class FrameScanner:
         if not headers:
             return command, [], None
         lines = headers.split("\n")
-        if not all(map(contains, lines, repeat(":"))):
+        if not all(map(contains, lines, _COLONS)):
             colonless = next(line for line in lines if ":" not in line)
             raise FrameError("Bad header", f"Header line without ':' {_wire(colonless)!r}")
         if len(lines) > limits.max_headers and len(set(_names(lines))) > limits.max_headers:
             raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
         length = None
-        if "content-length:" in headers:
-            if headers.startswith("content-length:"):
-                start = 15
-            else:
-                start = headers.find("\ncontent-length:")
-                start = start + 16 if start >= 0 else -1
-            if start >= 0:
-                stop = headers.find("\n", start)
-                value = headers[start:] if stop < 0 else headers[start:stop]
-                # the common case in one step; anything else (spaces, signs, digits beyond
-                # ASCII, too many of them) gets the codec's own rule and errors
-                length = (
-                    int(value)
-                    if value.isdigit() and value.isascii() and len(value) < 16
-                    else content_length(value)
-                )
+        # the first header line named content-length: every header line follows an LF
+        start = text.find("\ncontent-length:")
+        if start >= 0:
+            start += 16
+            stop = text.find("\n", start)
+            value = text[start:] if stop < 0 else text[start:stop]
+            # the common case in one step; anything else (spaces, signs, digits beyond ASCII,
+            # too many of them) gets the codec's own rule and errors
+            length = (
+                int(value)
+                if value.isdigit() and value.isascii() and len(value) < 16
+                else content_length(value)
+            )
         return command, lines, length
 
 
@@ -321,6 +318,9 @@ def header_pairs(lines: list[str]) -> list[list[str]]:
     """The header lines of a scanned frame as ``[name, value]`` pairs, in wire order, repeats
     kept, values as on the wire (split at each line's first ':')."""
     return [line.split(":", 1) for line in lines]
+
+
+_COLONS = repeat(":")  # endless: one for every map over header lines
 
 
 def _names(lines: list[str]) -> list[str]:
