@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,8 @@ from ..stomp.scanner import FrameScanner, ScannedFrame, header_pairs
 
 FORMAT_VERSION = 1
 REDACTED = "***"
+# a passcode header line quoted in an error text, up to the end of its quoted bytes
+_PASSCODE_IN_ERROR = re.compile(r"passcode:[^'\"]*")
 HEARTBEAT_WINDOW = 1.0  # seconds: at most one heartbeats record per connection and direction
 
 Record = dict[str, Any]
@@ -212,7 +215,10 @@ class DirectionRecorder:
         self._heartbeats_since = now
 
     def _stop(self, lines: list[str], now: float, error: str) -> None:
-        """Parsing of this direction ends here; its buffers are let go."""
+        """Parsing of this direction ends here; its buffers are let go.  The error may quote the
+        header line it could not read: a passcode's value is redacted there as in the headers."""
+        if "passcode:" in error:
+            error = _PASSCODE_IN_ERROR.sub("passcode:" + REDACTED, error)
         self._scanner = None
         budget = self._budget
         budget.held -= self._held

@@ -258,3 +258,15 @@ def test_headers_json_is_what_the_json_encoder_gives_fast_path_or_not():
         pairs = [[n, "***" if n == "passcode" else v] for n, v in (line.split(":", 1) for line in lines)]
         assert headers_json(lines) == json.dumps(pairs, separators=(",", ":"))
     assert headers_json([]) == "[]"
+
+
+def test_a_malformed_connect_does_not_put_its_passcode_in_the_error_record():
+    """The scanner's error quotes the header line it could not read; a passcode line is
+    recorded as ``passcode:***`` there too (found by the #24 review)."""
+    sink = Sink()
+    recorder = direction(sink)
+    recorder.feed(b"CONNECT\nlogin:guest\npasscode:hunter2\rX\n\n\0", 1.0)
+    recorder.finish(2.0)
+    [frame] = sink.frames()
+    assert frame["command"] is None and frame["error"]
+    assert "hunter2" not in json.dumps(sink.records)
