@@ -137,7 +137,11 @@ def used_idioms(sent: list[tuple[str, dict[str, str]]]) -> set[str]:
             for prefix, name in (("/temp-queue/", "temp-queue"), ("/temp-topic/", "temp-topic")):
                 if element.startswith(prefix) or headers.get("reply-to", "").startswith(prefix):
                     found.add(name)
+        if "VirtualTopic." in destination:  # /topic/VirtualTopic.X, /queue/Consumer.G.VirtualTopic.X
+            found.add("virtual-topic")
         if command == "SEND":
+            if "AMQ_SCHEDULED_DELAY" in headers:
+                found.add("scheduled-delivery")
             if headers.get("persistent") == "false":
                 found.add("non-persistent-send")
             if "priority" in headers:
@@ -157,6 +161,8 @@ def used_idioms(sent: list[tuple[str, dict[str, str]]]) -> set[str]:
                 found.add(f"ack-{headers['ack']}")
             if "activemq.subscriptionName" in headers:
                 found.add("durable-subscription")
+            if headers.get("browser") == "true":
+                found.add("browser")
         elif command == "UNSUBSCRIBE" and "activemq.subscriptionName" in headers:
             found.add("durable-subscription")
         elif command == "NACK":
