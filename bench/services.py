@@ -25,6 +25,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from . import procstat
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
@@ -65,10 +67,17 @@ def raise_own_nofile() -> None:
 
 
 class AdapterProcess:
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, label: str = "adapter") -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        label: str = "adapter",
+        args: list[str] | None = None,
+    ) -> None:
         self.host = host
         self.port = port or free_port()
         self.label = label
+        self.args = list(args or [])  # more command-line arguments (``--config FILE``, ...)
         self.proc: subprocess.Popen[bytes] | None = None
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.log_path = RESULTS / f"{label}-{self.port}.log"
@@ -86,6 +95,7 @@ class AdapterProcess:
             f"{self.host}:{self.port}",
             "--log-level",
             "WARNING",
+            *self.args,
         ]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
@@ -121,6 +131,9 @@ class AdapterProcess:
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.proc is None:
             return None
+        # the workers of --workers N run in their own sessions: remember them, so that none
+        # outlives a supervisor that had to be killed
+        workers = procstat.child_pids(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -128,6 +141,12 @@ class AdapterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        for pid in workers:
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"adapter" not in f.read():
+                        continue  # gone, and the pid is someone else's now
+                os.kill(pid, signal.SIGKILL)
         try:  # keep only logs that say something
             if self.log_path.stat().st_size == 0:
                 self.log_path.unlink()
