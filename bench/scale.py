@@ -13,8 +13,7 @@ For each N of ``--clients`` and each side of ``--sides`` (adapter, plugin) it:
    file, passed through unchecked: the adapter checks them when it starts);
 3. starts ``--client-processes`` client processes (bench/scale_fleet.py), each connecting from
    its own 127.0.0.x source address, and reads the RSS of the adapter (all its processes) and of
-   the broker (beam.smp, OS RSS) and the broker's ``erlang:memory(total)`` (``rabbitmqctl
-   status``);
+   the broker (beam.smp, OS RSS) and the broker's own ``rabbitmq-diagnostics memory_breakdown``;
 4. opens the N clients (``--ws-share`` of them over WebSocket, ``--open-concurrency`` CONNECTs
    in flight at once over all processes), each subscribed to one shared ``/topic/...`` with a
    receipt: the open rate is N over the time until the last RECEIPT;
@@ -58,8 +57,10 @@ from .scale_stats import (
     Round,
     Share,
     adapter_setting,
+    breakdown_per_client,
     client_counts,
     command,
+    erlang_kb,
     ini_text,
     parse_event,
     plan_clients,
@@ -87,9 +88,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--clients", type=client_counts, default=client_counts("1000,5000"), help="N list (default 1000,5000)"
     )
     parser.add_argument(
-        "--sides", default="adapter,plugin", type=_sides, help="adapter, plugin or both (default adapter,plugin)"
+        "--sides",
+        default="adapter,plugin",
+        type=_sides,
+        help="adapter, plugin or both (default adapter,plugin)",
     )
-    parser.add_argument("--ws-share", type=float, default=0.5, help="share of clients over WebSocket (default 0.5)")
+    parser.add_argument(
+        "--ws-share", type=float, default=0.5, help="share of clients over WebSocket (default 0.5)"
+    )
     parser.add_argument("--workers", type=int, default=2, help="adapter worker processes (default 2)")
     parser.add_argument(
         "--adapter-setting",
@@ -100,17 +106,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="an ini line for the adapter (repeatable), e.g. adapter.amqp_sessions_per_connection=8",
     )
     parser.add_argument("--client-processes", type=int, default=4, help="client processes (default 4)")
-    parser.add_argument("--source-addresses", type=int, default=4, help="127.0.0.2... to connect from (default 4)")
     parser.add_argument(
-        "--open-concurrency", type=int, default=32, help="CONNECTs in flight, all processes together (default 32)"
+        "--source-addresses", type=int, default=4, help="127.0.0.2... to connect from (default 4)"
     )
-    parser.add_argument("--open-timeout", type=float, default=60.0, help="seconds for one client to subscribe")
+    parser.add_argument(
+        "--open-concurrency",
+        type=int,
+        default=32,
+        help="CONNECTs in flight, all processes together (default 32)",
+    )
+    parser.add_argument(
+        "--open-timeout", type=float, default=60.0, help="seconds for one client to subscribe"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="fan-out messages, one at a time (default 5)")
     parser.add_argument("--round-timeout", type=float, default=60.0, help="longest wait for one round")
     parser.add_argument("--round-gap", type=float, default=1.0, help="seconds between rounds (default 1)")
     parser.add_argument("--settle", type=float, default=3.0, help="seconds before memory is read (default 3)")
     parser.add_argument(
-        "--ws-keepalive", type=float, default=20.0, help="seconds between EOLs a WebSocket client sends (default 20)"
+        "--ws-keepalive",
+        type=float,
+        default=20.0,
+        help="seconds between EOLs a WebSocket client sends (default 20)",
     )
     parser.add_argument(
         "--broker",
@@ -121,12 +137,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--reuse-node", action="store_true", help="one private node for the whole run")
     parser.add_argument(
-        "--broker-nofile", type=int, default=20_000, help="soft file limit of the private node (default 20000)"
+        "--broker-nofile",
+        type=int,
+        default=20_000,
+        help="soft file limit of the private node (default 20000)",
     )
     parser.add_argument(
-        "--broker-plugins", default=",".join(PLUGINS), help=f"plugins of the private node (default {','.join(PLUGINS)})"
+        "--broker-plugins",
+        default=",".join(PLUGINS),
+        help=f"plugins of the private node (default {','.join(PLUGINS)})",
     )
-    parser.add_argument("--no-broker-status", action="store_true", help="skip rabbitmqctl status (erlang memory)")
+    parser.add_argument(
+        "--no-memory-breakdown", action="store_true", help="skip rabbitmq-diagnostics memory_breakdown"
+    )
     parser.add_argument("--json", help="output file (default bench/results/scale-<date>-<time>.json)")
     args = parser.parse_args(argv)
     for name in ("workers", "client_processes", "open_concurrency", "rounds"):
@@ -164,8 +187,8 @@ class Broker:
     def pid(self) -> int | None:
         raise NotImplementedError
 
-    def erlang_kb(self) -> int | None:
-        return None
+    def breakdown(self) -> dict[str, int]:
+        return {}
 
     def close(self) -> None: ...
 
@@ -196,11 +219,21 @@ class PrivateBroker(Broker):
     def pid(self) -> int | None:
         return self.node.pid()
 
-    def erlang_kb(self) -> int | None:
-        result = self.node.ctl("status", "--formatter", "json", check=False, timeout=120)
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            return int(json.loads(result.stdout)["memory"]["total"]["erlang"]) // 1024
-        return None
+    def breakdown(self) -> dict[str, int]:
+        """``rabbitmq-diagnostics memory_breakdown`` in bytes per category."""
+        result = self.node.ctl(
+            "memory_breakdown",
+            "--unit",
+            "bytes",
+            "--formatter",
+            "json",
+            program="rabbitmq-diagnostics",
+            check=False,
+            timeout=120,
+        )
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            return {name: int(v["bytes"]) for name, v in json.loads(result.stdout).items()}
+        return {}
 
     def close(self) -> None:
         from tests.cluster.rabbit import remove_private_node
@@ -327,8 +360,11 @@ class Run:
             print(f"starting a private node {broker.name} ...", flush=True)
             started = time.monotonic()
             broker.start()
-            print(f"  up in {time.monotonic() - started:.0f} s (AMQP {broker.node.amqp_port}, "
-                  f"STOMP {broker.stomp_port}, Web STOMP {broker.ws_port})", flush=True)
+            print(
+                f"  up in {time.monotonic() - started:.0f} s (AMQP {broker.node.amqp_port}, "
+                f"STOMP {broker.stomp_port}, Web STOMP {broker.ws_port})",
+                flush=True,
+            )
             yield broker
         finally:
             print(f"stopping {broker.name} ...", flush=True)
@@ -358,12 +394,14 @@ class Run:
             # the sender, and a few clients that come and go first, so that what the first
             # logins of each worker cost once (imports, caches, pools) is in the baseline
             sender = await connect(host, stomp_port, "scale-sender")
-            await warm_up(host, stomp_port, ws_port, f"/topic/bench-scale-{self.run_id}-warm-up", 2 * args.workers)
+            await warm_up(
+                host, stomp_port, ws_port, f"/topic/bench-scale-{self.run_id}-warm-up", 2 * args.workers
+            )
             await asyncio.sleep(1.0)
             adapter_pid = adapter.pid if adapter else None
             broker_pid = broker.pid()
             before = (tree_rss_kb(adapter_pid), procstat.rss_kb(broker_pid) if broker_pid else None)
-            erlang_before = None if args.no_broker_status else await asyncio.to_thread(broker.erlang_kb)
+            breakdown_before = {} if args.no_memory_breakdown else await asyncio.to_thread(broker.breakdown)
 
             destination = f"/topic/bench-scale-{self.run_id}-{n}-{side}"
             per_process = max(1, args.open_concurrency // len(fleets))
@@ -399,15 +437,21 @@ class Run:
                 m.subscribed += result.subscribed
                 m.failed += result.failed
                 m.errors = (m.errors + [e for e in result.errors if e not in m.errors])[:5]
-            print(f"  {side} N={n}: {m.subscribed:,} subscribed in {m.open_seconds:.1f} s"
-                  + (f", {m.failed:,} failed: {m.errors[:2]}" if m.failed else ""), flush=True)
+            print(
+                f"  {side} N={n}: {m.subscribed:,} subscribed in {m.open_seconds:.1f} s"
+                + (f", {m.failed:,} failed: {m.errors[:2]}" if m.failed else ""),
+                flush=True,
+            )
 
             await asyncio.sleep(args.settle)
             after = (tree_rss_kb(adapter_pid), procstat.rss_kb(broker_pid) if broker_pid else None)
-            erlang_after = None if args.no_broker_status else await asyncio.to_thread(broker.erlang_kb)
+            breakdown_after = {} if args.no_memory_breakdown else await asyncio.to_thread(broker.breakdown)
             m.adapter_rss_kb = (before[0], after[0])
             m.broker_rss_kb = (before[1], after[1])
-            m.broker_erlang_kb = (erlang_before, erlang_after)
+            m.broker_erlang_kb = (erlang_kb(breakdown_before), erlang_kb(breakdown_after))
+            m.broker_breakdown_per_client = breakdown_per_client(
+                breakdown_before, breakdown_after, m.subscribed
+            )
 
             if m.subscribed:
                 m.fanout, m.lost = await self.fan_out(sender, destination, fleets, adapter_pid, broker_pid, m)
@@ -434,10 +478,15 @@ class Run:
         meter.start()
         lost = 0
         for round_no in range(1, args.rounds + 1):
-            sender.write(frame("SEND", {"destination": destination}, stamp_body(round_no, time.monotonic_ns())))
+            sender.write(
+                frame("SEND", {"destination": destination}, stamp_body(round_no, time.monotonic_ns()))
+            )
             reports = await asyncio.gather(
                 *(
-                    fleet.ask(command("collect", round=round_no, timeout=args.round_timeout), args.round_timeout + 30)
+                    fleet.ask(
+                        command("collect", round=round_no, timeout=args.round_timeout),
+                        args.round_timeout + 30,
+                    )
                     for fleet in fleets
                 )
             )
@@ -450,7 +499,9 @@ class Run:
         return Fanout.of(rounds), lost
 
     @staticmethod
-    def _pids(adapter_pid: int | None, broker_pid: int | None, fleets: list[FleetProcess]) -> dict[str, int | None]:
+    def _pids(
+        adapter_pid: int | None, broker_pid: int | None, fleets: list[FleetProcess]
+    ) -> dict[str, int | None]:
         pids: dict[str, int | None] = {"adapter": adapter_pid, "broker": broker_pid}
         for i, fleet in enumerate(fleets):
             pids[f"client{i}"] = fleet.pid
@@ -523,7 +574,8 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "adapter_settings": dict(args.adapter_setting),
         "memory": "RSS from /proc/<pid>/status (adapter: supervisor + workers; broker: beam.smp); "
-        "erl: erlang:memory(total) from rabbitmqctl status",
+        "erl: rabbitmq-diagnostics memory_breakdown, its categories added up without "
+        "reserved_unallocated and allocated_unused (what Erlang has allocated to the node's data)",
     }
 
 

@@ -79,7 +79,9 @@ class Fleet:
                 await asyncio.wait_for(waiter, timeout)
             self._round_waiters.pop(round_no, None)
         got = self.latencies.pop(round_no, [])
-        return event("round", round=round_no, latencies_us=got, missing=max(0, self.live() - len(got)), lost=self.lost)
+        return event(
+            "round", round=round_no, latencies_us=got, missing=max(0, self.live() - len(got)), lost=self.lost
+        )
 
 
 class Subscriber(asyncio.Protocol):
@@ -119,7 +121,10 @@ class Subscriber(asyncio.Protocol):
             else:
                 self._control(buf[start:nul])
             start = nul + 1
-        self.rest = buf[start:] if start < len(buf) else b""
+        n = len(buf)
+        while start < n and buf[start] in (10, 13):  # keep no EOL-only rest
+            start += 1
+        self.rest = buf[start:] if start < n else b""
 
     def _control(self, raw: bytes) -> None:
         if raw.startswith(b"CONNECTED") and self.state == "connecting":
@@ -252,7 +257,7 @@ def _interleave(tcp: int, ws: int) -> list[str]:
     out = []
     placed_ws = 0
     for i in range(total):
-        if ws and placed_ws < round((i + 1) * ws / total):
+        if placed_ws < (i + 1) * ws // total:
             out.append("ws")
             placed_ws += 1
         else:

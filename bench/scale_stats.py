@@ -274,6 +274,34 @@ def per_client_kb(before_kb: int | None, after_kb: int | None, clients: int) -> 
     return round((after_kb - before_kb) / clients, 1)
 
 
+# memory_breakdown categories that are not data of the node: what the allocators hold beyond it
+# (they depend on vm_memory_calculation_strategy) and what the OS has reserved but not given
+NOT_DATA = frozenset({"reserved_unallocated", "allocated_unused"})
+
+
+def erlang_kb(breakdown: Mapping[str, int]) -> int | None:
+    """The data of the node in KB: memory_breakdown's categories (bytes) added up, NOT_DATA left
+    out; None without a breakdown."""
+    if not breakdown:
+        return None
+    return sum(v for name, v in breakdown.items() if name not in NOT_DATA) // 1024
+
+
+def breakdown_per_client(
+    before: Mapping[str, int], after: Mapping[str, int], clients: int
+) -> dict[str, float]:
+    """Growth of each memory_breakdown category per client, in KB, largest first, those that
+    grew by at least 0.1 KB per client."""
+    if not before or not after or clients <= 0:
+        return {}
+    growth = {
+        name: round((after[name] - before.get(name, 0)) / 1024 / clients, 1)
+        for name in after
+        if name not in NOT_DATA
+    }
+    return dict(sorted(((k, v) for k, v in growth.items() if abs(v) >= 0.1), key=lambda kv: -kv[1]))
+
+
 @dataclass
 class Measurement:
     """One side at one N: what the table and ``--json`` show."""
@@ -289,8 +317,9 @@ class Measurement:
     # RSS in KB (OS, /proc/<pid>/status VmRSS): before the clients open and once all are in
     adapter_rss_kb: tuple[int | None, int | None] = (None, None)
     broker_rss_kb: tuple[int | None, int | None] = (None, None)
-    # erlang:memory(total) in KB, from ``rabbitmqctl status`` (memory.erlang)
+    # the node's data in KB (``erlang_kb`` of rabbitmq-diagnostics memory_breakdown)
     broker_erlang_kb: tuple[int | None, int | None] = (None, None)
+    broker_breakdown_per_client: dict[str, float] = field(default_factory=dict)
     fanout: Fanout | None = None
     lost: int = 0
     cpu_seconds: dict[str, float | None] = field(default_factory=dict)
@@ -342,8 +371,11 @@ class Measurement:
                 "broker": self.broker_kb,
                 "adapter": self.adapter_kb if self.side == "adapter" else None,
                 "broker_erlang": self.broker_erlang_per_client_kb,
+                "broker_breakdown": self.broker_breakdown_per_client,
             },
-            "fanout": None if self.fanout is None else {
+            "fanout": None
+            if self.fanout is None
+            else {
                 "deliveries": self.fanout.deliveries,
                 "missing": self.fanout.missing,
                 "p50_ms": _finite(self.fanout.p50_ms),
@@ -392,7 +424,7 @@ def _cell(value: object) -> str:
 def table(measurements: Iterable[Measurement]) -> str:
     """The summary: one row per (N, side).  KB/cl columns are memory per subscribed client:
     adapter + broker (the plugin side: the broker alone), the broker alone (OS RSS of beam.smp),
-    the broker's erlang:memory(total), the adapter alone (RSS of its processes)."""
+    the broker's data (memory_breakdown), the adapter alone (RSS of its processes)."""
     header = "  ".join(name.rjust(width) for name, width in COLUMNS)
     lines = [header, "-" * len(header)]
     for m in measurements:

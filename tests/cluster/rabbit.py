@@ -165,7 +165,8 @@ class RabbitNode:
         d.mkdir()
         (d / "rabbitmq.conf").write_text(
             "# a private node (tests/cluster/rabbit.py)\n"
-            f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n" + "".join(f"{line}\n" for line in self.config_lines)
+            f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n"
+            + "".join(f"{line}\n" for line in self.config_lines)
         )
         # tests/cluster needs no plugin; bench/scale.py asks for the STOMP ones
         (d / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
