@@ -13,7 +13,8 @@ For each N of ``--clients`` and each side of ``--sides`` (adapter, plugin) it:
    file, passed through unchecked: the adapter checks them when it starts);
 3. starts ``--client-processes`` client processes (bench/scale_fleet.py), each connecting from
    its own 127.0.0.x source address, and reads the RSS of the adapter (all its processes) and of
-   the broker (beam.smp, OS RSS) and the broker's own ``rabbitmq-diagnostics memory_breakdown``;
+   the broker (beam.smp, OS RSS), and the broker's own figures: ``erlang:memory(total)``
+   (``rabbitmqctl eval``) and ``rabbitmq-diagnostics memory_breakdown`` by category;
 4. opens the N clients (``--ws-share`` of them over WebSocket, ``--open-concurrency`` CONNECTs
    in flight at once over all processes), each subscribed to one shared ``/topic/...`` with a
    receipt: the open rate is N over the time until the last RECEIPT;
@@ -60,7 +61,7 @@ from .scale_stats import (
     breakdown_per_client,
     client_counts,
     command,
-    erlang_kb,
+    erlang_total_kb,
     ini_text,
     parse_event,
     plan_clients,
@@ -148,7 +149,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"plugins of the private node (default {','.join(PLUGINS)})",
     )
     parser.add_argument(
-        "--no-memory-breakdown", action="store_true", help="skip rabbitmq-diagnostics memory_breakdown"
+        "--no-memory-breakdown",
+        action="store_true",
+        help="skip the broker's own memory figures (memory_breakdown, erlang:memory)",
     )
     parser.add_argument("--json", help="output file (default bench/results/scale-<date>-<time>.json)")
     args = parser.parse_args(argv)
@@ -190,6 +193,9 @@ class Broker:
     def breakdown(self) -> dict[str, int]:
         return {}
 
+    def erlang_kb(self) -> int | None:
+        return None
+
     def close(self) -> None: ...
 
 
@@ -218,6 +224,10 @@ class PrivateBroker(Broker):
 
     def pid(self) -> int | None:
         return self.node.pid()
+
+    def erlang_kb(self) -> int | None:
+        result = self.node.ctl("eval", "erlang:memory(total).", check=False, timeout=120)
+        return erlang_total_kb(result.stdout) if result.returncode == 0 else None
 
     def breakdown(self) -> dict[str, int]:
         """``rabbitmq-diagnostics memory_breakdown`` in bytes per category."""
@@ -402,6 +412,7 @@ class Run:
             broker_pid = broker.pid()
             before = (tree_rss_kb(adapter_pid), procstat.rss_kb(broker_pid) if broker_pid else None)
             breakdown_before = {} if args.no_memory_breakdown else await asyncio.to_thread(broker.breakdown)
+            erlang_before = None if args.no_memory_breakdown else await asyncio.to_thread(broker.erlang_kb)
 
             destination = f"/topic/bench-scale-{self.run_id}-{n}-{side}"
             per_process = max(1, args.open_concurrency // len(fleets))
@@ -446,9 +457,10 @@ class Run:
             await asyncio.sleep(args.settle)
             after = (tree_rss_kb(adapter_pid), procstat.rss_kb(broker_pid) if broker_pid else None)
             breakdown_after = {} if args.no_memory_breakdown else await asyncio.to_thread(broker.breakdown)
+            erlang_after = None if args.no_memory_breakdown else await asyncio.to_thread(broker.erlang_kb)
             m.adapter_rss_kb = (before[0], after[0])
             m.broker_rss_kb = (before[1], after[1])
-            m.broker_erlang_kb = (erlang_kb(breakdown_before), erlang_kb(breakdown_after))
+            m.broker_erlang_kb = (erlang_before, erlang_after)
             m.broker_breakdown_per_client = breakdown_per_client(
                 breakdown_before, breakdown_after, m.subscribed
             )
@@ -574,8 +586,9 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "adapter_settings": dict(args.adapter_setting),
         "memory": "RSS from /proc/<pid>/status (adapter: supervisor + workers; broker: beam.smp); "
-        "erl: rabbitmq-diagnostics memory_breakdown, its categories added up without "
-        "reserved_unallocated and allocated_unused (what Erlang has allocated to the node's data)",
+        "erl: erlang:memory(total) (rabbitmqctl eval); broker_breakdown: rabbitmq-diagnostics "
+        "memory_breakdown growth per client by category ('binary' counts a shared binary once per "
+        "process holding it)",
     }
 
 

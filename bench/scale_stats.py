@@ -279,19 +279,20 @@ def per_client_kb(before_kb: int | None, after_kb: int | None, clients: int) -> 
 NOT_DATA = frozenset({"reserved_unallocated", "allocated_unused"})
 
 
-def erlang_kb(breakdown: Mapping[str, int]) -> int | None:
-    """The data of the node in KB: memory_breakdown's categories (bytes) added up, NOT_DATA left
-    out; None without a breakdown."""
-    if not breakdown:
-        return None
-    return sum(v for name, v in breakdown.items() if name not in NOT_DATA) // 1024
+def erlang_total_kb(output: str) -> int | None:
+    """``rabbitmqctl eval 'erlang:memory(total).'`` prints the bytes the VM has allocated for
+    its data, each binary counted once (unlike memory_breakdown's "binary", which counts a
+    binary once for every process that holds it); in KB, None if the output is not a number."""
+    text = output.strip().splitlines()[-1].strip() if output.strip() else ""
+    return int(text) // 1024 if text.isdigit() else None
 
 
 def breakdown_per_client(
     before: Mapping[str, int], after: Mapping[str, int], clients: int
 ) -> dict[str, float]:
     """Growth of each memory_breakdown category per client, in KB, largest first, those that
-    grew by at least 0.1 KB per client."""
+    grew by at least 0.1 KB per client.  ("binary" counts a shared binary once per process
+    that holds it, so it can exceed what the node has: compare with erlang_total_kb.)"""
     if not before or not after or clients <= 0:
         return {}
     growth = {
@@ -317,7 +318,7 @@ class Measurement:
     # RSS in KB (OS, /proc/<pid>/status VmRSS): before the clients open and once all are in
     adapter_rss_kb: tuple[int | None, int | None] = (None, None)
     broker_rss_kb: tuple[int | None, int | None] = (None, None)
-    # the node's data in KB (``erlang_kb`` of rabbitmq-diagnostics memory_breakdown)
+    # erlang:memory(total) of the node in KB (rabbitmqctl eval)
     broker_erlang_kb: tuple[int | None, int | None] = (None, None)
     broker_breakdown_per_client: dict[str, float] = field(default_factory=dict)
     fanout: Fanout | None = None
@@ -424,7 +425,7 @@ def _cell(value: object) -> str:
 def table(measurements: Iterable[Measurement]) -> str:
     """The summary: one row per (N, side).  KB/cl columns are memory per subscribed client:
     adapter + broker (the plugin side: the broker alone), the broker alone (OS RSS of beam.smp),
-    the broker's data (memory_breakdown), the adapter alone (RSS of its processes)."""
+    the broker's erlang:memory(total), the adapter alone (RSS of its processes)."""
     header = "  ".join(name.rjust(width) for name, width in COLUMNS)
     lines = [header, "-" * len(header)]
     for m in measurements:

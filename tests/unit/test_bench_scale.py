@@ -25,7 +25,7 @@ from bench.scale_stats import (
     breakdown_per_client,
     client_counts,
     command,
-    erlang_kb,
+    erlang_total_kb,
     event,
     ini_text,
     parse_event,
@@ -374,15 +374,11 @@ def test_a_body_that_is_not_a_stamp_is_reported_not_counted() -> None:
     assert fleet.latencies == {} and fleet.errors == ["unexpected MESSAGE body b'hello'"]
 
 
-def test_the_broker_data_leaves_out_what_the_allocators_only_hold() -> None:
-    breakdown = {
-        "connection_readers": 4096,
-        "queue_procs": 8192,
-        "reserved_unallocated": 1 << 30,
-        "allocated_unused": 1 << 20,
-    }
-    assert erlang_kb(breakdown) == 12
-    assert erlang_kb({}) is None
+def test_erlang_total_is_read_from_the_last_line_of_rabbitmqctl_eval() -> None:
+    assert erlang_total_kb("74045240\n") == 72309
+    assert erlang_total_kb("Warning: something\n1048576\n") == 1024
+    assert erlang_total_kb("") is None
+    assert erlang_total_kb("{badrpc,nodedown}") is None
 
 
 def test_the_breakdown_per_client_keeps_what_grew_largest_first() -> None:
