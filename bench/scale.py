@@ -310,7 +310,9 @@ class FleetProcess:
             assert self.proc.stdin is not None
             self.proc.stdin.close()  # EOF: it closes its sockets and exits
         try:
-            await asyncio.wait_for(self.proc.wait(), 30)
+            # it reads stdin between commands only: in the middle of an open (an interrupted
+            # run) it is killed, which closes its sockets all the same
+            await asyncio.wait_for(self.proc.wait(), 5)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
@@ -473,7 +475,7 @@ class Run:
                 sender.abort()
             await asyncio.gather(*(fleet.close() for fleet in fleets), return_exceptions=True)
             if adapter is not None:
-                await asyncio.to_thread(adapter.stop, 20.0)
+                await asyncio.to_thread(adapter.stop, 10.0)
 
     async def fan_out(
         self,
