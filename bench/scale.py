@@ -589,8 +589,8 @@ def conditions(args: argparse.Namespace) -> dict[str, Any]:
         "adapter_settings": dict(args.adapter_setting),
         "memory": "RSS from /proc/<pid>/status (adapter: supervisor + workers; broker: beam.smp); "
         "erl: erlang:memory(total) (rabbitmqctl eval); broker_breakdown: rabbitmq-diagnostics "
-        "memory_breakdown growth per client by category ('binary' counts a shared binary once per "
-        "process holding it)",
+        "memory_breakdown growth per client by category (its 'binary', like erlang:memory, counts "
+        "allocated binaries whole, resident or not)",
     }
 
 

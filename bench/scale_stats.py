@@ -281,8 +281,9 @@ NOT_DATA = frozenset({"reserved_unallocated", "allocated_unused"})
 
 def erlang_total_kb(output: str) -> int | None:
     """``rabbitmqctl eval 'erlang:memory(total).'`` prints the bytes the VM has allocated for
-    its data, each binary counted once (unlike memory_breakdown's "binary", which counts a
-    binary once for every process that holds it); in KB, None if the output is not a number."""
+    its data; in KB, None if the output is not a number.  (It can be far above the RSS: the
+    binaries a connection has allocated count whole, resident or not; docs/performance.md,
+    "Scale".)"""
     text = output.strip().splitlines()[-1].strip() if output.strip() else ""
     return int(text) // 1024 if text.isdigit() else None
 
@@ -291,8 +292,7 @@ def breakdown_per_client(
     before: Mapping[str, int], after: Mapping[str, int], clients: int
 ) -> dict[str, float]:
     """Growth of each memory_breakdown category per client, in KB, largest first, those that
-    grew by at least 0.1 KB per client.  ("binary" counts a shared binary once per process
-    that holds it, so it can exceed what the node has: compare with erlang_total_kb.)"""
+    grew by at least 0.1 KB per client."""
     if not before or not after or clients <= 0:
         return {}
     growth = {
