@@ -47,6 +47,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.rabbit import private_node, remove_private_node
+
 from . import procstat
 from .scale_stats import (
     Closed,
@@ -201,18 +203,17 @@ class Broker:
 
 class PrivateBroker(Broker):
     def __init__(self, plugins: Sequence[str], nofile: int) -> None:
-        from tests.cluster.rabbit import private_node
-
         self.node, (stomp, ws, management) = private_node(
             NODE_LABEL, extra_ports=3, plugins=plugins, nofile=nofile
         )
-        self.node.config_lines = (
-            f"stomp.listeners.tcp.1 = 127.0.0.1:{stomp}",
-            "web_stomp.tcp.ip = 127.0.0.1",
-            f"web_stomp.tcp.port = {ws}",
-            "management.tcp.ip = 127.0.0.1",
-            f"management.tcp.port = {management}",
-        )
+        # every listener on a private port (a plugin's keys only with the plugin: RabbitMQ
+        # refuses the keys of a plugin that is not enabled)
+        lines = {
+            "rabbitmq_stomp": [f"stomp.listeners.tcp.1 = 127.0.0.1:{stomp}"],
+            "rabbitmq_web_stomp": ["web_stomp.tcp.ip = 127.0.0.1", f"web_stomp.tcp.port = {ws}"],
+            "rabbitmq_management": ["management.tcp.ip = 127.0.0.1", f"management.tcp.port = {management}"],
+        }
+        self.node.config_lines = tuple(line for plugin in plugins for line in lines.get(plugin, []))
         self.amqp_url = self.node.url
         self.stomp_port, self.ws_port = stomp, ws
         self.name = self.node.name
@@ -246,8 +247,6 @@ class PrivateBroker(Broker):
         return {}
 
     def close(self) -> None:
-        from tests.cluster.rabbit import remove_private_node
-
         remove_private_node(self.node)
 
 
