@@ -52,6 +52,7 @@ from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from .admission import LoginGate
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
@@ -94,6 +95,7 @@ class SharedCounters(Protocol):
     incomplete_input: int  # bytes of unfinished frames held by all connections (InputGuard)
     descriptors: DescriptorWatch
     ws_compression: CompressionBudget  # permessage-deflate state of all WebSockets
+    logins: LoginGate  # the AMQP logins under way at once (adapter.max_logins_in_flight)
 
 
 class ConnectionServices(Protocol):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..session import SessionSettings
+from .admission import LoginGate
 from .connection import ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
@@ -76,6 +77,8 @@ class Server:
         # zlib state of every WebSocket's permessage-deflate together (adapter/server/wsdeflate.py)
         self.ws_compression = CompressionBudget(limits.web_stomp_compress_budget)
         self.descriptors = DescriptorWatch()
+        # adapter.max_logins_in_flight: the AMQP logins of this process under way at once
+        self.logins = LoginGate(limits.max_logins_in_flight)
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
         self.amqp_reuse = link.reuse
