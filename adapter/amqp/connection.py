@@ -477,6 +477,15 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
         except TimeoutError:
             self._close_transport()
 
+    def drop(self) -> None:
+        """End the connection now, without the AMQP close (the end of a shutdown whose deadline
+        came first): what is buffered still goes (a clean TCP close, not a reset where it can
+        be helped), and the broker cleans up as for a client that went away: it requeues the
+        unacknowledged messages and deletes the exclusive and auto-delete queues."""
+        self._closing = True
+        self.flush()
+        self._close_transport()
+
     def close_nowait(self) -> None:
         """Ask the broker to close, without waiting (used when the STOMP side is already gone)."""
         if self._transport is None:

@@ -1,17 +1,22 @@
-"""Login pacing: at most ``adapter.max_logins_in_flight`` AMQP logins of one process talk to the
-broker at once; the others wait their turn, first come first served.
+"""Pacing work that costs the broker: at most so many of a kind under way at once in this
+process, the others waiting their turn, first come first served.
 
-Why: in a connect storm (thousands of clients reconnecting after a network blip, a load
-balancer's failover) every CONNECT would otherwise open its AMQP connection at once.  Each
-login costs the broker an authentication and a connection process and costs this process
-several reads and writes; thousands at once slow every established client of the process and
-of the broker, whose frames wait behind them.  With the logins paced, the storm is served at
-the rate the broker logs in, and an established client's frames are never behind more than
-the bounded number of handshakes in flight.  A waiting login holds nothing of the broker's; it
-still counts against the login timeout, which closes a client that waited too long.
+Two kinds are paced.  **Logins** (``adapter.max_logins_in_flight``): in a connect storm
+(thousands of clients reconnecting after a network blip, a load balancer's failover) every
+CONNECT would otherwise open its AMQP connection at once.  Each login costs the broker an
+authentication and a connection process and costs this process several reads and writes;
+thousands at once slow every established client of the process and of the broker, whose frames
+wait behind them.  Paced, the storm is served at the rate the broker logs in, and an
+established client's frames are never behind more than the bounded number of handshakes in
+flight.  A waiting login holds nothing of the broker's; it still counts against the login
+timeout, which closes a client that waited too long.  **AMQP closes** (``AMQP_CLOSES_AT_ONCE``):
+a graceful shutdown, or thousands of clients leaving at once, would otherwise send thousands of
+``connection.close`` at the same moment; the broker closes them at its own rate (a connection
+with a consumer and an auto-delete queue takes it milliseconds), and a flood of them delays
+every other client of the broker, those of other adapters included.
 
-Owns ``LoginGate`` (pure: a count and a queue of tickets) and ``login_turn``, the async shell a
-login runs inside.
+Owns ``Gate`` (pure: a count and a queue of tickets) and ``turn``, the async shell a paced piece
+of work runs inside.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 
-__all__ = ["LoginGate", "login_turn"]
+__all__ = ["AMQP_CLOSES_AT_ONCE", "Gate", "turn"]
+
+# AMQP connections closing at once (connection.close sent, close-ok awaited) in one process
+AMQP_CLOSES_AT_ONCE = 256
 
 
-class LoginGate:
+class Gate:
     """At most ``limit`` holders inside; a holder that cannot enter waits in line."""
 
     __slots__ = ("_waiting", "in_flight", "limit")
@@ -63,7 +71,7 @@ class LoginGate:
 
 
 @contextlib.asynccontextmanager
-async def login_turn(gate: LoginGate) -> AsyncIterator[None]:
+async def turn(gate: Gate) -> AsyncIterator[None]:
     """Wait for a place in flight, hold it for the ``async with`` body, and pass it on."""
     turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     if not gate.enter(turn):
@@ -81,7 +89,7 @@ async def login_turn(gate: LoginGate) -> AsyncIterator[None]:
         _pass_on(gate)
 
 
-def _pass_on(gate: LoginGate) -> None:
+def _pass_on(gate: Gate) -> None:
     while True:
         following = gate.leave()
         if not isinstance(following, asyncio.Future):

@@ -4,8 +4,9 @@ Also owns the operator's HTTP listener (metrics and health, when ``http_listen``
 the server-wide counters it reports (``stats``, with the totals of closed connections).
 
 Owns the lifecycle, in uvicorn's order: stop accepting, tell every client the server is shutting
-down (an ERROR frame) and close it, let the AMQP connections close cleanly (so unacknowledged
-messages are requeued by the broker), wait up to ``shutdown_timeout``, then give up on the rest.
+down (an ERROR frame) and close it, let the AMQP connections close cleanly in turns (so
+unacknowledged messages are requeued by the broker), and at ``shutdown_timeout`` drop those still
+closing (the broker cleans them up itself).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..session import SessionSettings
-from .admission import LoginGate
+from .admission import AMQP_CLOSES_AT_ONCE, Gate
 from .connection import ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
@@ -78,7 +79,9 @@ class Server:
         self.ws_compression = CompressionBudget(limits.web_stomp_compress_budget)
         self.descriptors = DescriptorWatch()
         # adapter.max_logins_in_flight: the AMQP logins of this process under way at once
-        self.logins = LoginGate(limits.max_logins_in_flight)
+        self.logins = Gate(limits.max_logins_in_flight)
+        # the AMQP connections closing at once (a shutdown closes thousands)
+        self.amqp_closes = Gate(AMQP_CLOSES_AT_ONCE)
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
         self.amqp_reuse = link.reuse
@@ -424,6 +427,9 @@ class Server:
 
     async def shutdown(self) -> None:
         self.shutting_down = True  # /healthz and /readyz answer 503 from now on
+        loop = asyncio.get_running_loop()
+        # one deadline for all of it, from the signal: what is still closing then is dropped
+        deadline = loop.time() + self.shutdown_timeout
         if self.amqp_reuse is not None:
             await self.amqp_reuse.close_all()  # idle ones close; the sessions' close from now on
         for server in self._servers:
@@ -444,19 +450,28 @@ class Server:
         self._unstarted.clear()
         connections = list(self.connections)
         log.info("shutting down: closing %d connection(s)", len(connections))
+        # the client side first, all of it: each client gets its ERROR and its socket is closed
+        # now; their AMQP connections then close in turns (AMQP_CLOSES_AT_ONCE at once), as
+        # fast as the broker closes them
         for connection in connections:
             connection.shutdown()
         pending = [c.done for c in connections if not c.done.done()]
         if pending:
-            done, not_done = await asyncio.wait(pending, timeout=self.shutdown_timeout)
+            _, not_done = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
             if not_done:
                 log.warning(
-                    "%d connection(s) did not close within %.1f s", len(not_done), self.shutdown_timeout
+                    "%d connection(s) did not close within %.1f s (adapter.shutdown_timeout): their"
+                    " AMQP connections are dropped, and the broker cleans them up itself (it requeues"
+                    " what was unacknowledged and deletes their exclusive and auto-delete queues)",
+                    len(not_done),
+                    self.shutdown_timeout,
                 )
         if self.tasks:
-            _, stuck = await asyncio.wait(list(self.tasks), timeout=self.shutdown_timeout)
+            _, stuck = await asyncio.wait(list(self.tasks), timeout=max(0.0, deadline - loop.time()))
             for task in stuck:
-                task.cancel()
+                task.cancel()  # an AMQP close in progress or waiting for its turn: dropped
+            if stuck:
+                await asyncio.wait(stuck, timeout=1.0)
         if self.open_sockets:
             # lingering after a close, waiting for a WebSocket Close or an HTTP request: their
             # sessions are done and nothing is left to send

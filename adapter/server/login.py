@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout
 from ..mapping import operations as ops
-from .admission import LoginGate, login_turn
+from .admission import Gate, turn
 from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class LoginServices(Protocol):
     amqp_reuse: AmqpReuse | None
     descriptors: DescriptorWatch
     stats: ServerStats
-    logins: LoginGate  # adapter.max_logins_in_flight
+    logins: Gate  # adapter.max_logins_in_flight
 
 
 class BrokerLogin:
@@ -95,7 +95,7 @@ class BrokerLogin:
         """Log in on the first node that answers, once the login's turn has come (at most
         adapter.max_logins_in_flight at once: adapter/server/admission.py).  ``closed``: the
         client went away meanwhile (the login timeout closed it), so stop trying."""
-        async with login_turn(self._services.logins):
+        async with turn(self._services.logins):
             return await self._open(op, events, peer, closed)
 
     async def _open(

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from adapter.server.admission import LoginGate, login_turn
+from adapter.server.admission import Gate, turn
 
 
 def test_up_to_the_limit_enter_then_they_wait_in_order() -> None:
-    gate = LoginGate(2)
+    gate = Gate(2)
     assert gate.enter("a") and gate.enter("b")
     assert not gate.enter("c") and not gate.enter("d")
     assert (gate.in_flight, gate.waiting) == (2, 2)
@@ -23,7 +23,7 @@ def test_up_to_the_limit_enter_then_they_wait_in_order() -> None:
 
 
 def test_a_newcomer_never_overtakes_the_line() -> None:
-    gate = LoginGate(1)
+    gate = Gate(1)
     assert gate.enter("a")
     assert not gate.enter("b")
     gate.withdraw("nobody")  # nothing happens
@@ -32,7 +32,7 @@ def test_a_newcomer_never_overtakes_the_line() -> None:
 
 
 def test_a_withdrawn_ticket_leaves_the_line() -> None:
-    gate = LoginGate(1)
+    gate = Gate(1)
     gate.enter("a")
     gate.enter("b")
     gate.enter("c")
@@ -42,18 +42,18 @@ def test_a_withdrawn_ticket_leaves_the_line() -> None:
 
 def test_at_least_one_login_gets_through() -> None:
     with pytest.raises(ValueError):
-        LoginGate(0)
+        Gate(0)
 
 
 async def test_no_more_than_the_limit_run_at_once_and_all_run() -> None:
-    gate = LoginGate(3)
+    gate = Gate(3)
     running = 0
     most = 0
     order: list[int] = []
 
     async def login(number: int) -> None:
         nonlocal running, most
-        async with login_turn(gate):
+        async with turn(gate):
             running += 1
             most = max(most, running)
             order.append(number)
@@ -67,12 +67,12 @@ async def test_no_more_than_the_limit_run_at_once_and_all_run() -> None:
 
 
 async def test_a_login_cancelled_in_line_loses_no_place() -> None:
-    gate = LoginGate(1)
+    gate = Gate(1)
     release = asyncio.Event()
     entered: list[str] = []
 
     async def login(name: str) -> None:
-        async with login_turn(gate):
+        async with turn(gate):
             entered.append(name)
             await release.wait()
 
@@ -91,14 +91,14 @@ async def test_a_login_cancelled_in_line_loses_no_place() -> None:
 
 
 async def test_a_login_that_fails_passes_its_place_on() -> None:
-    gate = LoginGate(1)
+    gate = Gate(1)
 
     async def failing() -> None:
-        async with login_turn(gate):
+        async with turn(gate):
             raise OSError("refused")
 
     async def fine() -> str:
-        async with login_turn(gate):
+        async with turn(gate):
             return "in"
 
     results = await asyncio.gather(failing(), fine(), return_exceptions=True)

@@ -13,7 +13,7 @@ import pytest
 
 from adapter.amqp.connection import AmqpError, HandshakeTimeout
 from adapter.mapping import operations as ops
-from adapter.server.admission import LoginGate
+from adapter.server.admission import Gate
 from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.connection import BrokerSettings
 from adapter.server.fdlimit import DescriptorWatch
@@ -32,7 +32,7 @@ class Services:
     amqp_reuse: Any = None
     descriptors: DescriptorWatch = field(default_factory=DescriptorWatch)
     stats: ServerStats = field(default_factory=ServerStats)
-    logins: LoginGate = field(default_factory=lambda: LoginGate(64))
+    logins: Gate = field(default_factory=lambda: Gate(64))
 
 
 def make(urls: str, *errors: Exception | None) -> tuple[BrokerLogin, Services, Opener]:
