@@ -24,18 +24,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
-__all__ = ["AMQP_CLOSES_AT_ONCE", "Gate", "turn"]
+__all__ = ["AMQP_CLOSES_AT_ONCE", "LOGINS_WAITING_PER_PLACE", "Gate", "turn"]
 
 # AMQP connections closing at once (connection.close sent, close-ok awaited) in one process
 AMQP_CLOSES_AT_ONCE = 256
+# logins waiting per place in flight at which the listeners stop accepting (accept_pause.py);
+# they accept again once half as many wait
+LOGINS_WAITING_PER_PLACE = 4
 
 
 class Gate:
     """At most ``limit`` holders inside; a holder that cannot enter waits in line."""
 
-    __slots__ = ("_waiting", "in_flight", "limit")
+    __slots__ = ("_crowded", "_high_water", "_on_crowded", "_waiting", "in_flight", "limit")
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -43,6 +46,26 @@ class Gate:
         self.limit = limit
         self.in_flight = 0
         self._waiting: deque[object] = deque()
+        self._high_water = 0
+        self._on_crowded: Callable[[bool], None] | None = None
+        self._crowded = False
+
+    def watch(self, high_water: int, on_crowded: Callable[[bool], None]) -> None:
+        """Call ``on_crowded(True)`` when ``high_water`` tickets wait, and ``on_crowded(False)``
+        once no more than half of that wait again (the listeners' accept pause)."""
+        self._high_water = max(1, high_water)
+        self._on_crowded = on_crowded
+
+    def _check(self) -> None:
+        if self._on_crowded is None:
+            return
+        waiting = len(self._waiting)
+        if not self._crowded and waiting >= self._high_water:
+            self._crowded = True
+            self._on_crowded(True)
+        elif self._crowded and waiting <= self._high_water // 2:
+            self._crowded = False
+            self._on_crowded(False)
 
     @property
     def waiting(self) -> int:
@@ -54,13 +77,16 @@ class Gate:
             self.in_flight += 1
             return True
         self._waiting.append(ticket)
+        self._check()
         return False
 
     def leave(self) -> object | None:
         """A holder is done: the next ticket in line, now in (its place in flight passes to
         it), or None."""
         if self._waiting:
-            return self._waiting.popleft()
+            following = self._waiting.popleft()
+            self._check()
+            return following
         self.in_flight -= 1
         return None
 
@@ -68,6 +94,7 @@ class Gate:
         """A waiting ticket gives up (its login was cancelled)."""
         with contextlib.suppress(ValueError):
             self._waiting.remove(ticket)
+            self._check()
 
 
 @contextlib.asynccontextmanager

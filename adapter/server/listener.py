@@ -21,7 +21,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..session import SessionSettings
-from .admission import AMQP_CLOSES_AT_ONCE, Gate
+from .accept_pause import AcceptPause
+from .admission import AMQP_CLOSES_AT_ONCE, LOGINS_WAITING_PER_PLACE, Gate
 from .connection import ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
@@ -82,6 +83,9 @@ class Server:
         self.logins = Gate(limits.max_logins_in_flight)
         # the AMQP connections closing at once (a shutdown closes thousands)
         self.amqp_closes = Gate(AMQP_CLOSES_AT_ONCE)
+        # the client listeners, which stop accepting while too many logins wait
+        self.accept_pause = AcceptPause()
+        self.logins.watch(limits.max_logins_in_flight * LOGINS_WAITING_PER_PLACE, self.accept_pause.crowded)
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
         self.amqp_reuse = link.reuse
@@ -208,7 +212,7 @@ class Server:
                 self.http_addresses,
                 lambda: OperatorHttp(ServerEndpoints(self)),
                 None,
-                "HTTP metrics and health",
+                _HTTP,
             )
         self.started = True
 
@@ -225,24 +229,31 @@ class Server:
         """A plain listener (TLS ones accept by themselves: _listen_tls); a worker of
         --workers N takes the sockets its supervisor bound instead of binding its own."""
         inherited = self._inherited_sockets.pop((host, port), None)
+        backlog = backlog or self._sockets.tcp_backlog
         for sock in inherited or []:
-            server = await loop.create_server(
-                factory, sock=sock, backlog=backlog or self._sockets.tcp_backlog
-            )
-            self._servers.append(server)
+            server = await loop.create_server(factory, sock=sock, backlog=backlog)
+            self._serve(server, factory, backlog, kind)
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
             log.info("listening on %s:%s (%s, shared)", address[0], address[1], kind)
         if inherited is not None:
             return
-        server = await loop.create_server(
-            factory, host or None, port, backlog=backlog or self._sockets.tcp_backlog, reuse_address=True
-        )
-        self._servers.append(server)
+        server = await loop.create_server(factory, host or None, port, backlog=backlog, reuse_address=True)
+        self._serve(server, factory, backlog, kind)
         for sock in server.sockets:
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
             log.info("listening on %s:%s (%s)", address[0], address[1], kind)
+
+    def _serve(
+        self, server: asyncio.Server, factory: Callable[[], asyncio.Protocol], backlog: int, kind: str
+    ) -> None:
+        """Client listeners pause while too many logins wait (accept_pause.py); the operator's
+        HTTP port never does."""
+        if kind == _HTTP:
+            self._servers.append(server)
+        else:
+            self.accept_pause.add(server, factory, backlog)
 
     def _listen_tls(
         self,
@@ -289,7 +300,11 @@ class Server:
         factory: Callable[[tuple[str, int] | None], asyncio.Protocol],
     ) -> None:
         accepted = 0
+        accepting = self.accept_pause.accepting
         while True:
+            if not accepting.is_set():  # too many logins wait: leave them in the accept queue
+                await accepting.wait()
+                continue
             # accept() itself, not loop.sock_accept: a task cancelled (by shutdown) after
             # sock_accept had accepted would lose that socket, open; here cancellation can only
             # land in the wait, before anything is accepted
@@ -434,6 +449,7 @@ class Server:
             await self.amqp_reuse.close_all()  # idle ones close; the sessions' close from now on
         for server in self._servers:
             server.close()
+        await self.accept_pause.close()
         for task in self._accept_tasks:
             task.cancel()
         if self._accept_tasks:  # their waits end before their listening sockets close
@@ -484,6 +500,8 @@ class Server:
             await asyncio.sleep(0)
         self._servers.clear()
 
+
+_HTTP = "HTTP metrics and health"
 
 # Connections a TLS listener accepts in a row before it lets the event loop run other work.
 _ACCEPTS_PER_TURN = 64

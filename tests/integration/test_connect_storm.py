@@ -10,9 +10,12 @@ is served and that every storm client is logged in in the end, never how fast.
 
 from __future__ import annotations
 
+import logging
 import selectors
 import socket
 import time
+
+import pytest
 
 from tests.support import StompClient, unique
 
@@ -53,8 +56,13 @@ def _first_frames(sockets: list[socket.socket], timeout: float) -> dict[socket.s
     return first
 
 
-def test_a_connect_storm_and_slow_clients_leave_an_established_client_served(start_adapter, broker):
-    adapter = start_adapter(max_logins_in_flight=4, login_timeout=20)
+@pytest.mark.parametrize("in_flight", [4, 1])
+def test_a_connect_storm_and_slow_clients_leave_an_established_client_served(
+    in_flight, start_adapter, broker, caplog
+):
+    """With 1 login in flight, 4 waiting stop the listener from accepting (accept_pause.py):
+    the storm waits in the kernel's accept queue, and is still served in the end."""
+    adapter = start_adapter(max_logins_in_flight=in_flight, login_timeout=30)
     queue = unique("storm")
     broker.track_queue(queue)
     bystander = StompClient(adapter.port)
@@ -63,6 +71,7 @@ def test_a_connect_storm_and_slow_clients_leave_an_established_client_served(sta
     assert bystander.next("RECEIPT").headers["receipt-id"] == "warm"
     assert bystander.next("MESSAGE").body == "warm-up"
 
+    caplog.set_level(logging.INFO, "adapter.server")
     slow = _open_storm(adapter.port, SLOW, CONNECT[:20])
     storm = _open_storm(adapter.port, STORM, CONNECT)
     try:
@@ -75,6 +84,9 @@ def test_a_connect_storm_and_slow_clients_leave_an_established_client_served(sta
         assert len(answers) == STORM
         refused = [frame for frame in answers.values() if not frame.startswith(b"CONNECTED")]
         assert refused == []
+        if in_flight == 1:
+            assert "not accepting new connections until they drain" in caplog.text
+            assert "accepting new connections again" in caplog.text
         # and after the storm, still served
         bystander.conn.send(f"/queue/{queue}", "after", headers={"receipt": "after"})
         assert bystander.next("RECEIPT").headers["receipt-id"] == "after"

@@ -104,3 +104,24 @@ async def test_a_login_that_fails_passes_its_place_on() -> None:
     results = await asyncio.gather(failing(), fine(), return_exceptions=True)
     assert isinstance(results[0], OSError) and results[1] == "in"
     assert gate.in_flight == 0
+
+
+def test_the_watch_says_when_the_line_is_full_and_when_it_has_drained() -> None:
+    gate = Gate(1)
+    said: list[bool] = []
+    gate.watch(4, said.append)
+    assert gate.enter("in")
+    for ticket in "abc":
+        gate.enter(ticket)
+    assert said == []
+    gate.enter("d")  # the 4th waiting
+    gate.enter("e")
+    assert said == [True]
+    gate.leave()  # 4 wait
+    gate.withdraw("e")  # 3 wait
+    assert said == [True]
+    gate.leave()  # 2 wait: half of the high water
+    assert said == [True, False]
+    gate.leave()
+    gate.leave()
+    assert said == [True, False]
