@@ -73,11 +73,17 @@ class Gate:
 
     def enter(self, ticket: object) -> bool:
         """True: in (counted in flight); False: ``ticket`` waits in line for ``leave``."""
-        if self.in_flight < self.limit and not self._waiting:
-            self.in_flight += 1
+        if self.try_enter():
             return True
         self._waiting.append(ticket)
         self._check()
+        return False
+
+    def try_enter(self) -> bool:
+        """In if there is room and nobody waits (True); else nothing changes (False)."""
+        if self.in_flight < self.limit and not self._waiting:
+            self.in_flight += 1
+            return True
         return False
 
     def leave(self) -> object | None:
@@ -100,15 +106,17 @@ class Gate:
 @contextlib.asynccontextmanager
 async def turn(gate: Gate) -> AsyncIterator[None]:
     """Wait for a place in flight, hold it for the ``async with`` body, and pass it on."""
-    turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    if not gate.enter(turn):
+    # the usual case, room at once, costs no future
+    if not gate.try_enter():
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        gate.enter(ticket)
         try:
-            await turn
+            await ticket
         except BaseException:
-            if turn.done() and not turn.cancelled():
+            if ticket.done() and not ticket.cancelled():
                 _pass_on(gate)  # the place came to us as we were cancelled: pass it on
             else:
-                gate.withdraw(turn)
+                gate.withdraw(ticket)
             raise
     try:
         yield
