@@ -521,4 +521,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    if sys.argv[1:2] != ["tap"] and "--check-config" not in sys.argv:
+        # The server has shut down: everything it had to say is said and every socket it had
+        # to close cleanly is closed.  Skip the interpreter's finalisation, which after a stop
+        # with 2,000 clients spent ~3 s collecting their objects on a loaded machine (the
+        # kernel closes what is left, and the broker cleans up the dropped AMQP connections).
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
