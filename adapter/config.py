@@ -819,6 +819,11 @@ class Settings(BaseModel):
     unacked_bytes_budget: Annotated[
         int, Setting(_LIMITS, _int_converter(1), "adapter.unacked_bytes_budget")
     ] = 1024 * 1024 * 1024
+    # AMQP logins of one process talking to the broker at once; the others wait their turn
+    # (adapter/server/admission.py, docs/configuration.md "Connection caps").
+    max_logins_in_flight: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.max_logins_in_flight")
+    ] = 64
     # Factor applied to the client's heart-beat interval before the connection is declared dead.
     heartbeat_tolerance: Annotated[
         float, Setting(_LIMITS, _float_converter(1, inclusive=True, unit=""), "adapter.heartbeat_tolerance")
@@ -826,8 +831,8 @@ class Settings(BaseModel):
     # Connection caps (adapter/caps.py, docs/configuration.md "Connection caps"); None: no cap.
     # max_connections: STOMP sessions of every listener (TCP, TLS, WebSocket), counted from
     # CONNECT to close, the CONNECT over it refused; web_stomp_max_connections: the sockets of
-    # each web_stomp listener, the request over it answered 503.  With --workers N each
-    # process applies the ceiling of the value / N.
+    # each web_stomp listener, the request over it answered 503.  With --workers N they hold
+    # for the workers together (adapter/server/sharedcaps.py).
     max_connections: Annotated[int | None, Setting(_LIMITS, _connection_cap, "stomp.max_connections")] = None
     web_stomp_max_connections: Annotated[
         int | None, Setting(_LIMITS, _connection_cap, "web_stomp.max_connections")

@@ -42,6 +42,7 @@ from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from . import connection_log
+from .admission import Gate, turn
 from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import InputGuard
@@ -94,6 +95,8 @@ class SharedCounters(Protocol):
     incomplete_input: int  # bytes of unfinished frames held by all connections (InputGuard)
     descriptors: DescriptorWatch
     ws_compression: CompressionBudget  # permessage-deflate state of all WebSockets
+    logins: Gate  # the AMQP logins under way at once (adapter.max_logins_in_flight)
+    amqp_closes: Gate  # the AMQP connections closing at once (AMQP_CLOSES_AT_ONCE)
 
 
 class ConnectionServices(Protocol):
@@ -987,12 +990,21 @@ class ClientConnection(asyncio.Protocol):
             self._set_done()
 
     async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
-        for queue in delete_queues:
-            try:
-                await asyncio.wait_for(amqp.delete_queue_on_fresh_channel(queue), 5.0)
-            except (AmqpError, TimeoutError) as error:
-                log.info("peer=%s: could not delete subscription queue %r: %s", self.peer, queue, error)
-        await self._release_amqp(amqp, queues_to_delete=bool(delete_queues))
+        """Close (or pool) the AMQP connection, in its turn (at most AMQP_CLOSES_AT_ONCE at
+        once: adapter/server/admission.py); cancelled (the shutdown's deadline), drop it."""
+        try:
+            async with turn(self._server.amqp_closes):
+                for queue in delete_queues:
+                    try:
+                        await asyncio.wait_for(amqp.delete_queue_on_fresh_channel(queue), 5.0)
+                    except (AmqpError, TimeoutError) as error:
+                        log.info(
+                            "peer=%s: could not delete subscription queue %r: %s", self.peer, queue, error
+                        )
+                await self._release_amqp(amqp, queues_to_delete=bool(delete_queues))
+        except asyncio.CancelledError:
+            amqp.drop()
+            raise
 
     async def _release_amqp(self, amqp: AmqpConnection, *, queues_to_delete: bool) -> None:
         await self._login.release(

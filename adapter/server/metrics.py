@@ -199,6 +199,7 @@ class ServerCollector(Collector):
             (
                 "unreachable",
                 "timeout",
+                "reset",
                 "tls",
                 "access_refused",
                 "vhost",
