@@ -255,7 +255,9 @@ class JoinShared:
     opens it (its own AMQP connection, then ``declare``, the consume and the bind with the
     member's credentials), later ones touch no broker.  ``head`` and ``id_prefix`` are the
     member's own bytes of every MESSAGE (its command and subscription lines, its escaped
-    message-id up to the number).  Result: None; a broker refusal arrives as an AmqpError."""
+    message-id up to the number).  Result: True once joined; False when the shell declines
+    (the bounds on how many shared subscriptions may be open): the session then subscribes
+    plainly.  A broker refusal arrives as an AmqpError."""
 
     destination: str
     consumer_tag: str

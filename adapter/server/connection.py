@@ -873,11 +873,11 @@ class ClientConnection(asyncio.Protocol):
         if self._shared is not None:
             self._shared.leave(op.consumer_tag)
 
-    async def _join_shared(self, op: ops.JoinShared) -> None:
+    async def _join_shared(self, op: ops.JoinShared) -> bool:
         link = self._shared
         assert link is not None
         try:
-            await link.join(op, self, lambda: self._closed)
+            return await link.join(op, self, lambda: self._closed)
         except AmqpError as error:
             # as a plain SUBSCRIBE whose declare, consume or bind the broker refused
             if not self._closed:

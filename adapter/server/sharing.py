@@ -271,6 +271,7 @@ class SharedLink:
         "_digest",
         "_loop",
         "_members",
+        "_opened",
         "_password",
         "_registry",
         "_services",
@@ -296,15 +297,21 @@ class SharedLink:
         self._vhost = vhost
         self._digest = _PASSCODES.digest(password)
         self._members: dict[str, Member] = {}
+        self._opened: list[SharedHub] = []  # the groups this connection opened (the bound)
         self.delivered = 0  # MESSAGE frames written to this connection by its groups
 
-    async def join(self, op: ops.JoinShared, subscriber: Subscriber, closed: Callable[[], bool]) -> None:
-        """Join (opening the group if it is new); raises the group's error as a plain
-        SUBSCRIBE's broker call would raise it."""
+    async def join(self, op: ops.JoinShared, subscriber: Subscriber, closed: Callable[[], bool]) -> bool:
+        """Join (opening the group if it is new); False: a new group would pass the bounds
+        (adapter/session/fanout.py).  Raises the group's error as a plain SUBSCRIBE's broker
+        call would raise it."""
         registry = self._registry
-        group, new = registry.group((self._vhost, self._user, self._digest, op.destination))
+        opened = self._opened = [hub for hub in self._opened if not hub.closed]
+        group, new = registry.group((self._vhost, self._user, self._digest, op.destination), len(opened))
+        if group is None:
+            return False  # over the bounds: the session subscribes plainly
         if new:
             hub = SharedHub(group, registry, self._services, self._loop)
+            opened.append(hub)
             self._services.spawn(hub.open(self._user, self._password, self._vhost, op))
         hub = group.link  # type: ignore[assignment]
         assert isinstance(hub, SharedHub)
@@ -315,13 +322,13 @@ class SharedLink:
         if closed():
             if not group.members:
                 hub.close()
-            return
+            return True  # nothing more happens on this connection
         if hub.closed:  # ended without an error of its own (its members all left): a new one
-            await self.join(op, subscriber, closed)
-            return
+            return await self.join(op, subscriber, closed)
         member = Member(subscriber, op.consumer_tag, op.head, op.id_prefix)
         group.join(member)
         self._members[op.consumer_tag] = member
+        return True
 
     def leave(self, consumer_tag: str) -> None:
         member = self._members.pop(consumer_tag, None)

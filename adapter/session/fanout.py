@@ -59,6 +59,14 @@ SHAREABLE_HEADERS: Final = frozenset({"destination", "id", "ack", "receipt"})
 ShareKey = tuple[str, str, bytes, str]
 
 _PROPERTY_NAMES: Final = frozenset(PROPERTY_HEADERS)  # need no escaping
+# Bounds on the AMQP connections shared subscriptions open: one client subscribing to thousands
+# of distinct topics must not make the adapter open thousands of connections to the broker.
+# Past either, a SUBSCRIBE that could share gets a plain subscription instead (as with the
+# setting off): a client may be the first member of this many live groups ...
+MAX_OPENED_PER_CONNECTION: Final = 32
+# ... and a process holds at most this many groups
+MAX_GROUPS: Final = 1000
+
 # bodies this large are not copied into the shared tail, but written as their own piece
 _SEPARATE_BODY: Final = 64 * 1024
 
@@ -139,11 +147,15 @@ class Registry:
         self.evicted = 0
         self.opened = 0
 
-    def group(self, key: ShareKey) -> tuple[SharedGroup, bool]:
-        """The group of ``key``, and whether it is new (its link must be opened)."""
+    def group(self, key: ShareKey, opened_here: int = 0) -> tuple[SharedGroup | None, bool]:
+        """The group of ``key``, and whether it is new (its link must be opened); None when a
+        new one would pass the bounds (``opened_here``: the live groups the asking connection
+        opened), so the subscription is made plainly."""
         group = self.groups.get(key)
         if group is not None:
             return group, False
+        if opened_here >= MAX_OPENED_PER_CONNECTION or len(self.groups) >= MAX_GROUPS:
+            return None, False
         group = self.groups[key] = SharedGroup(key)
         self.opened += 1
         return group, True

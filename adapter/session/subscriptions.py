@@ -8,6 +8,7 @@ id means.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from ..mapping.destinations import (
@@ -159,8 +160,10 @@ class Subscriptions:
         yield from targets.declare_exchange_once(raw, dest, headers)
         sub_id = headers.get("id")
         if self._shares and shareable(dest.kind, headers):
-            yield from self._subscribe_shared(frame, raw, dest, tag, sub_id)
-            return
+            joined = yield from self._subscribe_shared(frame, raw, dest, tag, sub_id)
+            if joined:
+                return
+            # declined (too many shared subscriptions opened): a plain one, as with it off
         extension = self._extension
         if dest.kind is DestinationKind.TEMP_QUEUE or dest.kind is DestinationKind.TEMP_TOPIC:
             # activemq profile only (the plugin's rules refused it above)
@@ -211,7 +214,7 @@ class Subscriptions:
 
     def _subscribe_shared(
         self, frame: Frame, raw: str, dest: Destination, tag: str, sub_id: str | None
-    ) -> Steps:
+    ) -> Generator[Operation, object, bool]:
         """adapter.shared_subscriptions: join the process's shared subscription of ``raw``
         instead of consuming on this session's channel (adapter/session/fanout.py).  The plan
         is the plain one, which the group's first member carries out with its credentials."""
@@ -221,8 +224,7 @@ class Subscriptions:
         params = target.declare
         assert params is not None and target.queue is not None and target.bind_exchange is not None
         head, id_prefix = self._frames.shared_head(sub_id, tag)
-        self.add(Subscription(tag, sub_id, raw, dest, "auto", shared=True))
-        yield JoinShared(
+        joined = yield JoinShared(
             raw,
             tag,
             head,
@@ -237,7 +239,11 @@ class Subscriptions:
             target.bind_exchange,
             target.bind_key,
         )
+        if joined is not True:
+            return False
+        self.add(Subscription(tag, sub_id, raw, dest, "auto", shared=True))
         yield from self._frames.receipt_of(frame)
+        return True
 
     def unsubscribe(self, frame: Frame) -> Steps:
         headers = frame.headers

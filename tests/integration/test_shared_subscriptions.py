@@ -19,6 +19,7 @@ from urllib.parse import quote
 import pytest
 from websockets.sync.client import connect as ws_connect
 
+from adapter.session.fanout import MAX_OPENED_PER_CONNECTION
 from tests.amqp_proxy import MethodLog, ProxyThread
 from tests.support import AdapterProcess, BrokerProbe, StompClient, frame_headers, read_frames, unique
 
@@ -198,6 +199,33 @@ def test_a_wrong_passcode_never_rides_on_someone_else_s_group(
     publish_many(broker, key, [b"one"])
     assert owner.next("MESSAGE").body == "one"
     assert groups(shared) == 1
+
+
+def test_one_client_subscribing_to_many_topics_opens_a_bounded_number_of_broker_connections(
+    shared: AdapterProcess, broker: BrokerProbe, clients: list[StompClient]
+) -> None:
+    prefix = unique("wide")
+    client = StompClient(shared.port)
+    clients.append(client)
+    count = MAX_OPENED_PER_CONNECTION + 8
+    for n in range(count):
+        client.conn.subscribe(f"/topic/{prefix}.{n}", id=f"s{n}", ack="auto", headers={"receipt": f"r{n}"})
+        assert client.next(("RECEIPT", "ERROR")).command == "RECEIPT"
+    assert groups(shared) == MAX_OPENED_PER_CONNECTION  # the rest are plain subscriptions
+
+    def hubs() -> int:
+        return sum(
+            1
+            for c in broker.management("/api/connections")
+            if str((c.get("client_properties") or {}).get("connection_name", "")).startswith(
+                f"STOMP shared /topic/{prefix}."
+            )
+        )
+
+    assert wait_until(lambda: hubs() == MAX_OPENED_PER_CONNECTION)
+    publish_many(broker, f"{prefix}.0", [b"shared"])
+    publish_many(broker, f"{prefix}.{count - 1}", [b"plain"])
+    assert sorted(m.body for m in client.messages(2)) == ["plain", "shared"]
 
 
 # --- what sharing is for ---------------------------------------------------------------------

@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationKind
 from adapter.mapping.properties import MessageProperties
-from adapter.session.fanout import SHAREABLE_HEADERS, Member, Registry, Renderer, member_head, shareable
+from adapter.session.fanout import (
+    MAX_GROUPS,
+    MAX_OPENED_PER_CONNECTION,
+    SHAREABLE_HEADERS,
+    Member,
+    Registry,
+    Renderer,
+    member_head,
+    shareable,
+)
 from adapter.session.frames import Frames
 from adapter.session.subscription import Subscription
 from adapter.stomp.frame import Frame
@@ -170,14 +179,38 @@ def test_groups_are_apart_by_user_passcode_vhost_and_destination() -> None:
     assert registry.group(keys[0])[1] is False
 
 
+def test_a_connection_opens_a_bounded_number_of_groups_and_the_process_too() -> None:
+    registry = Registry(max_lag=1, lag_budget=1)
+    assert registry.group(("/", "u", b"d", "/topic/x"), MAX_OPENED_PER_CONNECTION)[0] is None
+    for n in range(MAX_GROUPS):
+        assert registry.group(("/", "u", b"d", f"/topic/{n}"))[1]
+    assert registry.group(("/", "u", b"d", "/topic/one-more")) == (None, False)
+    assert registry.group(("/", "u", b"d", "/topic/0"))[0] is not None  # joining one stays possible
+
+
 # --- the session's side
 def shared_session() -> object:
     return connected(shared=Registry(max_lag=1000, lag_budget=10**6))
 
 
+def joined(answer: object) -> object:
+    """The driver's answers, with ``answer`` for JoinShared (True: joined; False: declined)."""
+
+    def reply(op: ops.Operation) -> object:
+        if isinstance(op, ops.JoinShared):
+            return answer
+        if isinstance(op, ops.QueueDeclare):
+            return op.queue or "amq.gen-test"
+        return None
+
+    return reply
+
+
 def test_subscribe_joins_without_any_broker_call_and_answers_the_receipt() -> None:
     session = shared_session()
-    out = run(session, Frame("SUBSCRIBE", {"destination": "/topic/a.b", "id": "s1", "receipt": "r"}))  # type: ignore[arg-type]
+    out = run(
+        session, Frame("SUBSCRIBE", {"destination": "/topic/a.b", "id": "s1", "receipt": "r"}), joined(True)
+    )  # type: ignore[arg-type]
     (join,) = [op for op in out if isinstance(op, ops.JoinShared)]
     assert not [op for op in out if isinstance(op, ops.BasicConsume | ops.QueueDeclare | ops.QueueBind)]
     assert join.destination == "/topic/a.b" and join.consumer_tag == "T_s1"
@@ -207,6 +240,18 @@ def test_other_subscriptions_consume_on_their_own_channel(headers: dict[str, str
     assert [op for op in out if isinstance(op, ops.BasicConsume)]
 
 
+def test_a_declined_join_subscribes_plainly_with_one_receipt() -> None:
+    session = shared_session()
+    out = run(
+        session, Frame("SUBSCRIBE", {"destination": "/topic/a", "id": "s", "receipt": "r"}), joined(False)
+    )  # type: ignore[arg-type]
+    kinds = [type(op) for op in out if not isinstance(op, ops.SendFrame)]
+    assert kinds == [ops.JoinShared, ops.QueueDeclare, ops.BasicConsume, ops.QueueBind]
+    assert [command_of(f) for f in frames_of(out)] == ["RECEIPT"]
+    out = run(session, Frame("UNSUBSCRIBE", {"id": "s"}))  # type: ignore[arg-type]
+    assert out == [ops.BasicCancel("T_s")]
+
+
 def test_off_nothing_is_shared() -> None:
     session = connected()
     out = run(session, Frame("SUBSCRIBE", {"destination": "/topic/a", "id": "s"}))
@@ -215,7 +260,7 @@ def test_off_nothing_is_shared() -> None:
 
 def test_an_ack_of_a_shared_message_is_refused_as_the_broker_refuses_an_auto_ack_one() -> None:
     session = shared_session()
-    run(session, Frame("SUBSCRIBE", {"destination": "/topic/a", "id": "s"}))  # type: ignore[arg-type]
+    run(session, Frame("SUBSCRIBE", {"destination": "/topic/a", "id": "s"}), joined(True))  # type: ignore[arg-type]
     ack = Frame("ACK", {"id": f"T_s@@{SESSION_ID}@@3"})
     assert session.quick_ack(ack) is None  # type: ignore[attr-defined]
     out = run(session, ack)  # type: ignore[arg-type]
