@@ -19,6 +19,7 @@ from urllib.parse import quote
 import pytest
 from websockets.sync.client import connect as ws_connect
 
+from adapter.server.metrics import build_registry, render
 from adapter.session.fanout import MAX_OPENED_PER_CONNECTION
 from tests.amqp_proxy import MethodLog, ProxyThread
 from tests.support import AdapterProcess, BrokerProbe, StompClient, frame_headers, read_frames, unique
@@ -85,6 +86,15 @@ def groups(adapter: AdapterProcess) -> int:
     return int(adapter.run(count()))
 
 
+def scrape(adapter: AdapterProcess) -> str:
+    """The adapter's /metrics text."""
+
+    async def text() -> str:
+        return render(build_registry(adapter.server)).decode()
+
+    return str(adapter.run(text()))
+
+
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -120,6 +130,7 @@ def test_a_subscriber_that_stops_reading_is_cut_off_at_the_bound_and_the_bystand
     got = bystander.messages(count, timeout=30)
     assert [m.body[:6] for m in got] == [b[:6].decode() for b in bodies]
     assert wait_until(lambda: shared.server.shared_subscriptions.evicted >= 1)  # type: ignore[union-attr]
+    assert "stomp_adapter_shared_subscribers_evicted_total 1.0" in scrape(shared)
     # the slow client reads at last: the messages it was sent, then the ERROR naming the limit
     frames, closed = read_frames(slow, timeout=20)
     slow.close()
