@@ -162,6 +162,8 @@ class SharedHub:
         self._registry.forget(self.group)
         if not self.ready.done():
             self.ready.set_exception(error)
+            # the members waiting raise it; with none left waiting it must not be logged as lost
+            self.ready.exception()
         self._end_link()
 
     # ------------------------------------------------------------------ BrokerEvents
