@@ -41,7 +41,7 @@ from ..session.fanout import Eviction, Member, Registry, SharedGroup
 from .login import BrokerLogin, BrokerSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Callable, Coroutine
     from typing import Any
 
     from .amqp_pool import AmqpReuse
@@ -352,7 +352,3 @@ class SharedLink:
             hub = emptied.link
             assert isinstance(hub, SharedHub)
             hub.close()
-
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
