@@ -184,6 +184,35 @@ def test_a_deleted_user_loses_the_shared_subscription(
     assert wait_until(lambda: groups(shared) == 0)
 
 
+def test_cleared_permissions_act_on_shared_and_plain_subscribers_alike(
+    shared: AdapterProcess, broker: BrokerProbe, clients: list[StompClient]
+) -> None:
+    """RabbitMQ checks read permission at consume and bind, not per message: a subscriber whose
+    permissions are cleared keeps its messages until its channel or connection ends, shared or
+    not (docs/configuration.md, "Shared subscriptions")."""
+    user = broker.create_user("pw")
+    key = unique("cleared")
+    member = subscriber(shared, clients, f"/topic/{key}", login=user, passcode="pw")
+    plain = subscriber(
+        shared,
+        clients,
+        f"/topic/{key}",
+        login=user,
+        passcode="pw",
+        subscribe_headers={"prefetch-count": "10"},
+    )
+    assert groups(shared) == 1
+    broker.management(f"/api/permissions/%2F/{quote(user, safe='')}", "DELETE")
+    publish_many(broker, key, [b"after"])
+    assert member.next("MESSAGE").body == "after"
+    assert plain.next("MESSAGE").body == "after"
+    # without permissions on the vhost nobody of this user logs in any more, so nobody joins
+    late = StompClient(shared.port, login=user, passcode="pw", connect=False)
+    clients.append(late)
+    with pytest.raises(Exception):  # noqa: B017 - stomp.py's connect error type varies by version
+        late.conn.connect(user, "pw", wait=True)
+
+
 def test_without_read_permission_the_first_subscriber_gets_the_broker_s_refusal(
     shared: AdapterProcess, broker: BrokerProbe, clients: list[StompClient]
 ) -> None:
