@@ -157,6 +157,33 @@ def test_a_subscriber_that_stops_reading_is_cut_off_at_the_bound_and_the_bystand
     assert numbers == [b[:6] for b in bodies[: len(numbers)]]
 
 
+def test_a_websocket_subscriber_that_stops_reading_is_cut_off_too(
+    shared: AdapterProcess, broker: BrokerProbe, clients: list[StompClient]
+) -> None:
+    key = unique("wsslow")
+    destination = f"/topic/{key}"
+    ws_port = shared.server.web_addresses[0][1]
+    # max_queue=1: the client library stops reading its socket once one message waits unread
+    with ws_connect(
+        f"ws://127.0.0.1:{ws_port}/ws",
+        subprotocols=["v12.stomp"],
+        compression=None,
+        max_queue=1,  # type: ignore[list-item]
+    ) as ws:
+        ws.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        ws.send("CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        assert str(ws.recv(timeout=5)).startswith("CONNECTED")
+        ws.send(f"SUBSCRIBE\ndestination:{destination}\nid:w\nreceipt:r\n\n\0")
+        assert str(ws.recv(timeout=5)).startswith("RECEIPT")
+        bystander = subscriber(shared, clients, destination)
+        count = 800
+        publish_many(broker, key, [f"{i:06d}".encode() + b"x" * 8186 for i in range(count)])
+        got = bystander.messages(count, timeout=30)
+        assert [m.body[:6] for m in got] == [f"{i:06d}" for i in range(count)]
+        assert wait_until(lambda: shared.server.shared_subscriptions.evicted >= 1)  # type: ignore[union-attr]
+        assert groups(shared) == 1  # the bystander's group goes on
+
+
 # --- hostile: the broker ends a group ------------------------------------------------------------
 def hub_connections(broker: BrokerProbe, destination: str) -> list[str]:
     return [
