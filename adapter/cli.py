@@ -45,6 +45,7 @@ from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
 from .session import SessionSettings
+from .session.fanout import Registry
 from .stomp.codec import FrameLimits
 
 log = logging.getLogger("adapter")
@@ -139,6 +140,13 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
         profile=settings.profile,
         plugin_behaviour=settings.plugin_behaviour,
         declare_exchanges=settings.declare_exchanges,
+        shared=Registry(
+            max_lag=settings.shared_subscription_max_lag,
+            lag_budget=settings.shared_subscription_lag_budget,
+            trailing_lf=settings.trailing_lf,
+        )
+        if settings.shared_subscriptions
+        else None,
         budgets=Budgets(
             max_transaction_bytes=settings.max_transaction_bytes,
             transaction_bytes_budget=settings.transaction_bytes_budget,

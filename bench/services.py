@@ -77,7 +77,8 @@ class AdapterProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 20.0, extra: list[str] | tuple[str, ...] = ()) -> None:
+        """``extra``: more command-line flags (e.g. ``--shared-subscriptions``)."""
         command = [
             sys.executable,
             "-m",
@@ -86,6 +87,7 @@ class AdapterProcess:
             f"{self.host}:{self.port}",
             "--log-level",
             "WARNING",
+            *extra,
         ]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(

@@ -89,6 +89,8 @@ class Server:
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
         self.amqp_reuse = link.reuse
+        # adapter.shared_subscriptions: the process's shared groups (the metrics read them)
+        self.shared_subscriptions = session_settings.shared
         # every accepted socket until its transport reports connection_lost (also while a closed
         # connection lingers for the client's last reads, or a WebSocket waits for the client's
         # Close): what is still open at the end of shutdown is aborted
