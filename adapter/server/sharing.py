@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
+    from .admission import Gate
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
@@ -79,6 +80,7 @@ class HubServices(Protocol):
     login_timeout: float
     descriptors: DescriptorWatch
     stats: ServerStats
+    logins: Gate  # a hub's login takes its turn like a client's (adapter.max_logins_in_flight)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
@@ -93,6 +95,7 @@ class _LoginView:
     login_timeout: float
     descriptors: DescriptorWatch
     stats: ServerStats
+    logins: Gate
     amqp_reuse: AmqpReuse | None = None
 
 
@@ -121,7 +124,12 @@ class SharedHub:
         services = self._services
         login = BrokerLogin(
             _LoginView(
-                services.broker, services.nodes, services.login_timeout, services.descriptors, services.stats
+                services.broker,
+                services.nodes,
+                services.login_timeout,
+                services.descriptors,
+                services.stats,
+                services.logins,
             ),
             self._loop,
         )
