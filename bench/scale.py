@@ -395,8 +395,8 @@ class Run:
                 ws_port = free_port()
                 ini = self.directory / f"adapter-{n}.ini"
                 ini.write_text(ini_text(adapter_ini(broker, ws_port, args.workers), args.adapter_setting))
-                adapter = AdapterProcess(label=f"scale-adapter-{n}", args=["--config", str(ini)])
-                await asyncio.to_thread(adapter.start, 60.0)
+                adapter = AdapterProcess(label=f"scale-adapter-{n}")
+                await asyncio.to_thread(adapter.start, 60.0, ["--config", str(ini)])
                 host, stomp_port = "127.0.0.1", adapter.port
                 await asyncio.to_thread(_wait_port, ws_port)
             else:

@@ -67,17 +67,10 @@ def raise_own_nofile() -> None:
 
 
 class AdapterProcess:
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int | None = None,
-        label: str = "adapter",
-        args: list[str] | None = None,
-    ) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None, label: str = "adapter") -> None:
         self.host = host
         self.port = port or free_port()
         self.label = label
-        self.args = list(args or [])  # more command-line arguments (``--config FILE``, ...)
         self.proc: subprocess.Popen[bytes] | None = None
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.log_path = RESULTS / f"{label}-{self.port}.log"
@@ -86,7 +79,8 @@ class AdapterProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 20.0, extra: list[str] | tuple[str, ...] = ()) -> None:
+        """``extra``: more command-line flags (e.g. ``--shared-subscriptions``)."""
         command = [
             sys.executable,
             "-m",
@@ -95,7 +89,7 @@ class AdapterProcess:
             f"{self.host}:{self.port}",
             "--log-level",
             "WARNING",
-            *self.args,
+            *extra,
         ]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(

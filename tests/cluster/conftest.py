@@ -25,7 +25,10 @@ from tests.support import AdapterProcess
 #   pytest.param({"amqp_sessions_per_connection": 8, "shared_subscriptions": True}, id="both"),
 # (setting names as adapter/config.py declares them; in-process adapters take them as overrides
 # and real adapter processes as ini lines, see tests/cluster/clients.py ``ini_text``).
-ADAPTER_VARIANTS = [pytest.param({}, id="defaults")]
+ADAPTER_VARIANTS = [
+    pytest.param({}, id="defaults"),
+    pytest.param({"shared_subscriptions": True}, id="shared-subscriptions"),
+]
 
 
 @pytest.fixture(scope="package")
