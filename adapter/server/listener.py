@@ -79,6 +79,8 @@ class Server:
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
         self.amqp_reuse = link.reuse
+        # adapter.amqp_sessions_per_connection above 1: this process's shared connections, or None
+        self.amqp_mux = link.mux
         # every accepted socket until its transport reports connection_lost (also while a closed
         # connection lingers for the client's last reads, or a WebSocket waits for the client's
         # Close): what is still open at the end of shutdown is aborted
@@ -423,6 +425,8 @@ class Server:
         self.shutting_down = True  # /healthz and /readyz answer 503 from now on
         if self.amqp_reuse is not None:
             await self.amqp_reuse.close_all()  # idle ones close; the sessions' close from now on
+        if self.amqp_mux is not None:
+            await self.amqp_mux.close_all()  # idle ones close; busy ones with their last session
         for server in self._servers:
             server.close()
         for task in self._accept_tasks:
