@@ -196,8 +196,15 @@ def test_a_client_that_never_reads_does_not_stall_its_neighbours(start_adapter: 
     flood = unique("mux-flood")
     broker.declare_queue(flood)
     body = b"x" * 16384
-    for _ in range(2000):  # 32 MB: far more than the client's socket and the adapter's bound
-        broker.publish("", flood, body)
+
+    async def fill(channel: Any) -> None:  # 32 MB: far more than the client's socket and the bound
+        import aio_pika
+
+        for _ in range(2000):
+            await channel.default_exchange.publish(aio_pika.Message(body), routing_key=flood)
+
+    broker.run(fill)
+    assert broker.wait_depth(flood, 2000, timeout=20) == 2000
     hostile.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     hostile.sock.sendall(f"SUBSCRIBE\nid:1\ndestination:/queue/{flood}\n\n\0".encode())
     # and it never reads again; meanwhile its neighbour on the same AMQP connection is served
