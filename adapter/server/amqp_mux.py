@@ -92,6 +92,7 @@ class AmqpMultiplex:
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        self._closing: set[SharedConnection] = set()  # closed during shutdown
         self.joined = 0  # logins that joined a shared connection
         self.opened = 0  # logins that opened one
 
@@ -175,10 +176,11 @@ class AmqpMultiplex:
         self._close(self.shared.expired(self._clock()))
         self._schedule_expiry(self.shared.next_expiry())
 
-    @staticmethod
-    def _close(connections: list[SharedConnection]) -> None:
+    def _close(self, connections: list[SharedConnection]) -> None:
         for connection in connections:
             connection.close_nowait()
+            if self._closed:  # shutdown waits for these (wait_closed)
+                self._closing.add(connection)
 
     async def close_all(self) -> None:
         """Shutdown: no new joins; the idle connections close now, the others as their
@@ -190,3 +192,10 @@ class AmqpMultiplex:
         idle = self.shared.shutdown()
         if idle:
             await asyncio.gather(*(c.close() for c in idle), return_exceptions=True)
+
+    async def wait_closed(self, timeout: float) -> None:
+        """End of shutdown: wait for the connections that closed with their last session (the
+        broker's close-ok), at most ``timeout`` seconds; then they are dropped."""
+        closing, self._closing = self._closing, set()
+        if closing:
+            await asyncio.gather(*(c.close(timeout) for c in closing), return_exceptions=True)

@@ -458,6 +458,9 @@ class Server:
             _, stuck = await asyncio.wait(list(self.tasks), timeout=self.shutdown_timeout)
             for task in stuck:
                 task.cancel()
+        if self.amqp_mux is not None:
+            # the shared connections the last of their sessions left: the broker's close-ok
+            await self.amqp_mux.wait_closed(self.shutdown_timeout)
         if self.open_sockets:
             # lingering after a close, waiting for a WebSocket Close or an HTTP request: their
             # sessions are done and nothing is left to send
