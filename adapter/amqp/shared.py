@@ -40,7 +40,8 @@ from typing import Final
 from ..mapping.budget import Account, BudgetExceeded, Pool
 from ..mapping.operations import Delivery, QueueDeclare
 from . import wire
-from .client import BrokerCall
+from ..liveness import Liveness
+from .client import AmqpClient, BrokerCall
 from .connection import AmqpConnection, AmqpError, BrokerEvents
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,19 @@ class SharedConnection(AmqpConnection):
         return self._connection_name
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def opened_future(self) -> asyncio.Future[None]:
+        """A future that is done (the handshake's): what a channel has instead of its own."""
+        return self._handshake
+
+    @property
+    def liveness(self) -> Liveness:
+        return self._liveness
+
+    @property
     def vhost(self) -> str:
         return self._credentials[2]
 
@@ -214,9 +228,6 @@ class SharedConnection(AmqpConnection):
     @property
     def transport(self) -> asyncio.Transport | None:
         return self._transport
-
-    def mark_written(self) -> None:
-        self._liveness.wrote = True
 
 
 class _WhilePaused:
@@ -263,7 +274,25 @@ class ChannelLink(AmqpConnection):
     this channel's number; what they buffer goes to the shared socket at ``flush``."""
 
     def __init__(self, carrier: SharedConnection, events: BrokerEvents, channel: int) -> None:
-        super().__init__(events, heartbeat=0, connection_name=carrier.name)
+        # Not AmqpConnection.__init__: a channel has no handshake, socket, heart-beat or client
+        # properties of its own, and a login that joins a shared connection should cost little
+        # more than this object (docs/performance.md).  So the sans-IO client's state, then the
+        # link's attributes as a handed-over connection has them, the carrier's where shared.
+        AmqpClient.__init__(self, events, heartbeat=0, client_properties=b"")
+        self.pool_identity = None
+        self._connection_name = carrier.name
+        self._loop = carrier.loop
+        self._transport = carrier.transport
+        self._flush_handle = None
+        self._rpc = None
+        self._handshake = self._closed = carrier.opened_future  # done: nothing to wait for
+        self._opened = True
+        self._failed_before_handover = None
+        self._closing = False
+        self._reading_paused = False
+        self._paused_writing = False
+        self._liveness = carrier.liveness
+        self._heartbeat_handle = None
         self.carrier = carrier
         self.in_read = False  # had frames in the carrier's current read
         # the handshake is the carrier's: this channel starts where its open-ok left a client
@@ -277,9 +306,6 @@ class ChannelLink(AmqpConnection):
         self.broker_version = carrier.broker_version
         self.broker_generation = carrier.broker_generation
         self._credentials = ("", "", carrier.vhost)
-        self._handshake.set_result(None)
-        self._opened = True
-        self._transport = carrier.transport
         self._blocked = carrier.blocked
         self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
         self._left = False  # the session gave the link back
@@ -316,7 +342,7 @@ class ChannelLink(AmqpConnection):
             self._out = []
             return
         self._out = []
-        self.carrier.mark_written()
+        self._liveness.wrote = True  # the carrier's: no heart-beat needed
         if self._out_large:
             self._out_large = False
             transport.writelines(out)
@@ -353,7 +379,7 @@ class ChannelLink(AmqpConnection):
         what it had not acknowledged) and end the session with an ERROR naming the bound."""
         if self._channel_gone:
             return
-        log.warning("%s: %s", self._connection_name, error.detail.rstrip("\n"))
+        log.warning("%s channel %d: %s", self._connection_name, self.channel, error.detail.rstrip("\n"))
         self._send_channel_close()
         self.resume_reading()
         self._fail(AmqpError(406, error.detail.rstrip("\n"), channel_only=True))

@@ -36,6 +36,7 @@ from .stats import (
 )
 
 if TYPE_CHECKING:
+    from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .connection import ClientConnection
@@ -60,6 +61,9 @@ class Observed(Protocol):
 
     @property
     def amqp_reuse(self) -> AmqpReuse | None: ...
+
+    @property
+    def amqp_mux(self) -> AmqpMultiplex | None: ...
 
     def clock(self) -> float: ...
 
@@ -297,6 +301,19 @@ class ServerCollector(Collector):
             )
             yield _counter(
                 "amqp_connections_reused", "logins served by a pooled AMQP connection", reuse.reused
+            )
+        mux = server.amqp_mux  # adapter.amqp_sessions_per_connection (adapter/server/amqp_mux.py)
+        if mux is not None:
+            yield GaugeMetricFamily(
+                f"{PREFIX}_amqp_connections_shared",
+                "AMQP connections that STOMP sessions share (idle ones included)",
+                len(mux.shared),
+            )
+            yield GaugeMetricFamily(
+                f"{PREFIX}_amqp_shared_sessions", "STOMP sessions on shared AMQP connections", mux.shared.sessions
+            )
+            yield _counter(
+                "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined
             )
 
 

@@ -120,6 +120,12 @@ def test_concurrent_sessions_share_connections(start_adapter: Any, broker: Broke
         assert got[-1][0] == "RECEIPT", got
     ports = amqp_client_ports() - before
     assert len(ports) == 2  # 8 sessions on 2 AMQP connections
+    async def counts() -> tuple[int, int, int]:
+        mux = adapter.server.amqp_mux
+        assert mux is not None
+        return len(mux.shared), mux.shared.sessions, mux.joined
+
+    assert adapter.run(counts()) == (2, 8, 6)  # two logins, six joins
     # the broker's view: two connections, four channels each
     assert wait_for(lambda: sorted(c.get("channels", 0) for c in broker_connections(broker, ports)) == [4, 4], 15)
     for s in sessions:
@@ -194,7 +200,7 @@ def test_a_client_that_never_reads_does_not_stall_its_neighbours(start_adapter: 
     bystander = Session(adapter.port)
     hostile = Session(adapter.port)
     flood = unique("mux-flood")
-    broker.declare_queue(flood)
+    broker.declare_queue(flood, durable=True)  # as a SUBSCRIBE to /queue/ declares it
     body = b"x" * 16384
 
     async def fill(channel: Any) -> None:  # 32 MB: far more than the client's socket and the bound
@@ -205,7 +211,6 @@ def test_a_client_that_never_reads_does_not_stall_its_neighbours(start_adapter: 
 
     broker.run(fill)
     assert broker.wait_depth(flood, 2000, timeout=20) == 2000
-    hostile.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     hostile.sock.sendall(f"SUBSCRIBE\nid:1\ndestination:/queue/{flood}\n\n\0".encode())
     # and it never reads again; meanwhile its neighbour on the same AMQP connection is served
     queue = unique("mux")
@@ -218,6 +223,16 @@ def test_a_client_that_never_reads_does_not_stall_its_neighbours(start_adapter: 
         return adapter.connection_count == 1
 
     assert wait_for(hostile_ended, 20)
+    # what the hostile client finds when it reads at last: an ERROR naming the bound
+    hostile.sock.settimeout(10)
+    tail = b""
+    try:
+        while chunk := hostile.sock.recv(1 << 20):
+            tail = (tail + chunk)[-4096:]
+    except OSError:
+        pass  # reset after the adapter gave up lingering: the bound is in the log then
+    if tail:
+        assert b"ERROR" in tail and b"adapter.amqp_shared_max_paused_bytes" in tail, tail[-600:]
     bystander.round_trip(queue)
     assert wait_for(lambda: broker.idle_depth(flood) > 0, 10)
     bystander.disconnect()
