@@ -406,13 +406,16 @@ class ChannelLink(AmqpConnection):
 
     # ------------------------------------------------------------------ the end
     async def delete_queue_on_fresh_channel(self, queue: str) -> None:
-        """After the broker closed the session's channel: delete ``queue`` on another one."""
-        self._closing = True
-        self.left_connection_queue = True  # it was the session's; the registry retires the connection
-        self.carrier.renumber(self)
-        self._channel_gone = False
-        await self.call(wire.channel_open(self.channel), wire.CHANNEL_OPEN_OK)
-        self._channel_unopened = False
+        """At the session's end, delete ``queue``: on a channel with a new number if the broker
+        closed the session's (its neighbours' channels are never touched), else on its own."""
+        self._closing = True  # further failures are not news for the session
+        if self._channel_gone:
+            self.carrier.renumber(self)
+            self._channel_gone = False
+            self._channel_unopened = True
+        if self._channel_unopened:
+            await self.call(wire.channel_open(self.channel), wire.CHANNEL_OPEN_OK)
+            self._channel_unopened = False
         await self.call(wire.queue_delete(self.channel, queue), wire.QUEUE_DELETE_OK)
 
     def _send_channel_close(self) -> bool:

@@ -205,3 +205,35 @@ async def test_no_more_sessions_than_channel_numbers() -> None:
     connection.new_link(Events())  # type: ignore[arg-type]
     with pytest.raises(AmqpError):
         connection.new_link(Events())  # type: ignore[arg-type]
+
+
+async def test_queues_left_to_delete_go_on_a_new_channel_number_after_a_channel_error() -> None:
+    connection, transport, (victim, neighbour), _events = await two_sessions()
+    old = victim.channel
+    close = commands.Channel.Close(reply_code=404, reply_text="NOT_FOUND", class_id=50, method_id=20)
+    connection.data_received(broker((close, old)))
+    transport.take_frames()
+    deleting = asyncio.ensure_future(victim.delete_queue_on_fresh_channel("sub-q"))
+    await asyncio.sleep(0)
+    victim.flush()
+    ((number, opened),) = transport.take_frames()
+    assert number not in (old, neighbour.channel) and isinstance(opened, commands.Channel.Open)
+    connection.data_received(broker((commands.Channel.OpenOk(), number)))
+    await asyncio.sleep(0)
+    victim.flush()
+    ((_, delete),) = transport.take_frames()
+    assert isinstance(delete, commands.Queue.Delete) and delete.queue == "sub-q"
+    connection.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
+    await deleting
+    assert neighbour.is_open and connection.links[neighbour.channel] is neighbour
+
+
+async def test_queues_left_to_delete_use_the_sessions_own_channel_while_it_is_open() -> None:
+    connection, transport, (leaving, _), _events = await two_sessions()
+    deleting = asyncio.ensure_future(leaving.delete_queue_on_fresh_channel("sub-q"))
+    await asyncio.sleep(0)
+    leaving.flush()
+    ((number, delete),) = transport.take_frames()
+    assert number == leaving.channel and isinstance(delete, commands.Queue.Delete)
+    connection.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
+    await deleting
