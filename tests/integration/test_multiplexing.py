@@ -147,8 +147,9 @@ def test_a_channel_error_ends_only_its_session(start_adapter: Any, broker: Broke
     assert len(amqp_client_ports() - before) == 1  # the shared connection stays
     neighbour.round_trip(queue)
     again = Session(adapter.port)  # and takes new sessions
-    again.round_trip(unique("mux-again"))
-    broker.track_queue(*[q["name"] for q in broker.management("/api/queues") if q["name"].startswith("mux-again")])
+    other = unique("mux")
+    broker.track_queue(other)
+    again.round_trip(other)
     assert len(amqp_client_ports() - before) == 1
     neighbour.disconnect()
 
@@ -251,3 +252,30 @@ def test_a_subscribe_flood_does_not_stall_its_neighbours(start_adapter: Any, bro
     for _ in range(3):
         bystander.round_trip(queue)
     bystander.disconnect()
+
+
+def test_an_exclusive_queue_lives_until_the_last_session_on_its_connection_ends(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """An exclusive queue belongs to the AMQP connection: with multiplexing it outlives the
+    session that declared it while a neighbour keeps the connection, which then takes no new
+    session and closes with its last one (docs/compatibility.md)."""
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    owner = Session(adapter.port)
+    neighbour = Session(adapter.port)
+    queue = unique("mux-exclusive")
+    broker.track_queue(queue)
+    got = owner.send(f"SUBSCRIBE\nid:1\ndestination:/queue/{queue}\nexclusive:true\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    owner.disconnect()
+    assert broker.queue_exists(queue)  # the connection is still open for the neighbour
+    late = Session(adapter.port)  # joins no retired connection: a login of its own
+    assert late.command == "CONNECTED"
+    other = unique("mux")
+    broker.track_queue(other)
+    late.round_trip(other)
+    assert len(amqp_client_ports() - before) == 2
+    neighbour.disconnect()
+    assert broker.wait_gone(queue)  # with the connection's last session
+    late.disconnect()
