@@ -30,11 +30,11 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from .amqp.shared import PausedBytes
 from .caps import ConnectionCap, worker_share
 from .config import DECLARED, ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .mapping.budget import Budgets
-from .amqp.shared import PausedBytes
 from .server.amqp_mux import AmqpMultiplex
 from .server.amqp_pool import AmqpReuse
 from .server.brokers import BrokerNodes, parse_nodes

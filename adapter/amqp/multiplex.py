@@ -88,9 +88,9 @@ class SharedConnections(Generic[Connection]):
             if now - entry.authenticated_at >= self.max_age_seconds:
                 entry.retired = True
                 continue
-            if matches and entry.sessions < entry.capacity:
-                if found is None or entry.sessions > found.sessions:
-                    found = entry  # the fullest with room
+            has_room = entry.sessions < entry.capacity
+            if matches and has_room and (found is None or entry.sessions > found.sessions):
+                found = entry  # the fullest with room
         if found is None:
             return None
         found.sessions += 1

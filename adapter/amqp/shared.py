@@ -26,7 +26,8 @@ What differs, and why:
 * A session that ends closes only its channel, without waiting when a call is still pending;
   a channel the session never used costs nothing, neither at login nor at the end.
 
-Imports: the AMQP link and client of this package, the byte budget of the mapping layer.
+Imports: the AMQP link and client of this package, the byte budget of the mapping layer, the
+heart-beat monitor (the carrier's, shared by its channels).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
+from ..liveness import Liveness
 from ..mapping.budget import Account, BudgetExceeded, Pool
 from ..mapping.operations import Delivery, QueueDeclare
 from . import wire
-from ..liveness import Liveness
 from .client import AmqpClient, BrokerCall
 from .connection import AmqpConnection, AmqpError, BrokerEvents
 
@@ -72,6 +73,8 @@ class SharedConnection(AmqpConnection):
     ``AmqpConnection.open`` (the handshake is the same); ``events`` is the registry's sink for
     what concerns the connection as a whole (``on_amqp_closed``, ``on_broker_backpressure``)."""
 
+    # the process's bounds: the registry (adapter/server/amqp_mux.py) gives every connection the
+    # one it built from the settings; this default serves a connection made without it (tests)
     paused_bytes: PausedBytes = PausedBytes(8 * 1024 * 1024, 256 * 1024 * 1024)
 
     def __init__(
@@ -434,17 +437,20 @@ class ChannelLink(AmqpConnection):
         if self._left:
             return
         self._closing = True
-        if self._transport is not None and not self._channel_gone and not self._channel_unopened:
-            if self._rpc is None:
-                try:
-                    async with asyncio.timeout(timeout):
-                        await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
-                    self._channel_gone = True
-                    self._leave(close_ok_due=False)
-                    return
-                except (AmqpError, TimeoutError):
-                    pass
-        self.close_nowait()
+        in_use = self._transport is not None and not self._channel_gone and not self._channel_unopened
+        if not in_use or self._rpc is not None:
+            self.close_nowait()
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
+        except (AmqpError, TimeoutError):
+            # no close-ok in time: the number stays taken until one comes (or for a while)
+            self._channel_gone = True
+            self._leave(close_ok_due=self._transport is not None)
+            return
+        self._channel_gone = True
+        self._leave(close_ok_due=False)
 
     def close_nowait(self) -> None:
         """Close the channel without waiting (the session is gone, or a call is pending)."""

@@ -121,7 +121,13 @@ class AmqpMultiplex:
         return None
 
     def logged_in(
-        self, connection: AmqpConnection, node_label: str, user: str, vhost: str, passcode: str, events: BrokerEvents
+        self,
+        connection: AmqpConnection,
+        node_label: str,
+        user: str,
+        vhost: str,
+        passcode: str,
+        events: BrokerEvents,
     ) -> AmqpConnection:
         """A fresh login succeeded: share its connection; returns the session's channel."""
         if not isinstance(connection, SharedConnection):
@@ -129,7 +135,11 @@ class AmqpMultiplex:
         connection.attach(_ConnectionEvents(self, connection))
         connection.paused_bytes = self.paused_bytes
         stale = self.shared.opened(
-            connection, (node_label, vhost, user), self.passcodes.digest(passcode), connection.channel_max, self._clock()
+            connection,
+            (node_label, vhost, user),
+            self.passcodes.digest(passcode),
+            connection.channel_max,
+            self._clock(),
         )
         self._close(stale)
         link = connection.new_link(events)

@@ -310,7 +310,9 @@ class ServerCollector(Collector):
                 len(mux.shared),
             )
             yield GaugeMetricFamily(
-                f"{PREFIX}_amqp_shared_sessions", "STOMP sessions on shared AMQP connections", mux.shared.sessions
+                f"{PREFIX}_amqp_shared_sessions",
+                "STOMP sessions on shared AMQP connections",
+                mux.shared.sessions,
             )
             yield _counter(
                 "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined

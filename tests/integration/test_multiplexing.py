@@ -51,7 +51,9 @@ class Session:
         self._pending += [frame_headers(raw.lstrip(b"\r\n")) for raw in whole if raw.strip(b"\r\n")]
         return True
 
-    def frames_until(self, commands: tuple[str, ...], timeout: float = 5) -> list[tuple[str, dict[str, str], bytes]]:
+    def frames_until(
+        self, commands: tuple[str, ...], timeout: float = 5
+    ) -> list[tuple[str, dict[str, str], bytes]]:
         """The frames received up to the first of ``commands`` (included); later ones wait."""
         deadline = time.monotonic() + timeout
         while True:
@@ -120,6 +122,7 @@ def test_concurrent_sessions_share_connections(start_adapter: Any, broker: Broke
         assert got[-1][0] == "RECEIPT", got
     ports = amqp_client_ports() - before
     assert len(ports) == 2  # 8 sessions on 2 AMQP connections
+
     async def counts() -> tuple[int, int, int]:
         mux = adapter.server.amqp_mux
         assert mux is not None
@@ -127,7 +130,9 @@ def test_concurrent_sessions_share_connections(start_adapter: Any, broker: Broke
 
     assert adapter.run(counts()) == (2, 8, 6)  # two logins, six joins
     # the broker's view: two connections, four channels each
-    assert wait_for(lambda: sorted(c.get("channels", 0) for c in broker_connections(broker, ports)) == [4, 4], 15)
+    assert wait_for(
+        lambda: sorted(c.get("channels", 0) for c in broker_connections(broker, ports)) == [4, 4], 15
+    )
     for s in sessions:
         s.disconnect()
     assert broker.wait_depth(queue, 2 * PER_CONNECTION) == 2 * PER_CONNECTION
@@ -195,7 +200,9 @@ def test_a_wrong_passcode_is_refused_by_the_broker(start_adapter: Any, broker: B
     second.disconnect()
 
 
-def test_a_client_that_never_reads_does_not_stall_its_neighbours(start_adapter: Any, broker: BrokerProbe) -> None:
+def test_a_client_that_never_reads_does_not_stall_its_neighbours(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
     adapter = mux_adapter(start_adapter, amqp_shared_max_paused_bytes=256 * 1024)
     before = amqp_client_ports()
     bystander = Session(adapter.port)
@@ -219,6 +226,7 @@ def test_a_client_that_never_reads_does_not_stall_its_neighbours(start_adapter: 
     for _ in range(5):
         bystander.round_trip(queue)
     assert len(amqp_client_ports() - before) == 1
+
     # the hostile session ends (its unread messages requeue), its neighbour goes on
     def hostile_ended() -> bool:
         return adapter.connection_count == 1

@@ -87,7 +87,9 @@ async def test_a_channel_error_ends_only_its_session() -> None:
     await asyncio.sleep(0)
     victim.flush()
     transport.take_frames()
-    close = commands.Channel.Close(reply_code=404, reply_text="NOT_FOUND - no queue", class_id=50, method_id=10)
+    close = commands.Channel.Close(
+        reply_code=404, reply_text="NOT_FOUND - no queue", class_id=50, method_id=10
+    )
     connection.data_received(broker((close, victim.channel)))
     with pytest.raises(AmqpError) as info:
         await call
@@ -142,7 +144,9 @@ async def test_a_slow_client_never_pauses_the_shared_socket_and_is_bounded() -> 
     assert transport.reading  # the neighbours' deliveries go on being read
     connection.data_received(broker(*deliver(slow.channel, 1, b"12345678")))
     assert len(slow_events.deliveries) == 1 and slow_events.closed == []
-    connection.data_received(broker(*deliver(slow.channel, 2, b"12345678"), *deliver(neighbour.channel, 1, b"n")))
+    connection.data_received(
+        broker(*deliver(slow.channel, 2, b"12345678"), *deliver(neighbour.channel, 1, b"n"))
+    )
     assert len(slow_events.deliveries) == 1  # not delivered: requeued when the channel closes
     ((error,),) = (slow_events.closed,)
     assert error.channel_only and "adapter.amqp_shared_max_paused_bytes" in error.text
@@ -237,3 +241,16 @@ async def test_queues_left_to_delete_use_the_sessions_own_channel_while_it_is_op
     assert number == leaving.channel and isinstance(delete, commands.Queue.Delete)
     connection.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
     await deleting
+
+
+async def test_a_close_ok_that_does_not_come_in_time_keeps_the_number_until_it_does() -> None:
+    connection, transport, (leaving, _), _events = await two_sessions()
+    left: list[ChannelLink] = []
+    leaving.on_left = left.append
+    number = leaving.channel
+    await leaving.close(timeout=0.01)
+    assert left == [leaving] and number in connection._closing_channels
+    closes = [value for _, value in transport.take_frames() if isinstance(value, commands.Channel.Close)]
+    assert len(closes) == 1  # sent once
+    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    assert number not in connection._closing_channels
