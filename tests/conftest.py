@@ -10,10 +10,10 @@ on 61613 (RabbitMQ's own STOMP plugin may be listening there).
 
 ``--amqp-sessions-per-connection N`` runs every adapter the fixtures start with
 adapter.amqp_sessions_per_connection = N (unless a test sets it itself): the same tests, with
-concurrent sessions sharing AMQP connections.  Tests marked ``own_amqp_connection`` find one
-client's AMQP connection by its name or its socket, which a joining session does not have: they
-are deselected then (tests/integration/test_multiplexing.py covers what they check, for shared
-connections).
+concurrent sessions sharing AMQP connections.  Tests marked ``own_amqp_connection`` assume an
+AMQP connection per session (they find a client's by its name or socket, or test the reuse
+pool, which shared connections replace): they are deselected then
+(tests/integration/test_multiplexing.py covers what they check, for shared connections).
 """
 
 from __future__ import annotations

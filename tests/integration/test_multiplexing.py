@@ -287,3 +287,68 @@ def test_an_exclusive_queue_lives_until_the_last_session_on_its_connection_ends(
     neighbour.disconnect()
     assert broker.wait_gone(queue)  # with the connection's last session
     late.disconnect()
+
+
+def joined(adapter: AdapterProcess) -> int:
+    async def count() -> int:
+        assert adapter.server.amqp_mux is not None
+        return adapter.server.amqp_mux.joined
+
+    return int(adapter.run(count()))
+
+
+def test_revoked_write_permission_applies_to_a_session_that_joins(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """RabbitMQ checks permissions per channel, and every session has its own: a write
+    permission revoked while a shared connection is open applies to the next session on it."""
+    adapter = mux_adapter(start_adapter)
+    user = broker.create_user("pw", "mux")
+    queue = unique("mux")
+    broker.track_queue(queue)
+    first = Session(adapter.port, user, "pw")
+    assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
+    broker.management(
+        f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}",
+        "PUT",
+        {"configure": ".*", "write": "^$", "read": ".*"},
+    )
+    second = Session(adapter.port, user, "pw")
+    assert second.command == "CONNECTED" and joined(adapter) == 1
+    command, headers, body = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
+    assert (command, headers["message"]) == ("ERROR", "access_refused") and b"ACCESS_REFUSED" in body
+
+
+def test_revoked_vhost_access_still_connects_a_session_that_joins_and_refuses_its_first_resource(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """The trade-off docs/configuration.md states: vhost access is checked when a connection
+    opens, so a session that joins gets CONNECTED and its first frame on a resource the ERROR."""
+    adapter = mux_adapter(start_adapter)
+    user = broker.create_user("pw", "mux")
+    queue = unique("mux")
+    broker.track_queue(queue)
+    first = Session(adapter.port, user, "pw")
+    assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
+    broker.management(f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}", "DELETE")
+    second = Session(adapter.port, user, "pw")
+    assert second.command == "CONNECTED" and joined(adapter) == 1
+    command, headers, _ = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
+    assert (command, headers["message"]) == ("ERROR", "access_refused")
+
+
+def test_a_new_password_accepted_by_the_broker_retires_the_connections_of_the_old_one(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = mux_adapter(start_adapter)
+    user = broker.create_user("old-secret", "mux")
+    old = Session(adapter.port, user, "old-secret")
+    assert old.command == "CONNECTED"
+    broker.set_password(user, "new-secret")
+    new = Session(adapter.port, user, "new-secret")  # matches no shared connection: a fresh login
+    assert new.command == "CONNECTED" and joined(adapter) == 0
+    # the old password's connection takes no new session: the broker decides, and refuses
+    refused = Session(adapter.port, user, "old-secret")
+    assert (refused.command, refused.body) == ("ERROR", f"Access refused for user '{user}'\n".encode())
+    old.disconnect()
+    new.disconnect()
