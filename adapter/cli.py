@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import dataclasses
 import importlib.metadata
+import itertools
 import logging
 import os
 import signal
@@ -31,7 +32,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from .amqp.shared import PausedBytes
-from .caps import ConnectionCap, worker_share
+from .caps import ConnectionCap
 from .config import DECLARED, ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .mapping.budget import Budgets
@@ -46,6 +47,7 @@ from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
 from .session import SessionSettings
+from .session.fanout import Registry
 from .stomp.codec import FrameLimits
 
 log = logging.getLogger("adapter")
@@ -104,12 +106,30 @@ def command_line_settings(args: argparse.Namespace) -> dict[str, object]:
     return {name: getattr(args, name) for name, declared in DECLARED.items() if declared.setting.flag}
 
 
-def session_settings(settings: Settings, workers: int = 1) -> SessionSettings:
-    """``workers``: the processes of --workers N, each of which applies its share of
-    stomp.max_connections (adapter/caps.py)."""
-    limit = worker_share(settings.max_connections, workers)
+def connection_cap(limit: int | None, worker: WorkerSpec | None, row: int) -> ConnectionCap | None:
+    """A cap of ``limit`` connections (None: no cap); a worker of --workers N counts them in
+    row ``row`` of the table its supervisor shares with every worker, so the limit holds for
+    the worker set together (adapter/server/sharedcaps.py): row 0 is stomp.max_connections,
+    row 1 + i web_stomp.max_connections of the i-th web_stomp listener."""
+    if limit is None:
+        return None
+    if worker is None or worker.caps is None:
+        return ConnectionCap(limit)
+    return ConnectionCap(limit, worker.caps.count(row, worker.slot, limit))
+
+
+def cap_rows(settings: Settings) -> int:
+    """The rows of the supervisor's cap table (0: no cap is set, no table)."""
+    if settings.max_connections is None and settings.web_stomp_max_connections is None:
+        return 0
+    return 1 + len(settings.web_stomp_listeners) + len(settings.web_stomp_ssl_listeners)
+
+
+def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> SessionSettings:
+    """``worker``: this process is a worker of --workers N, whose stomp.max_connections counts
+    every worker's sessions (adapter/server/sharedcaps.py)."""
     return SessionSettings(
-        connection_cap=ConnectionCap(limit) if limit is not None else None,
+        connection_cap=connection_cap(settings.max_connections, worker, 0),
         default_user=settings.default_user,
         default_pass=settings.default_pass,
         default_vhost=settings.default_vhost,
@@ -122,6 +142,13 @@ def session_settings(settings: Settings, workers: int = 1) -> SessionSettings:
         profile=settings.profile,
         plugin_behaviour=settings.plugin_behaviour,
         declare_exchanges=settings.declare_exchanges,
+        shared=Registry(
+            max_lag=settings.shared_subscription_max_lag,
+            lag_budget=settings.shared_subscription_lag_budget,
+            trailing_lf=settings.trailing_lf,
+        )
+        if settings.shared_subscriptions
+        else None,
         budgets=Budgets(
             max_transaction_bytes=settings.max_transaction_bytes,
             transaction_bytes_budget=settings.transaction_bytes_budget,
@@ -287,13 +314,14 @@ def web_tls_context(settings: Settings) -> ssl.SSLContext | None:
     )
 
 
-def web_listeners(settings: Settings, workers: int = 1) -> list[WebListener]:
+def web_listeners(settings: Settings, worker: WorkerSpec | None = None) -> list[WebListener]:
     """The web_stomp listeners, each with its own web_stomp.max_connections count (as each of
-    the plugin's ranch listeners has), of which each of ``workers`` processes applies its share."""
-    limit = worker_share(settings.web_stomp_max_connections, workers)
+    the plugin's ranch listeners has), counted over every worker of --workers N together."""
+    limit = settings.web_stomp_max_connections
+    rows = itertools.count(1)  # the i-th listener's row of the cap table (cap_rows)
 
     def cap() -> ConnectionCap | None:
-        return ConnectionCap(limit) if limit is not None else None
+        return connection_cap(limit, worker, next(rows))
 
     web = WebStompSettings(
         path=settings.web_stomp_ws_path,
@@ -385,11 +413,10 @@ def amqp_link(settings: Settings) -> AmqpLink:
 def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server:
     """The server of these settings (not started).  Every file the settings name is read here, so
     a ConfigError from this call is one start-up would stop with (``--check-config`` relies on it)."""
-    workers = worker.workers if worker is not None else 1
     return Server(
-        session_settings(settings, workers),
+        session_settings(settings, worker),
         listening=listening(settings),
-        web=tuple(web_listeners(settings, workers)),
+        web=tuple(web_listeners(settings, worker)),
         link=amqp_link(settings),
         limits=group(Limits, settings),
         operations=group(
@@ -417,6 +444,7 @@ def build_supervisor(settings: Settings, server: Server, argv: Sequence[str]) ->
         broker=server.broker,
         shutdown_timeout=settings.shutdown_timeout,
         metrics_destinations=settings.metrics_destinations,
+        cap_rows=cap_rows(settings),
     )
 
 
@@ -516,4 +544,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    sys.exit(main())
+    code = main()
+    if sys.argv[1:2] != ["tap"] and "--check-config" not in sys.argv:
+        # The server has shut down: everything it had to say is said and every socket it had
+        # to close cleanly is closed.  Skip the interpreter's finalisation, which after a stop
+        # with 2,000 clients spent ~3 s collecting their objects on a loaded machine (the
+        # kernel closes what is left, and the broker cleans up the dropped AMQP connections).
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -772,6 +772,24 @@ class Settings(BaseModel):
     # Declare the exchange of a SEND / SUBSCRIBE to /exchange/NAME that carries declare-exchange:true
     # (adapter/mapping/exchanges.py); an adapter-only feature, off: the header is refused.
     declare_exchanges: Annotated[bool, Setting(_SESSION, _to_bool, "adapter.declare_exchanges")] = False
+    # Non-durable auto-ack /topic/ and /exchange/ subscriptions of the same vhost, user, passcode
+    # and destination share one AMQP queue and consumer per process, the adapter copying each
+    # message to them (adapter/session/fanout.py, docs/configuration.md "Shared subscriptions").
+    # Off: each subscription has its own queue and consumer, as with the plugin.
+    shared_subscriptions: Annotated[
+        bool,
+        Setting(
+            _SESSION,
+            _to_bool,
+            "adapter.shared_subscriptions",
+            flag=Flag(
+                "--shared-subscriptions",
+                "share one AMQP queue and consumer among the plain topic subscriptions of the same "
+                "user and destination (default off; docs/configuration.md says what it changes)",
+                switch=True,
+            ),
+        ),
+    ] = False
     # The STOMP dialect of every listener: the plugin's (rabbitmq) or ActiveMQ's
     # (docs/migration-activemq.md).
     profile: Annotated[
@@ -839,6 +857,20 @@ class Settings(BaseModel):
     unacked_bytes_budget: Annotated[
         int, Setting(_LIMITS, _int_converter(1), "adapter.unacked_bytes_budget")
     ] = 1024 * 1024 * 1024
+    # AMQP logins of one process talking to the broker at once; the others wait their turn
+    # (adapter/server/admission.py, docs/configuration.md "Connection caps").
+    max_logins_in_flight: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.max_logins_in_flight")
+    ] = 64
+    # With shared subscriptions: bytes of MESSAGE frames that may wait for one subscriber to read
+    # them, and for all of a process's subscribers together; over either, the subscriber (the
+    # one furthest behind) gets an ERROR naming the setting and is closed.
+    shared_subscription_max_lag: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.shared_subscription_max_lag")
+    ] = 4 * 1024 * 1024
+    shared_subscription_lag_budget: Annotated[
+        int, Setting(_LIMITS, _int_converter(1), "adapter.shared_subscription_lag_budget")
+    ] = 256 * 1024 * 1024
     # Factor applied to the client's heart-beat interval before the connection is declared dead.
     heartbeat_tolerance: Annotated[
         float, Setting(_LIMITS, _float_converter(1, inclusive=True, unit=""), "adapter.heartbeat_tolerance")
@@ -846,8 +878,8 @@ class Settings(BaseModel):
     # Connection caps (adapter/caps.py, docs/configuration.md "Connection caps"); None: no cap.
     # max_connections: STOMP sessions of every listener (TCP, TLS, WebSocket), counted from
     # CONNECT to close, the CONNECT over it refused; web_stomp_max_connections: the sockets of
-    # each web_stomp listener, the request over it answered 503.  With --workers N each
-    # process applies the ceiling of the value / N.
+    # each web_stomp listener, the request over it answered 503.  With --workers N they hold
+    # for the workers together (adapter/server/sharedcaps.py).
     max_connections: Annotated[int | None, Setting(_LIMITS, _connection_cap, "stomp.max_connections")] = None
     web_stomp_max_connections: Annotated[
         int | None, Setting(_LIMITS, _connection_cap, "web_stomp.max_connections")

@@ -101,6 +101,13 @@ class JsonLinesFormatter(logging.Formatter):
 
 def configure_logging(level: str, log_format: Literal["text", "json"], worker: int | None = None) -> None:
     """``worker``: the slot of a ``--workers`` process, named on every line."""
+    # Neither format shows where a record was made (file, line, function) nor the thread: skip
+    # collecting them, as the logging HOWTO's "Optimization" section describes.  Finding the
+    # caller walks the stack and normalises paths for every record, and every connection writes
+    # three INFO lines: this was ~6% of the adapter's work in a connect/disconnect cycle.
+    logging._srcfile = None  # the documented switch
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonLinesFormatter(worker))

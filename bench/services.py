@@ -25,6 +25,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from . import procstat
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
@@ -77,7 +79,8 @@ class AdapterProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 20.0) -> None:
+    def start(self, timeout: float = 20.0, extra: list[str] | tuple[str, ...] = ()) -> None:
+        """``extra``: more command-line flags (e.g. ``--shared-subscriptions``)."""
         command = [
             sys.executable,
             "-m",
@@ -86,6 +89,7 @@ class AdapterProcess:
             f"{self.host}:{self.port}",
             "--log-level",
             "WARNING",
+            *extra,
         ]
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
@@ -121,6 +125,9 @@ class AdapterProcess:
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.proc is None:
             return None
+        # the workers of --workers N run in their own sessions: remember them, so that none
+        # outlives a supervisor that had to be killed
+        workers = procstat.child_pids(self.proc.pid)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -128,6 +135,12 @@ class AdapterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        for pid in workers:
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"adapter" not in f.read():
+                        continue  # gone, and the pid is someone else's now
+                os.kill(pid, signal.SIGKILL)
         try:  # keep only logs that say something
             if self.log_path.stat().st_size == 0:
                 self.log_path.unlink()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import struct
 import threading
 from collections.abc import Iterable, Sequence
@@ -139,6 +140,15 @@ class Link:
             transport = writer.transport
             transport.abort()
         self.closed.set()
+
+    def reset(self) -> None:
+        """Cut the client's socket with a TCP reset (SO_LINGER 0), as a broker that cannot take
+        the connection may, and drop the upstream one."""
+        self.detached = True
+        sock = self._client_writer.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.abort()
 
     def close(self) -> None:
         for writer in (self._client_writer, self._server_writer):

@@ -51,6 +51,7 @@ __all__ = [
     "AmqpError",
     "BrokerCall",
     "BrokerEvents",
+    "HandshakeTimeout",
     "Phase",
     "client_properties_table",
     "monotonic",
@@ -58,6 +59,22 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class HandshakeTimeout(TimeoutError):
+    """open() ran out of time: ``connected`` says whether the TCP connection was made, ``step``
+    how far the AMQP handshake got (a ``Phase`` value; ``connect``: no connection.start)."""
+
+    def __init__(self, timeout: float, connected: bool, step: str) -> None:
+        if not connected:
+            what = f"no TCP connection within {timeout:g} s"
+        elif step == Phase.CONNECT:
+            what = f"TCP connected, but no connection.start within {timeout:g} s"
+        else:
+            what = f"TCP connected, but the AMQP handshake did not finish within {timeout:g} s ({step})"
+        super().__init__(what)
+        self.connected = connected
+        self.step = step
 
 
 class BrokerEvents(Protocol):
@@ -132,19 +149,22 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
         loop = asyncio.get_running_loop()
         protocol = cls(events, heartbeat=heartbeat, connection_name=connection_name, reusable=reusable)
         protocol._credentials = (user, password, vhost)
+        connected = False
         try:
             async with asyncio.timeout(timeout):
                 await loop.create_connection(
                     lambda: protocol, host, port, ssl=ssl_context, server_hostname=server_hostname
                 )
+                connected = True
                 await protocol._handshake
+        except TimeoutError as error:
+            protocol._give_up()
+            # which step ran out of time tells the operator what failed: no TCP connection
+            # (host down, packets dropped, the broker's accept queue full) or a TCP connection
+            # the broker never answered (a broker out of sockets keeps it waiting unanswered)
+            raise HandshakeTimeout(timeout, connected, protocol.handshake_step) from error
         except BaseException:
-            # given up (refused, failed, or timed out, possibly in the very iteration the
-            # handshake finished): the link is dropped, and nothing it reports later reaches
-            # the session, which may have logged in on another node by then
-            if not protocol._handshake.done():
-                protocol._handshake.cancel()  # so a late failure leaves no unretrieved exception
-            protocol._abort()
+            protocol._give_up()
             raise
         if protocol._failed_before_handover is not None:
             # open-ok and a close (say CONNECTION_FORCED) in one read: the handshake finished,
@@ -155,6 +175,14 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
             )
         protocol._opened = True
         return protocol
+
+    def _give_up(self) -> None:
+        """open() gave up (refused, failed, or timed out, possibly in the very iteration the
+        handshake finished): the link is dropped, and nothing it reports later reaches the
+        session, which may have logged in on another node by then."""
+        if not self._handshake.done():
+            self._handshake.cancel()  # so a late failure leaves no unretrieved exception
+        self._abort()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have the same methods
@@ -413,7 +441,8 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
                 self._handshake.set_exception(exc)
             else:
                 where = "before connection.start" if step == Phase.CONNECT else "opening the vhost"
-                self._node_failed(f"the node closed the connection {where}" + (f": {exc}" if exc else ""))
+                how = "reset" if isinstance(exc, ConnectionResetError) else "closed"
+                self._node_failed(f"the node {how} the connection {where}" + (f": {exc}" if exc else ""))
         else:
             reason = str(exc) if exc else "connection closed by the broker"
             self._fail(AmqpError(0, reason, phase=step))
@@ -447,6 +476,15 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
                 await asyncio.shield(self._closed)
         except TimeoutError:
             self._close_transport()
+
+    def drop(self) -> None:
+        """End the connection now, without the AMQP close (the end of a shutdown whose deadline
+        came first): what is buffered still goes (a clean TCP close, not a reset where it can
+        be helped), and the broker cleans up as for a client that went away: it requeues the
+        unacknowledged messages and deletes the exclusive and auto-delete queues."""
+        self._closing = True
+        self.flush()
+        self._close_transport()
 
     def close_nowait(self) -> None:
         """Ask the broker to close, without waiting (used when the STOMP side is already gone)."""

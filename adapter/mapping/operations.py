@@ -247,6 +247,35 @@ class DispatchSettle:
     requeue: bool = True
 
 
+# --- shared topic subscriptions (adapter.shared_subscriptions, adapter/session/fanout.py) --------
+@dataclass(frozen=True, slots=True)
+class JoinShared:
+    """Synchronous: add the subscription ``consumer_tag`` to the process's shared subscription
+    of ``destination`` for this session's vhost, user and passcode; the first member's join
+    opens it (its own AMQP connection, then ``declare``, the consume and the bind with the
+    member's credentials), later ones touch no broker.  ``head`` and ``id_prefix`` are the
+    member's own bytes of every MESSAGE (its command and subscription lines, its escaped
+    message-id up to the number).  Result: True once joined; False when the shell declines
+    (the bounds on how many shared subscriptions may be open): the session then subscribes
+    plainly.  A broker refusal arrives as an AmqpError."""
+
+    destination: str
+    consumer_tag: str
+    head: bytes
+    id_prefix: bytes
+    declare: QueueDeclare
+    bind_exchange: str
+    bind_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveShared:
+    """The shared subscription ``consumer_tag`` ended (UNSUBSCRIBE): it leaves its group; the
+    last member's leave ends the group's consumer, queue and connection."""
+
+    consumer_tag: str
+
+
 # The synchronous operations that are one AMQP method and its reply (AmqpConnection.execute);
 # the other synchronous ones (login, close, waiting for confirms) belong to the shell.
 BROKER_CALLS = (
@@ -277,6 +306,7 @@ SYNCHRONOUS_OPS = (
     BasicCancel,
     BasicGet,
     AwaitConfirms,
+    JoinShared,
 )
 
 Operation = (
@@ -304,4 +334,6 @@ Operation = (
     | LeaveDispatch
     | DispatchDelivery
     | DispatchSettle
+    | JoinShared
+    | LeaveShared
 )

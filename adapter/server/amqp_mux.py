@@ -193,15 +193,14 @@ class AmqpMultiplex:
                 self._closing.add(connection)
 
     async def close_all(self) -> None:
-        """Shutdown: no new joins; the idle connections close now, the others as their
-        sessions end (a session's shutdown closes its channel)."""
+        """Shutdown: no new joins; the idle connections are asked to close now and the others
+        as their sessions end (a session's shutdown closes its channel); ``wait_closed`` waits
+        for all of them at the end, so the clients are told first."""
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        idle = self.shared.shutdown()
-        if idle:
-            await asyncio.gather(*(c.close() for c in idle), return_exceptions=True)
+        self._close(self.shared.shutdown())
 
     async def wait_closed(self, timeout: float) -> None:
         """End of shutdown: wait for the connections that closed with their last session (the

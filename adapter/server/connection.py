@@ -42,16 +42,19 @@ from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from . import connection_log
+from .admission import Gate, turn
 from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import InputGuard
 from .latency import LatencyClocks
 from .login import BrokerLogin, BrokerSettings, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
+from .sharing import SharedLink
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from ..session.fanout import Eviction, Member
     from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
@@ -95,6 +98,8 @@ class SharedCounters(Protocol):
     incomplete_input: int  # bytes of unfinished frames held by all connections (InputGuard)
     descriptors: DescriptorWatch
     ws_compression: CompressionBudget  # permessage-deflate state of all WebSockets
+    logins: Gate  # the AMQP logins under way at once (adapter.max_logins_in_flight)
+    amqp_closes: Gate  # the AMQP connections closing at once (AMQP_CLOSES_AT_ONCE)
 
 
 class ConnectionServices(Protocol):
@@ -247,6 +252,9 @@ class ClientConnection(asyncio.Protocol):
         self._clocks = LatencyClocks(server.stats)
         self.session.on_receipt = self._clocks.receipt_sent
         self._dispatch: DispatchGlue | None = None  # activemq profile: made on the first selector
+        # adapter.shared_subscriptions: this connection's side of the shared groups, made at
+        # its CONNECT (adapter/server/sharing.py)
+        self._shared: SharedLink | None = None
         self.done: asyncio.Future[None] = loop.create_future()
         # Counters for the metrics and the close log line: plain attributes, read by
         # adapter/server/metrics.py at scrape time and added to server.stats when the
@@ -573,6 +581,10 @@ class ClientConnection(asyncio.Protocol):
         self._dispatch_op(op)
 
     def _op_open(self, op: ops.OpenConnection, in_frame: bool) -> ops.LoginResult | None:
+        registry = self._settings.shared
+        if registry is not None:
+            # the credentials a shared group this session joins first is opened with
+            self._shared = SharedLink(registry, self._server, self._loop, op.user, op.password, op.vhost)
         pooled = self._login.pooled(op, self)
         if pooled is not None:
             return self._logged_in(pooled)  # no broker call: the pump goes on, no task
@@ -633,6 +645,8 @@ class ClientConnection(asyncio.Protocol):
         amqp = self._amqp
         assert amqp is not None
         self._leave_dispatchers()  # before the channel closes (its unacked messages requeue)
+        if self._shared is not None:
+            self._shared.leave_all()  # DISCONNECT: its shared subscriptions end with the others
         self._amqp = None
         await self._release_amqp(amqp, queues_to_delete=bool(self._delete_on_close))
 
@@ -858,6 +872,99 @@ class ClientConnection(asyncio.Protocol):
         if glue is not None:
             glue.leave()
 
+    # ------------------------------------------------------------------ shared subscriptions
+    # the Subscriber side of adapter/server/sharing.py
+    def _op_leave_shared(self, op: ops.LeaveShared, in_frame: bool) -> None:
+        if self._shared is not None:
+            self._shared.leave(op.consumer_tag)
+
+    async def _join_shared(self, op: ops.JoinShared) -> bool:
+        link = self._shared
+        assert link is not None
+        try:
+            return await link.join(op, self, lambda: self._closed)
+        except AmqpError as error:
+            # as a plain SUBSCRIBE whose declare, consume or bind the broker refused
+            if not self._closed:
+                self._broker_failed(error, self._frame)
+            raise
+
+    def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None:
+        """One MESSAGE of a shared group: the member's own bytes around the delivery's."""
+        if self._closed:
+            return
+        assert self._shared is not None
+        self._shared.delivered += 1
+        if self._destinations is not None:
+            self._count_delivered(member.consumer_tag)
+        if self._steps is not None or self.frame_per_write:
+            data = b"".join((member.head, pieces[0], member.id_prefix, *pieces[1:]))
+            if self._steps is not None:
+                # behind the RECEIPT of the frame being handled (see on_deliver)
+                self._held.append(data)
+            else:
+                self._out.append(data)  # one WebSocket message per frame
+            return
+        out = self._out
+        out.append(member.head)
+        out.append(pieces[0])
+        out.append(member.id_prefix)
+        out.extend(pieces[1:])
+        if len(pieces) > 2:
+            self._out_large = True  # a large body: written with writelines, never joined
+
+    def shared_lag(self) -> int:
+        """Bytes written for this client that its socket has not taken (or that wait behind
+        the RECEIPT of the frame being handled)."""
+        transport = self.transport
+        unsent = transport.get_write_buffer_size() if transport is not None else 0
+        if self._held:
+            unsent += sum(map(len, self._held))
+        return unsent
+
+    def shared_evicted(self, eviction: Eviction) -> None:
+        if self._closed:
+            return
+        setting = eviction.setting
+        what = "this subscriber" if setting.endswith("max_lag") else "all shared subscribers together"
+        log.warning(
+            "peer=%s: %d bytes of shared subscription messages waiting, over %s = %d: closed",
+            self.peer,
+            eviction.lag,
+            setting,
+            eviction.limit,
+        )
+        self._run_all(
+            self.session.close_with_error(
+                "Slow consumer",
+                f"{eviction.lag} bytes of MESSAGE frames of a shared subscription were waiting for "
+                f"this client to read them, over the {eviction.limit} bytes {what} may have "
+                f"waiting ({setting}); the connection is closed\n",
+            )
+        )
+
+    def shared_lost(self, member: Member, error: AmqpError | None) -> None:
+        """The broker ended the group ``member`` is in: what a plain subscription would get."""
+        if self._shared is not None:
+            self._shared.forget(member)
+        if self._closed:
+            return
+        if error is None:
+            self._write(self.session.on_server_cancel(member.consumer_tag))
+        else:
+            self._broker_failed(error, None)
+
+    def _broker_failed(self, error: AmqpError, frame: Frame | None) -> None:
+        if error.code:
+            self._run_all(self.session.on_broker_error(error.name, error.text, frame))
+        else:
+            self._run_all(self.session.on_connection_lost(error.text))
+
+    @property
+    def shared_messages(self) -> int:
+        """MESSAGE frames its shared subscriptions sent it (the metrics add them)."""
+        return self._shared.delivered if self._shared is not None else 0
+
     # ------------------------------------------------------------------ output
     def _write(self, data: bytes) -> None:
         if not data:
@@ -969,6 +1076,8 @@ class ClientConnection(asyncio.Protocol):
         self.session.on_closed()  # activemq profile: frees its client-id
         if self._dispatch is not None:
             self._leave_dispatchers()
+        if self._shared is not None:
+            self._shared.leave_all()
         if self._steps is not None:
             self._steps.close()
             self._steps = None
@@ -989,12 +1098,21 @@ class ClientConnection(asyncio.Protocol):
             self._set_done()
 
     async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
-        for queue in delete_queues:
-            try:
-                await asyncio.wait_for(amqp.delete_queue_on_fresh_channel(queue), 5.0)
-            except (AmqpError, TimeoutError) as error:
-                log.info("peer=%s: could not delete subscription queue %r: %s", self.peer, queue, error)
-        await self._release_amqp(amqp, queues_to_delete=bool(delete_queues))
+        """Close (or pool) the AMQP connection, in its turn (at most AMQP_CLOSES_AT_ONCE at
+        once: adapter/server/admission.py); cancelled (the shutdown's deadline), drop it."""
+        try:
+            async with turn(self._server.amqp_closes):
+                for queue in delete_queues:
+                    try:
+                        await asyncio.wait_for(amqp.delete_queue_on_fresh_channel(queue), 5.0)
+                    except (AmqpError, TimeoutError) as error:
+                        log.info(
+                            "peer=%s: could not delete subscription queue %r: %s", self.peer, queue, error
+                        )
+                await self._release_amqp(amqp, queues_to_delete=bool(delete_queues))
+        except asyncio.CancelledError:
+            amqp.drop()
+            raise
 
     async def _release_amqp(self, amqp: AmqpConnection, *, queues_to_delete: bool) -> None:
         await self._login.release(
@@ -1050,4 +1168,6 @@ INTERPRETER: dict[type, _Entry] = {
     **{kind: _broker_call(_amqp_call) for kind in ops.BROKER_CALLS if kind is not ops.QueueDeclare},
     ops.AwaitConfirms: _broker_call(ClientConnection._await_confirms),
     ops.CloseAmqp: _broker_call(ClientConnection._close_amqp_link),
+    ops.JoinShared: _broker_call(ClientConnection._join_shared),
+    ops.LeaveShared: ClientConnection._op_leave_shared,
 }

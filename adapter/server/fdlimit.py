@@ -14,6 +14,7 @@ import errno
 import logging
 import resource
 import time
+from collections.abc import Callable
 
 log = logging.getLogger("adapter.server")
 
@@ -37,30 +38,52 @@ def raise_soft_limit() -> int:
 
 
 class DescriptorWatch:
-    """Rate-limited warnings about the file-descriptor limit."""
+    """Rate-limited warnings about the file-descriptor limit, in two kinds an operator must tell
+    apart: *near* the limit (an accepted socket is in its last 5%: connections still succeed)
+    and *at* the limit (an accept or an AMQP connect failed with EMFILE/ENFILE, or a socket was
+    accepted as the last descriptor there is: the operating system refuses new connections).
+    Each kind has its own rate limit, so a burst of "near" warnings never hides the first "at
+    the limit" one."""
 
-    def __init__(self) -> None:
-        self._limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    __slots__ = ("_clock", "_last", "_limit", "_warn_from")
+
+    def __init__(self, limit: int | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if limit is None else limit
         # warn once accepted sockets reach the last 5% of the limit (at least 8 descriptors)
         self._warn_from = self._limit - max(8, self._limit // 20)
-        self._last_warning = float("-inf")
+        self._clock = clock
+        self._last = {"near": float("-inf"), "at": float("-inf")}
 
     def accepted(self, fd: int) -> None:
         """A client socket was accepted as descriptor ``fd``."""
-        if fd >= self._warn_from:
-            self._warn(f"accepted a connection as file descriptor {fd} of a limit of {self._limit}")
+        if fd >= self._limit - 1:
+            # the last descriptor there is (they are handed out lowest first, so every one is
+            # taken): the next accept fails, and uvloop drops those connections without a word
+            self.exhausted(
+                f"accepted a connection as the last file descriptor, {fd} of a limit of {self._limit}"
+            )
+        elif fd >= self._warn_from and self._due("near"):
+            log.warning(
+                "file descriptors running low: accepted a connection as file descriptor %d of a"
+                " limit of %d; connections are still accepted, but at the limit the operating"
+                " system will refuse new ones. Raise the limit (ulimit -n, systemd LimitNOFILE)",
+                fd,
+                self._limit,
+            )
 
     def exhausted(self, what: str) -> None:
         """An operation failed with EMFILE/ENFILE."""
-        self._warn(what)
+        if self._due("at"):
+            log.warning(
+                "out of file descriptors (%s): the operating system refuses new connections until"
+                " some close; existing clients are served. Raise the limit (ulimit -n, systemd"
+                " LimitNOFILE)",
+                what,
+            )
 
-    def _warn(self, what: str) -> None:
-        now = time.monotonic()
-        if now - self._last_warning < _WARN_EVERY_SECONDS:
-            return
-        self._last_warning = now
-        log.warning(
-            "out of file descriptors (%s): the operating system refuses new connections until some"
-            " close; existing clients are served. Raise the limit (ulimit -n, systemd LimitNOFILE)",
-            what,
-        )
+    def _due(self, kind: str) -> bool:
+        now = self._clock()
+        if now - self._last[kind] < _WARN_EVERY_SECONDS:
+            return False
+        self._last[kind] = now
+        return True

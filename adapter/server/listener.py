@@ -4,8 +4,9 @@ Also owns the operator's HTTP listener (metrics and health, when ``http_listen``
 the server-wide counters it reports (``stats``, with the totals of closed connections).
 
 Owns the lifecycle, in uvicorn's order: stop accepting, tell every client the server is shutting
-down (an ERROR frame) and close it, let the AMQP connections close cleanly (so unacknowledged
-messages are requeued by the broker), wait up to ``shutdown_timeout``, then give up on the rest.
+down (an ERROR frame) and close it, let the AMQP connections close cleanly in turns (so
+unacknowledged messages are requeued by the broker), and at ``shutdown_timeout`` drop those still
+closing (the broker cleans them up itself).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..session import SessionSettings
+from .accept_pause import AcceptPause
+from .admission import AMQP_CLOSES_AT_ONCE, LOGINS_WAITING_PER_PLACE, Gate
 from .connection import ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
@@ -76,11 +79,20 @@ class Server:
         # zlib state of every WebSocket's permessage-deflate together (adapter/server/wsdeflate.py)
         self.ws_compression = CompressionBudget(limits.web_stomp_compress_budget)
         self.descriptors = DescriptorWatch()
+        # adapter.max_logins_in_flight: the AMQP logins of this process under way at once
+        self.logins = Gate(limits.max_logins_in_flight)
+        # the AMQP connections closing at once (a shutdown closes thousands)
+        self.amqp_closes = Gate(AMQP_CLOSES_AT_ONCE)
+        # the client listeners, which stop accepting while too many logins wait
+        self.accept_pause = AcceptPause()
+        self.logins.watch(limits.max_logins_in_flight * LOGINS_WAITING_PER_PLACE, self.accept_pause.crowded)
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
         self.amqp_reuse = link.reuse
         # adapter.amqp_sessions_per_connection above 1: this process's shared connections, or None
         self.amqp_mux = link.mux
+        # adapter.shared_subscriptions: the process's shared groups (the metrics read them)
+        self.shared_subscriptions = session_settings.shared
         # every accepted socket until its transport reports connection_lost (also while a closed
         # connection lingers for the client's last reads, or a WebSocket waits for the client's
         # Close): what is still open at the end of shutdown is aborted
@@ -204,7 +216,7 @@ class Server:
                 self.http_addresses,
                 lambda: OperatorHttp(ServerEndpoints(self)),
                 None,
-                "HTTP metrics and health",
+                _HTTP,
             )
         self.started = True
 
@@ -221,24 +233,31 @@ class Server:
         """A plain listener (TLS ones accept by themselves: _listen_tls); a worker of
         --workers N takes the sockets its supervisor bound instead of binding its own."""
         inherited = self._inherited_sockets.pop((host, port), None)
+        backlog = backlog or self._sockets.tcp_backlog
         for sock in inherited or []:
-            server = await loop.create_server(
-                factory, sock=sock, backlog=backlog or self._sockets.tcp_backlog
-            )
-            self._servers.append(server)
+            server = await loop.create_server(factory, sock=sock, backlog=backlog)
+            self._serve(server, factory, backlog, kind)
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
             log.info("listening on %s:%s (%s, shared)", address[0], address[1], kind)
         if inherited is not None:
             return
-        server = await loop.create_server(
-            factory, host or None, port, backlog=backlog or self._sockets.tcp_backlog, reuse_address=True
-        )
-        self._servers.append(server)
+        server = await loop.create_server(factory, host or None, port, backlog=backlog, reuse_address=True)
+        self._serve(server, factory, backlog, kind)
         for sock in server.sockets:
             address = sock.getsockname()
             addresses.append((address[0], address[1]))
             log.info("listening on %s:%s (%s)", address[0], address[1], kind)
+
+    def _serve(
+        self, server: asyncio.Server, factory: Callable[[], asyncio.Protocol], backlog: int, kind: str
+    ) -> None:
+        """Client listeners pause while too many logins wait (accept_pause.py); the operator's
+        HTTP port never does."""
+        if kind == _HTTP:
+            self._servers.append(server)
+        else:
+            self.accept_pause.add(server, factory, backlog)
 
     def _listen_tls(
         self,
@@ -285,7 +304,11 @@ class Server:
         factory: Callable[[tuple[str, int] | None], asyncio.Protocol],
     ) -> None:
         accepted = 0
+        accepting = self.accept_pause.accepting
         while True:
+            if not accepting.is_set():  # too many logins wait: leave them in the accept queue
+                await accepting.wait()
+                continue
             # accept() itself, not loop.sock_accept: a task cancelled (by shutdown) after
             # sock_accept had accepted would lose that socket, open; here cancellation can only
             # land in the wait, before anything is accepted
@@ -423,12 +446,16 @@ class Server:
 
     async def shutdown(self) -> None:
         self.shutting_down = True  # /healthz and /readyz answer 503 from now on
+        loop = asyncio.get_running_loop()
+        # one deadline for all of it, from the signal: what is still closing then is dropped
+        deadline = loop.time() + self.shutdown_timeout
         if self.amqp_reuse is not None:
             await self.amqp_reuse.close_all()  # idle ones close; the sessions' close from now on
         if self.amqp_mux is not None:
             await self.amqp_mux.close_all()  # idle ones close; busy ones with their last session
         for server in self._servers:
             server.close()
+        await self.accept_pause.close()
         for task in self._accept_tasks:
             task.cancel()
         if self._accept_tasks:  # their waits end before their listening sockets close
@@ -445,22 +472,32 @@ class Server:
         self._unstarted.clear()
         connections = list(self.connections)
         log.info("shutting down: closing %d connection(s)", len(connections))
+        # the client side first, all of it: each client gets its ERROR and its socket is closed
+        # now; their AMQP connections then close in turns (AMQP_CLOSES_AT_ONCE at once), as
+        # fast as the broker closes them
         for connection in connections:
             connection.shutdown()
         pending = [c.done for c in connections if not c.done.done()]
         if pending:
-            done, not_done = await asyncio.wait(pending, timeout=self.shutdown_timeout)
+            _, not_done = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
             if not_done:
                 log.warning(
-                    "%d connection(s) did not close within %.1f s", len(not_done), self.shutdown_timeout
+                    "%d connection(s) did not close within %.1f s (adapter.shutdown_timeout): their"
+                    " AMQP connections are dropped, and the broker cleans them up itself (it requeues"
+                    " what was unacknowledged and deletes their exclusive and auto-delete queues)",
+                    len(not_done),
+                    self.shutdown_timeout,
                 )
         if self.tasks:
-            _, stuck = await asyncio.wait(list(self.tasks), timeout=self.shutdown_timeout)
+            _, stuck = await asyncio.wait(list(self.tasks), timeout=max(0.0, deadline - loop.time()))
             for task in stuck:
-                task.cancel()
+                task.cancel()  # an AMQP close in progress or waiting for its turn: dropped
+            if stuck:
+                await asyncio.wait(stuck, timeout=1.0)
         if self.amqp_mux is not None:
-            # the shared connections the last of their sessions left: the broker's close-ok
-            await self.amqp_mux.wait_closed(self.shutdown_timeout)
+            # the shared connections the last of their sessions left: the broker's close-ok,
+            # within what is left of the deadline
+            await self.amqp_mux.wait_closed(max(0.0, deadline - loop.time()))
         if self.open_sockets:
             # lingering after a close, waiting for a WebSocket Close or an HTTP request: their
             # sessions are done and nothing is left to send
@@ -473,6 +510,8 @@ class Server:
             await asyncio.sleep(0)
         self._servers.clear()
 
+
+_HTTP = "HTTP metrics and health"
 
 # Connections a TLS listener accepts in a row before it lets the event loop run other work.
 _ACCEPTS_PER_TURN = 64

@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..amqp.connection import AmqpConnection, AmqpError
+from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout
 from ..amqp.shared import ChannelLink, SharedConnection
 from ..mapping import operations as ops
+from .admission import Gate, turn
 from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class LoginServices(Protocol):
     amqp_mux: AmqpMultiplex | None
     descriptors: DescriptorWatch
     stats: ServerStats
+    logins: Gate  # adapter.max_logins_in_flight
 
 
 class BrokerLogin:
@@ -101,8 +103,15 @@ class BrokerLogin:
     async def open(
         self, op: ops.OpenConnection, events: BrokerEvents, peer: str, closed: Callable[[], bool]
     ) -> AmqpConnection | ops.LoginResult:
-        """Log in on the first node that answers.  ``closed``: the client went away meanwhile
-        (the login timeout closed it), so stop trying."""
+        """Log in on the first node that answers, once the login's turn has come (at most
+        adapter.max_logins_in_flight at once: adapter/server/admission.py).  ``closed``: the
+        client went away meanwhile (the login timeout closed it), so stop trying."""
+        async with turn(self._services.logins):
+            return await self._open(op, events, peer, closed)
+
+    async def _open(
+        self, op: ops.OpenConnection, events: BrokerEvents, peer: str, closed: Callable[[], bool]
+    ) -> AmqpConnection | ops.LoginResult:
         services = self._services
         broker = services.broker
         nodes = services.nodes
@@ -169,10 +178,10 @@ class BrokerLogin:
                     return ops.LoginResult(
                         False, "other", "The adapter is out of file descriptors, try again later"
                     )
-                failures["timeout" if isinstance(error, TimeoutError) else "unreachable"] += 1
+                counted_as, what = node_failure(error)
+                failures[counted_as] += 1
                 nodes.failed(node)
-                reason = str(error) or type(error).__name__
-                log.warning("broker node unreachable for peer=%s: %s: %s", peer, node.label, reason)
+                log.warning("peer=%s: broker node %s %s", peer, node.label, what)
             else:
                 nodes.connected(node, target, amqp.peer_address)
                 nodes.announced(node, amqp.broker_version)  # logged and exported once per node
@@ -198,6 +207,42 @@ class BrokerLogin:
             await amqp.close()
         else:
             await reuse.release(amqp, queues_to_delete=queues_to_delete, session_failed=session_failed)
+
+
+def node_failure(error: OSError | TimeoutError) -> tuple[str, str]:
+    """How a broker node failed a login, for the log and the counter
+    (``stomp_adapter_amqp_connection_failures_total{reason}``): an operator must tell a broker
+    that is down (nothing listens: refused) from one that is up but out of sockets or file
+    descriptors (it resets or closes the connection during the handshake, or accepts and never
+    answers) and from a network that drops the packets (no TCP connection in time)."""
+    text = str(error) or type(error).__name__
+    if isinstance(error, HandshakeTimeout) and error.connected:
+        return "timeout", (
+            f"did not answer the AMQP handshake ({text}): a broker out of sockets or file"
+            " descriptors, or overloaded, leaves new connections unanswered"
+        )
+    if isinstance(error, HandshakeTimeout):
+        return "timeout", (
+            f"timed out ({text}): the host is down, a firewall drops the packets, or the"
+            " broker's accept queue is full"
+        )
+    if isinstance(error, TimeoutError):
+        return "timeout", f"timed out: {text}"
+    if isinstance(error, ConnectionRefusedError):
+        return "unreachable", (
+            f"refused the connection (nothing listens on the port: is the broker down or starting?): {text}"
+        )
+    if isinstance(error, ConnectionResetError) and error.errno is None:
+        # AmqpConnection's own: the node ended the connection during the handshake
+        if text.startswith("the node reset"):
+            return "reset", (
+                f"reset the connection during the AMQP handshake ({text}): a broker out of"
+                " sockets or file descriptors, or a proxy without a backend, does this"
+            )
+        return "reset", f"closed the connection during the AMQP handshake ({text})"
+    if isinstance(error, ConnectionResetError):
+        return "reset", f"reset the connection: {text}"
+    return "unreachable", f"is unreachable: {text}"
 
 
 def logged_in(amqp: AmqpConnection) -> ops.LoginResult:

@@ -36,6 +36,7 @@ from .stats import (
 )
 
 if TYPE_CHECKING:
+    from ..session.fanout import Registry
     from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
@@ -65,6 +66,9 @@ class Observed(Protocol):
     @property
     def amqp_mux(self) -> AmqpMultiplex | None: ...
 
+    @property
+    def shared_subscriptions(self) -> Registry | None: ...
+
     def clock(self) -> float: ...
 
 
@@ -87,6 +91,10 @@ def add_connection(counts: TrafficCounts, connection: ClientConnection, now: flo
         counts.frames_sent[Command.MESSAGE.value] += session.messages_sent
         counts.messages_delivered += session.messages_sent
         counts.add_errors_sent(session.errors_sent)
+    shared = connection.shared_messages  # adapter.shared_subscriptions' MESSAGE frames
+    if shared:
+        counts.frames_sent[Command.MESSAGE.value] += shared
+        counts.messages_delivered += shared
     counts.messages_published += connection.messages_published
     counts.acks += connection.acks
     counts.nacks += connection.nacks
@@ -203,6 +211,7 @@ class ServerCollector(Collector):
             (
                 "unreachable",
                 "timeout",
+                "reset",
                 "tls",
                 "access_refused",
                 "vhost",
@@ -316,6 +325,35 @@ class ServerCollector(Collector):
             )
             yield _counter(
                 "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined
+            )
+        shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/session/fanout.py)
+        if shared is not None:
+            yield GaugeMetricFamily(
+                f"{PREFIX}_shared_subscriptions",
+                "shared topic subscriptions now (each one AMQP connection, queue and consumer)",
+                len(shared.groups),
+            )
+            yield GaugeMetricFamily(
+                f"{PREFIX}_shared_subscribers",
+                "STOMP subscriptions served by a shared topic subscription now",
+                shared.members,
+            )
+            yield GaugeMetricFamily(
+                f"{PREFIX}_shared_lag_bytes",
+                "bytes of shared subscriptions' MESSAGE frames waiting for their clients to read them, "
+                "as last measured (bounded by adapter.shared_subscription_lag_budget)",
+                shared.total_lag,
+            )
+            yield _counter(
+                "shared_subscriptions_opened",
+                "shared topic subscriptions opened (each by its first subscriber's credentials)",
+                shared.opened,
+            )
+            yield _counter(
+                "shared_subscribers_evicted",
+                "subscribers of shared subscriptions closed with an ERROR for falling behind "
+                "(adapter.shared_subscription_max_lag, adapter.shared_subscription_lag_budget)",
+                shared.evicted,
             )
 
 

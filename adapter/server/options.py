@@ -78,10 +78,12 @@ class AmqpLink:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Group "limits", the part the server applies (the frame and byte limits of a session are in
-    its SessionSettings): seconds to log in, to finish a frame (0: no limit), the heart-beat
+    its SessionSettings): seconds to log in, the logins let through to the broker at once, seconds
+    to finish a frame (0: no limit), the heart-beat
     tolerance, and the process-wide bytes of unfinished frames and of compression state."""
 
     login_timeout: float
+    max_logins_in_flight: int
     frame_timeout: float
     heartbeat_tolerance: float
     incomplete_frames_budget: int

@@ -48,6 +48,7 @@ from .brokers import BrokerNodes
 from .connection import BrokerSettings
 from .health import BrokerCheck, Verdict
 from .http import OperatorHttp
+from .sharedcaps import CapTable
 from .workermetrics import Snapshot, WorkerMetrics, render_metrics, take_snapshot
 
 if TYPE_CHECKING:
@@ -181,8 +182,13 @@ class Supervisor:
         broker: BrokerSettings,
         shutdown_timeout: float,
         metrics_destinations: int = 0,
+        cap_rows: int = 0,
     ) -> None:
         self.workers = workers
+        # stomp.max_connections and web_stomp.max_connections, counted for every worker
+        # together (adapter/server/sharedcaps.py); None when no cap is set
+        self._cap_rows = cap_rows
+        self.caps: CapTable | None = None
         self._worker_command = list(worker_command)
         self._plans = list(plans)
         self._http_listen = http_listen
@@ -224,6 +230,8 @@ class Supervisor:
                 loop.add_signal_handler(sig, on_signal)
         http_server: asyncio.Server | None = None
         try:
+            if self._cap_rows:
+                self.caps = CapTable.create(self._cap_rows, self.workers)
             self.slots = [WorkerSlot(index, bind_slot(self._plans)) for index in range(self.workers)]
             for plan in self._plans:
                 for family, address in plan.endpoints:
@@ -255,6 +263,9 @@ class Supervisor:
                 http.abort()
             for slot in self.slots:
                 slot.close_sockets()
+            if self.caps is not None:
+                self.caps.close()
+                self.caps = None
         if self._failure is not None:
             log.error("%s", self._failure)
             return 1
@@ -305,9 +316,12 @@ class Supervisor:
             "slot": slot.index,
             "control": theirs.fileno(),
             "listeners": listeners,
-            "workers": self.workers,  # each applies its share of the connection caps (adapter/caps.py)
+            "workers": self.workers,
         }
         descriptors = [theirs.fileno(), *(fd for _host, _port, fds in listeners for fd in fds)]
+        if self.caps is not None:
+            spec["caps"] = [self.caps.fd, self.caps.rows]
+            descriptors.append(self.caps.fd)
         try:
             process = await asyncio.create_subprocess_exec(
                 *self._worker_command,
@@ -356,8 +370,11 @@ class Supervisor:
                     waiter.set_result(message.get("families") or [])
 
     def _gone(self, slot: WorkerSlot) -> None:
-        """The slot's worker exited: keep its counters, forget its connection."""
+        """The slot's worker exited: keep its counters, forget its connection, and give back
+        the connection-cap slots it held (its connections died with it)."""
         slot.ready = False
+        if self.caps is not None:
+            self.caps.clear(slot.index)
         if slot.snapshot is not None:
             self.metrics_total.retire(slot.snapshot)
             slot.snapshot = None
@@ -477,12 +494,13 @@ class SupervisorEndpoints:
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
     """What the supervisor hands a worker: its slot, the control socket, the listening sockets,
-    and how many workers there are (for each one's share of the connection caps)."""
+    how many workers there are, and the connection caps' shared table (None: no cap set)."""
 
     slot: int
     control: socket.socket
     sockets: dict[tuple[str, int], list[socket.socket]]
     workers: int = 1
+    caps: CapTable | None = None
 
     @classmethod
     def parse(cls, text: str) -> WorkerSpec:
@@ -492,7 +510,12 @@ class WorkerSpec:
             (str(host), int(port)): [socket.socket(fileno=int(fd)) for fd in fds]
             for host, port, fds in spec["listeners"]
         }
-        return cls(int(spec["slot"]), control, sockets, int(spec.get("workers", 1)))
+        workers = int(spec.get("workers", 1))
+        caps = None
+        if spec.get("caps"):
+            fd, rows = spec["caps"]
+            caps = CapTable(int(fd), int(rows), workers)
+        return cls(int(spec["slot"]), control, sockets, workers, caps)
 
 
 class WorkerLink:

@@ -305,6 +305,8 @@ class Session:
             subscription, delivery_tag = parse_ack_id(value, self._by_tag, "ACK", header)
         except StompError:
             return None
+        if subscription.shared:
+            return None  # the general path refuses it (adapter.shared_subscriptions)
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
         settle = self._quick_settle

@@ -18,6 +18,7 @@ from ..mapping.operations import Delivery, SendFrame
 from ..mapping.properties import PROPERTY_HEADERS, message_headers
 from ..stomp.codec import encode_frame, escape
 from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
+from .fanout import member_head
 from .settings import Steps
 from .targets import remember
 
@@ -110,6 +111,10 @@ class Frames:
                 self.messages_sent -= 1  # rendered, never sent: the shell closes the connection
                 raise
         return data
+
+    def shared_head(self, sub_id: str | None, consumer_tag: str) -> tuple[bytes, bytes]:
+        """A shared subscription's own bytes of every MESSAGE (adapter/session/fanout.py)."""
+        return member_head(sub_id, consumer_tag, self._session_id)
 
     # ------------------------------------------------------------------ other frames
     def encode(

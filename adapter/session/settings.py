@@ -17,6 +17,7 @@ from ..mapping.budget import Budgets
 from ..mapping.operations import Operation
 from ..mapping.profile import ClientIds, Profile
 from ..stomp.codec import FrameLimits
+from .fanout import Registry
 
 # The operations of one client frame, in order; a synchronous one's result is sent back in.
 Steps = Generator[Operation, object, None]
@@ -58,6 +59,9 @@ class SessionSettings:
     # the byte pools of transactions and kept deliveries, per process, and the per-connection
     # bounds (adapter/mapping/budget.py)
     budgets: Budgets = field(default_factory=Budgets, compare=False)
+    # adapter.shared_subscriptions: the process's shared topic subscriptions (adapter/session/
+    # fanout.py), or None (off: every subscription has its own queue, as with the plugin)
+    shared: Registry | None = field(default=None, compare=False)
 
 
 class RefusedWithReceipt(StompError):

@@ -48,6 +48,9 @@ class Subscription:
     # activemq profile: a selector subscription on a queue, whose deliveries go through the
     # process's dispatcher of that queue (adapter/mapping/dispatch.py); its selector is there
     dispatched: bool = False
+    # adapter.shared_subscriptions: a member of the process's shared subscription of its
+    # destination (adapter/session/fanout.py), not a consumer on this session's channel
+    shared: bool = False
     # the profile extension watching its deliveries, or None (every default-profile subscription)
     hook: DeliveryHook | None = None
     # filled on the first delivery, reused for every MESSAGE: the command and subscription

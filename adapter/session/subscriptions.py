@@ -8,9 +8,11 @@ id means.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from ..mapping.destinations import (
+    Destination,
     DestinationError,
     DestinationKind,
     ProcessingError,
@@ -28,13 +30,17 @@ from ..mapping.operations import (
     BasicQos,
     Delivery,
     DispatchDelivery,
+    JoinShared,
+    LeaveShared,
     Operation,
     QueueBind,
     QueueDeclare,
     QueueDelete,
 )
-from ..mapping.profile import RabbitMQRules
+from ..mapping.profile import Profile, RabbitMQRules
 from ..stomp.frame import Frame
+from .edition import edition_for
+from .fanout import shareable
 from .settings import RefusedWithReceipt, SessionSettings, Steps
 from .subscription import ACK_MODES, Subscription
 from .targets import Targets
@@ -113,6 +119,10 @@ class Subscriptions:
         # the broker refuses the consume or the bind, the plugin deletes it
         # (docs/destinations.md#common-steps)
         self.unfinished_queue: str | None = None
+        # adapter.shared_subscriptions is on and this profile shares (the activemq profile's
+        # topic subscriptions carry its own semantics: never shared)
+        self._shares = settings.shared is not None and settings.profile == Profile.RABBITMQ
+        self._edition = edition_for(settings.plugin_behaviour)
 
     def add(self, subscription: Subscription) -> None:
         """Registered before its consume is sent: the broker may deliver right after consume-ok."""
@@ -149,6 +159,11 @@ class Subscriptions:
         # before the subscription queue, so a refused declare leaves no queue behind
         yield from targets.declare_exchange_once(raw, dest, headers)
         sub_id = headers.get("id")
+        if self._shares and shareable(dest.kind, headers):
+            joined = yield from self._subscribe_shared(frame, raw, dest, tag, sub_id)
+            if joined:
+                return
+            # declined (too many shared subscriptions opened): a plain one, as with it off
         extension = self._extension
         if dest.kind is DestinationKind.TEMP_QUEUE or dest.kind is DestinationKind.TEMP_TOPIC:
             # activemq profile only (the plugin's rules refused it above)
@@ -197,6 +212,39 @@ class Subscriptions:
         self.unfinished_queue = None
         yield from self._frames.receipt_of(frame)
 
+    def _subscribe_shared(
+        self, frame: Frame, raw: str, dest: Destination, tag: str, sub_id: str | None
+    ) -> Generator[Operation, object, bool]:
+        """adapter.shared_subscriptions: join the process's shared subscription of ``raw``
+        instead of consuming on this session's channel (adapter/session/fanout.py).  The plan
+        is the plain one, which the group's first member carries out with its credentials."""
+        target = self._rules.subscribe_target(
+            dest, frame.headers, sub_id, self._settings.default_topic_exchange, self.client_id
+        )
+        params = target.declare
+        assert params is not None and target.queue is not None and target.bind_exchange is not None
+        head, id_prefix = self._frames.shared_head(sub_id, tag)
+        joined = yield JoinShared(
+            raw,
+            tag,
+            head,
+            id_prefix,
+            QueueDeclare(
+                target.queue,
+                durable=params.durable,
+                exclusive=params.exclusive,
+                auto_delete=params.auto_delete,
+                arguments=dict(params.arguments),
+            ),
+            target.bind_exchange,
+            target.bind_key,
+        )
+        if joined is not True:
+            return False
+        self.add(Subscription(tag, sub_id, raw, dest, "auto", shared=True))
+        yield from self._frames.receipt_of(frame)
+        return True
+
     def unsubscribe(self, frame: Frame) -> Steps:
         headers = frame.headers
         sub_id = headers.get("id")
@@ -234,6 +282,9 @@ class Subscriptions:
                 )
             # activemq profile: ActiveMQ's sequence, "UNSUBSCRIBE id" then UNSUBSCRIBE with the
             # subscription name (and the same id) to remove the durable subscription
+        elif subscription.shared:
+            yield LeaveShared(tag)
+            self.by_tag.pop(tag, None)
         else:
             yield from self._extension.cancelled(subscription)
             yield BasicCancel(tag)
@@ -259,6 +310,14 @@ class Subscriptions:
         if value is None:
             raise DestinationError("Missing header", f'"{command}" must include the "{header}" header\n')
         subscription, delivery_tag = parse_ack_id(value, self.by_tag, command, header)
+        if subscription.shared:
+            # its messages were never on this session's channel; the plugin's channel would
+            # refuse the ack of an auto-ack message with 406 and close (docs/compatibility.md)
+            raise DestinationError(
+                *self._edition.broker_error(
+                    "precondition_failed", f"PRECONDITION_FAILED - unknown delivery tag {delivery_tag}"
+                )
+            )
         transaction = self._transactions.of(headers)
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"

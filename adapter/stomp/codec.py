@@ -366,6 +366,9 @@ class FrameParser:
 
 def content_length(raw_length: str) -> int:
     """The value of a ``content-length`` header (surrounding whitespace allowed), or FrameError."""
+    # nearly every frame: plain ASCII digits, short enough that int() is bounded (three C calls)
+    if len(raw_length) <= 18 and raw_length.isdigit() and raw_length.isascii():
+        return int(raw_length)
     try:
         value = decimal_integer(raw_length.strip(), signed=False)
     except TooManyDigits as error:  # far beyond any frame size limit: refused unparsed

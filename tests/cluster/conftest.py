@@ -27,6 +27,7 @@ from tests.support import AdapterProcess
 ADAPTER_VARIANTS = [
     pytest.param({}, id="defaults"),
     pytest.param({"amqp_sessions_per_connection": 8}, id="multiplexed"),
+    pytest.param({"shared_subscriptions": True}, id="shared-subscriptions"),
 ]
 
 

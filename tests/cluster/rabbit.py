@@ -1,4 +1,5 @@
-"""A private three-node RabbitMQ cluster on this machine, for tests/cluster.
+"""A private three-node RabbitMQ cluster on this machine, for tests/cluster (and one stand-alone
+private node with the STOMP plugins, for bench/scale.py: ``private_node``).
 
 Owns starting, clustering, killing, restarting and removing the nodes.  Each node is the
 machine's own RabbitMQ (the ``rabbitmq-server`` on the PATH) run with its own node name
@@ -118,6 +119,12 @@ class RabbitNode:
     scripts: Path
     prefix: list[str]
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # what a node of another user (bench/scale.py) needs beyond a cluster node: plugins, more
+    # rabbitmq.conf lines (their listeners), and the soft file limit the VM starts with (RabbitMQ
+    # sizes its socket limit from it)
+    plugins: tuple[str, ...] = ()
+    config_lines: tuple[str, ...] = ()
+    nofile: int | None = None
 
     @property
     def url(self) -> str:
@@ -157,10 +164,12 @@ class RabbitNode:
         d = self.directory
         d.mkdir()
         (d / "rabbitmq.conf").write_text(
-            "# a node of tests/cluster's private cluster (tests/cluster/rabbit.py)\n"
+            "# a private node (tests/cluster/rabbit.py)\n"
             f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n"
+            + "".join(f"{line}\n" for line in self.config_lines)
         )
-        (d / "enabled_plugins").write_text("[].\n")  # no plugins: none of the tests needs one
+        # tests/cluster needs no plugin; bench/scale.py asks for the STOMP ones
+        (d / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
         (d / "rabbitmq-env.conf").write_text("")
         for path in (d, *d.iterdir()):
             shutil.chown(path, USER, USER)
@@ -169,8 +178,14 @@ class RabbitNode:
         """Start the VM (returns at once; ``wait_started`` waits for the boot)."""
         assert not self.running, f"{self.name} is already running"
         with (self.directory / "console.log").open("ab") as log:
+            command = self._command("rabbitmq-server")
+            if self.nofile is not None:
+                # runuser's pam_limits sets the soft limit back to 1024 (init's default), so it is
+                # raised after it, by util-linux's prlimit (up to the hard limit)
+                at = len(self.prefix)
+                command[at:at] = ["prlimit", f"--nofile={self.nofile}:"]
             self.process = subprocess.Popen(
-                self._command("rabbitmq-server"),
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -182,10 +197,13 @@ class RabbitNode:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def ctl(self, *args: str, timeout: float = 60.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """``rabbitmqctl -n <this node> args...`` as the rabbitmq user."""
+    def ctl(
+        self, *args: str, timeout: float = 60.0, check: bool = True, program: str = "rabbitmqctl"
+    ) -> subprocess.CompletedProcess[str]:
+        """``rabbitmqctl -n <this node> args...`` (or another CLI tool, ``program``:
+        rabbitmq-diagnostics, rabbitmq-plugins) as the rabbitmq user."""
         result = subprocess.run(
-            self._command("rabbitmqctl", "-n", self.name, *args),
+            self._command(program, "-n", self.name, *args),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -193,7 +211,7 @@ class RabbitNode:
         )
         if check and result.returncode != 0:
             raise ClusterUnavailable(
-                f"rabbitmqctl -n {self.name} {' '.join(args)} failed ({result.returncode}): "
+                f"{program} -n {self.name} {' '.join(args)} failed ({result.returncode}): "
                 f"{result.stdout[-500:]}{result.stderr[-1500:]}\n{self.log_tail()}"
             )
         return result
@@ -253,6 +271,45 @@ class RabbitNode:
                     f"--- {path}:\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
                 )
         return "\n".join(texts)
+
+
+def private_node(
+    label: str,
+    *,
+    extra_ports: int = 0,
+    plugins: Iterable[str] = (),
+    nofile: int | None = None,
+) -> tuple[RabbitNode, list[int]]:
+    """One stand-alone node named ``<label>-<pid>-1@localhost`` in a new temporary directory
+    (``node.directory.parent``, removed by ``remove_private_node``), with ``extra_ports`` more
+    free ports for the caller's listeners (returned; put them in ``node.config_lines`` before
+    ``start``).  Leftovers of an earlier run of the same ``label`` whose process is gone are
+    stopped and removed first, as RabbitCluster does for its own."""
+    scripts = _scripts_dir()
+    prefix = _as_rabbitmq()
+    _stop_leftovers(scripts, prefix, label)
+    base = Path(tempfile.mkdtemp(prefix=f"{label}-{os.getpid()}-"))
+    os.chmod(base, 0o755)  # mkdtemp's 0700 would keep the rabbitmq user out
+    ports = _free_ports(2 + extra_ports)
+    node = RabbitNode(
+        f"{label}-{os.getpid()}-1@localhost",
+        ports[0],
+        ports[1],
+        base / "node",
+        scripts,
+        prefix,
+        plugins=tuple(plugins),
+        nofile=nofile,
+    )
+    return node, ports[2:]
+
+
+def remove_private_node(node: RabbitNode) -> None:
+    """Stop a node of ``private_node`` (whatever state it is in) and remove its directory."""
+    try:
+        node.stop()
+    finally:
+        shutil.rmtree(node.directory.parent, ignore_errors=True)
 
 
 class RabbitCluster:
@@ -366,15 +423,15 @@ class RabbitCluster:
             shutil.rmtree(self.base, ignore_errors=True)
 
 
-def _stop_leftovers(scripts: Path, prefix: list[str]) -> None:
-    """Stop the nodes and remove the directories of earlier runs whose test process is gone
-    (a run killed before its teardown)."""
+def _stop_leftovers(scripts: Path, prefix: list[str], label: str = PREFIX) -> None:
+    """Stop the nodes and remove the directories of earlier runs (of nodes named ``label``-...)
+    whose test process is gone (a run killed before its teardown)."""
     epmd = shutil.which("epmd")
     names = ""
     if epmd is not None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             names = subprocess.run([epmd, "-names"], capture_output=True, text=True, timeout=10).stdout
-    for short, pid in re.findall(rf"^name ({PREFIX}-(\d+)-\d+) at port", names, re.MULTILINE):
+    for short, pid in re.findall(rf"^name ({re.escape(label)}-(\d+)-\d+) at port", names, re.MULTILINE):
         if not _alive(int(pid)):
             with contextlib.suppress(subprocess.SubprocessError):
                 subprocess.run(
@@ -391,8 +448,8 @@ def _stop_leftovers(scripts: Path, prefix: list[str]) -> None:
                     timeout=60,
                     cwd="/",
                 )
-    for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}-*-*"):
-        match = re.fullmatch(rf"{PREFIX}-(\d+)-.*", path.name)
+    for path in Path(tempfile.gettempdir()).glob(f"{label}-*-*"):
+        match = re.fullmatch(rf"{re.escape(label)}-(\d+)-.*", path.name)
         if match and not _alive(int(match.group(1))):
             shutil.rmtree(path, ignore_errors=True)
 

@@ -344,4 +344,5 @@ def test_all_nodes_down_is_a_clear_error(start_adapter, caplog):
         amqp_url=f"amqp://guest:guest@127.0.0.1:{first}/,amqp://guest:guest@127.0.0.1:{second}/"
     )
     generic_error(adapter.port)
-    assert "broker node unreachable" in caplog.text
+    # nothing listens on either port: the log says the nodes refused, not that they are out of sockets
+    assert f"broker node amqp://127.0.0.1:{first} refused the connection" in caplog.text

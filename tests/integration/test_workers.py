@@ -275,3 +275,52 @@ def test_tls_and_websocket_listeners_are_shared_by_the_workers(amqp_url: str, tm
     finally:
         tree.process.send_signal(signal.SIGTERM)
         assert tree.process.wait(30) == 0
+
+
+def _login(port: int) -> tuple[socket.socket, bytes]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    buffer = bytearray()
+    sock.sendall(CONNECT)
+    return sock, read_frame(sock, buffer)
+
+
+def _fill(port: int, tries: int) -> tuple[list[socket.socket], int]:
+    """Open ``tries`` connections; keep the logged-in ones, close the refused ones."""
+    kept, refused = [], 0
+    for _ in range(tries):
+        sock, frame = _login(port)
+        if frame.startswith(b"CONNECTED"):
+            kept.append(sock)
+        else:
+            assert b"node connection limit reached" in frame, frame
+            refused += 1
+            sock.close()
+    return kept, refused
+
+
+def test_the_cap_holds_for_the_workers_together(amqp_url: str, tmp_path: Path) -> None:
+    """stomp.max_connections = 4 with --workers 2: 4 sessions in all, whichever worker each
+    lands on (not 4 per worker, nor 2 each); a worker killed with SIGKILL gives its slots back,
+    so after its restart the set admits exactly as many as it held."""
+    tree = start_tree(amqp_url, tmp_path, env={"STOMP_ADAPTER_MAX_CONNECTIONS": "4"})
+    kept: list[socket.socket] = []
+    try:
+        kept, refused = _fill(tree.stomp_port, 12)
+        assert (len(kept), refused) == (4, 8)
+        serving = Counter(
+            int(str(line["pid"])) for line in tree.log_lines() if line.get("event") == "connection_logged_in"
+        )
+        assert sum(serving.values()) == 4
+        victim, held = serving.most_common(1)[0]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: victim not in tree.workers() and len(tree.workers()) == 2, "a new worker")
+        wait_for(tree.ready, "the new worker to listen")
+        more, refused = _fill(tree.stomp_port, 12)
+        kept += more
+        # the victim's sessions are gone and their slots are free again, and no more than that
+        assert (len(more), refused) == (held, 12 - held), serving
+    finally:
+        for sock in kept:
+            sock.close()
+        tree.process.send_signal(signal.SIGTERM)
+        tree.process.wait(30)

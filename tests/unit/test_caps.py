@@ -7,9 +7,10 @@ import socket
 
 import pytest
 
-from adapter.caps import ConnectionCap, worker_share
-from adapter.cli import session_settings, web_listeners
+from adapter.caps import ConnectionCap
+from adapter.cli import cap_rows, session_settings, web_listeners
 from adapter.config import load_settings
+from adapter.server.sharedcaps import CapTable
 from adapter.server.workers import WorkerSpec
 
 
@@ -64,18 +65,11 @@ def test_negative_limit_is_a_bug() -> None:
         ConnectionCap(-1)
 
 
-@pytest.mark.parametrize(
-    ("limit", "workers", "share"),
-    [(None, 4, None), (10, 1, 10), (10, 4, 3), (8, 4, 2), (1, 4, 1), (0, 4, 0), (3, 8, 1)],
-)
-def test_worker_share_is_the_ceiling(limit: int | None, workers: int, share: int | None) -> None:
-    assert worker_share(limit, workers) == share
-
-
-def test_each_worker_applies_its_share_and_each_web_listener_counts_alone() -> None:
-    """--workers 4 with stomp.max_connections = 10 and web_stomp.max_connections = 5: each
-    process admits 3 STOMP sessions and 2 sockets per web_stomp listener (two ws:// listeners
-    here; a wss:// one is built the same way but needs a certificate)."""
+def test_each_web_listener_counts_alone_and_a_worker_counts_in_the_shared_table() -> None:
+    """stomp.max_connections = 10 and web_stomp.max_connections = 5 with two ws:// listeners:
+    one process applies the values as they are; a worker of --workers 4 applies the same
+    values to the rows of the table its supervisor shares (row 0 STOMP, then one per web
+    listener), so the limits hold for the worker set together."""
     settings = load_settings(
         None,
         {
@@ -84,15 +78,30 @@ def test_each_worker_applies_its_share_and_each_web_listener_counts_alone() -> N
             "web_stomp_listeners": ["127.0.0.1:0", "127.0.0.1:0"],
         },
     )
-    cap = session_settings(settings, 4).connection_cap
-    assert cap is not None and cap.limit == 3
     assert session_settings(settings).connection_cap.limit == 10  # type: ignore[union-attr]
-    first, second = web_listeners(settings, 4)
+    first, second = web_listeners(settings)
     assert first.cap is not None and second.cap is not None and first.cap is not second.cap
-    assert (first.cap.limit, second.cap.limit) == (2, 2)
+    assert (first.cap.limit, second.cap.limit) == (5, 5)
+    assert cap_rows(settings) == 3
+
+    table = CapTable.create(cap_rows(settings), 4)
+    with socket.socket() as control:
+        worker = WorkerSpec(2, control, {}, 4, table)
+        cap = session_settings(settings, worker).connection_cap
+        assert cap is not None and cap.limit == 10
+        assert cap.acquire(object())
+        assert table.held(0, 2) == 1  # this worker's column of the STOMP row
+        first, second = web_listeners(settings, worker)
+        assert first.cap is not None and second.cap is not None
+        assert second.cap.acquire(object())
+        assert (table.held(1, 2), table.held(2, 2)) == (0, 1)
+        control.detach()
+    table.close()
+
     unlimited = load_settings(None, {"web_stomp_listeners": ["127.0.0.1:0"]})
     assert session_settings(unlimited).connection_cap is None
     assert web_listeners(unlimited)[0].cap is None
+    assert cap_rows(unlimited) == 0  # no table at all
 
 
 def test_the_worker_spec_carries_the_number_of_workers() -> None:
@@ -101,3 +110,17 @@ def test_the_worker_spec_carries_the_number_of_workers() -> None:
         spec = WorkerSpec.parse(text)
         assert spec.workers == 4
         spec.control.detach()  # the same descriptor as ``control``
+
+
+def test_the_worker_spec_carries_the_cap_table() -> None:
+    table = CapTable.create(2, 3)
+    with socket.socket() as control:
+        text = json.dumps(
+            {"slot": 1, "control": control.fileno(), "listeners": [], "workers": 3, "caps": [table.fd, 2]}
+        )
+        spec = WorkerSpec.parse(text)
+        assert spec.caps is not None and (spec.caps.rows, spec.caps.workers) == (2, 3)
+        spec.caps.count(1, 1, 5).take()
+        assert table.held(1, 1) == 1  # the same memory
+        spec.control.detach()
+    table.close()

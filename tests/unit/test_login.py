@@ -9,12 +9,15 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapter.amqp.connection import AmqpError
+import pytest
+
+from adapter.amqp.connection import AmqpError, HandshakeTimeout
 from adapter.mapping import operations as ops
+from adapter.server.admission import Gate
 from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.connection import BrokerSettings
 from adapter.server.fdlimit import DescriptorWatch
-from adapter.server.login import BrokerLogin, logged_in, tls_failure
+from adapter.server.login import BrokerLogin, logged_in, node_failure, tls_failure
 from adapter.server.stats import ServerStats
 from tests.unit.fake_amqp import FakeAmqp, Opener
 
@@ -30,6 +33,7 @@ class Services:
     amqp_mux: Any = None
     descriptors: DescriptorWatch = field(default_factory=DescriptorWatch)
     stats: ServerStats = field(default_factory=ServerStats)
+    logins: Gate = field(default_factory=lambda: Gate(64))
 
 
 def make(urls: str, *errors: Exception | None) -> tuple[BrokerLogin, Services, Opener]:
@@ -165,3 +169,40 @@ def test_tls_failures_in_an_operators_words() -> None:
     assert "ended the handshake" in tls_failure(tls_error("SSLV3_ALERT_HANDSHAKE_FAILURE"))
     assert "plain amqp://" in tls_failure(tls_error("WRONG_VERSION_NUMBER"))
     assert tls_failure(tls_error("SOME_NEW_REASON")) == "some new reason"
+
+
+# ---------------------------------------------------------------------- how a node failed, in the log
+@pytest.mark.parametrize(
+    ("error", "counted_as", "said"),
+    [
+        (
+            ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+            "unreachable",
+            "refused the connection",
+        ),
+        (
+            ConnectionResetError("the node reset the connection before connection.start: [Errno 104] reset"),
+            "reset",
+            "reset the connection during the AMQP handshake",
+        ),
+        (
+            ConnectionResetError("the node closed the connection before connection.start"),
+            "reset",
+            "closed the connection during the AMQP handshake (the node closed",
+        ),
+        (ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), "reset", "reset the connection"),
+        (HandshakeTimeout(5, True, "connect"), "timeout", "did not answer the AMQP handshake (TCP connected"),
+        (HandshakeTimeout(5, False, "connect"), "timeout", "timed out (no TCP connection within 5 s)"),
+        (TimeoutError(), "timeout", "timed out"),
+        (OSError(errno.EHOSTUNREACH, "No route to host"), "unreachable", "is unreachable"),
+    ],
+)
+def test_the_log_says_how_a_node_failed(error: OSError, counted_as: str, said: str) -> None:
+    reason, text = node_failure(error)
+    assert reason == counted_as
+    assert text.startswith(said), text
+
+
+def test_a_refused_node_is_not_called_out_of_sockets_and_a_silent_one_is() -> None:
+    assert "out of sockets" not in node_failure(ConnectionRefusedError(errno.ECONNREFUSED, "x"))[1]
+    assert "out of sockets" in node_failure(HandshakeTimeout(5, True, "connect"))[1]

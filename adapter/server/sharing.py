@@ -1,0 +1,364 @@
+"""The asyncio side of shared topic subscriptions (``adapter.shared_subscriptions``).
+
+``adapter/session/fanout.py`` decides who shares, renders each delivery once and keeps the lag
+accounts; this module owns what has sockets:
+
+* ``SharedHub``: one per shared group, the AMQP connection that consumes for it.  The group's
+  first member opens it with that member's own credentials (user, passcode, vhost: the broker
+  decides, as for a plain subscription), then declares the queue, consumes and binds as a plain
+  SUBSCRIBE would.  The hub, not the first member, owns the connection: it outlives any one
+  member and ends (consumer cancelled, queue deleted, connection closed) when its last member
+  leaves.  When the broker ends it (consumer cancelled, channel or connection closed, e.g.
+  access refused or the user deleted) every member gets the ERROR a plain subscriber would
+  get.  Each delivery is written to every member's output; after each read from the broker
+  every member written to is flushed and measured, and one too far behind is evicted (ERROR
+  naming the limit, then closed) without the hub ever pausing for it.
+* ``SharedLink``: one per client connection (made at its CONNECT when the setting is on): the
+  credentials its groups are keyed by and opened with, and its members by consumer tag.
+
+A group is keyed by (vhost, user, passcode digest, destination): a session only ever joins a
+group whose connection the broker opened for the same user with the same passcode, and the
+session itself logged in with it on its own connection first.  The passcode is kept in the
+link (in memory, never logged) for as long as the client is connected, because the link may
+have to open a group later (docs/configuration.md says so).
+
+One AMQP connection per group rather than one channel per group on a connection per user: a
+channel error (a topic this user may not read) must end that group alone, and the AMQP client
+here has one channel per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..amqp.connection import AmqpConnection, AmqpError
+from ..amqp.pool import PasscodeCheck
+from ..mapping import operations as ops
+from ..session.fanout import Eviction, Member, Registry, SharedGroup
+from .login import BrokerLogin, BrokerSettings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from typing import Any
+
+    from .admission import Gate
+    from .amqp_mux import AmqpMultiplex
+    from .amqp_pool import AmqpReuse
+    from .brokers import BrokerNodes
+    from .fdlimit import DescriptorWatch
+    from .stats import ServerStats
+
+log = logging.getLogger("adapter.sharing")
+
+# the hub's consumer tag on its own channel (no client ever sees it)
+_HUB_TAG = "stomp-adapter-shared"
+# how long a hub waits for the broker to delete its queue and close
+_CLOSE_TIMEOUT = 5.0
+
+
+class Subscriber(Protocol):
+    """What a hub needs of a member's client connection (ClientConnection)."""
+
+    def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def shared_lag(self) -> int: ...
+
+    def shared_evicted(self, eviction: Eviction) -> None: ...
+
+    def shared_lost(self, member: Member, error: AmqpError | None) -> None: ...
+
+
+class HubServices(Protocol):
+    """What a hub uses of the server (the listener's ``Server`` has all of these)."""
+
+    broker: BrokerSettings
+    nodes: BrokerNodes
+    login_timeout: float
+    descriptors: DescriptorWatch
+    stats: ServerStats
+    logins: Gate  # a hub's login takes its turn like a client's (adapter.max_logins_in_flight)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
+
+
+@dataclass(slots=True)
+class _LoginView:
+    """The server as a hub's login sees it: without the reuse pool or the shared connections (a
+    hub's connection is its own, never pooled, taken from the pool nor multiplexed)."""
+
+    broker: BrokerSettings
+    nodes: BrokerNodes
+    login_timeout: float
+    descriptors: DescriptorWatch
+    stats: ServerStats
+    logins: Gate
+    amqp_reuse: AmqpReuse | None = None
+    amqp_mux: AmqpMultiplex | None = None
+
+
+class SharedHub:
+    """One shared group's AMQP connection (see the module docstring)."""
+
+    __slots__ = ("_amqp", "_loop", "_queue", "_registry", "_services", "closed", "error", "group", "ready")
+
+    def __init__(
+        self, group: SharedGroup, registry: Registry, services: HubServices, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.group = group
+        group.link = self
+        self._registry = registry
+        self._services = services
+        self._loop = loop
+        self._amqp: AmqpConnection | None = None
+        self._queue = ""
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.closed = False
+        self.error: BaseException | None = None  # why it ended, for a member that joins late
+
+    async def open(self, user: str, password: str, vhost: str, op: ops.JoinShared) -> None:
+        """Log in with the first member's credentials, declare, consume, bind; ``ready`` says
+        how it went (the members waiting for it raise its error, as a plain SUBSCRIBE would)."""
+        services = self._services
+        login = BrokerLogin(
+            _LoginView(
+                services.broker,
+                services.nodes,
+                services.login_timeout,
+                services.descriptors,
+                services.stats,
+                services.logins,
+            ),
+            self._loop,
+        )
+        try:
+            result = await login.open(
+                ops.OpenConnection(user, password, vhost),
+                self,
+                f"shared {op.destination}",
+                lambda: self.closed,
+            )
+            if isinstance(result, ops.LoginResult):
+                # the member logged in with these credentials moments ago: changed since
+                code = 403 if result.failure == "auth" else 530 if result.failure == "vhost" else 0
+                raise AmqpError(code, f"ACCESS_REFUSED - {result.detail}" if code == 403 else result.detail)
+            self._amqp = result
+            if self.closed:  # every waiting member left meanwhile
+                raise AmqpError(0, "shared subscription ended")
+            queue = await result.execute(op.declare)
+            assert isinstance(queue, str)
+            self._queue = queue
+            await result.execute(ops.BasicConsume(queue, _HUB_TAG, no_ack=True))
+            await result.execute(ops.QueueBind(queue, op.bind_exchange, op.bind_key))
+        except (AmqpError, OSError, TimeoutError) as error:
+            self._fail_open(error)
+            return
+        except Exception as error:  # a bug must not leave the members waiting forever
+            log.exception("shared subscription %r: opening failed", op.destination)
+            self._fail_open(error)
+            return
+        if not self.ready.done():
+            self.ready.set_result(None)
+        if self.closed:
+            self._end_link()
+
+    def _fail_open(self, error: BaseException) -> None:
+        self.error = error
+        self.closed = True
+        self._registry.forget(self.group)
+        if not self.ready.done():
+            self.ready.set_exception(error)
+            # the members waiting raise it; with none left waiting it must not be logged as lost
+            self.ready.exception()
+        self._end_link()
+
+    # ------------------------------------------------------------------ BrokerEvents
+    def on_deliver(self, delivery: ops.Delivery) -> None:
+        group = self.group
+        if self.closed or not group.members:
+            return
+        pieces = self._registry.renderer.render(delivery)
+        for member in group.members:
+            member.subscriber.deliver_shared(member, pieces)  # type: ignore[attr-defined]
+        group.touched = True
+
+    def on_read_done(self) -> None:
+        """After one read from the broker: flush every member, measure how far behind each is,
+        evict those over a bound."""
+        group = self.group
+        if not group.touched:
+            return
+        group.touched = False
+        registry = self._registry
+        evictions: list[Eviction] = []
+        for member in group.members:
+            subscriber: Subscriber = member.subscriber  # type: ignore[assignment]
+            subscriber.flush()
+            lag = subscriber.shared_lag()
+            if lag or member.lag:
+                evictions += registry.measured(member, lag)
+        for eviction in evictions:
+            # closes the connection, whose link leaves the group (SharedLink.leave_all)
+            subscriber = eviction.member.subscriber  # type: ignore[assignment]
+            subscriber.shared_evicted(eviction)
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        pass  # the hub publishes nothing
+
+    def on_broker_backpressure(self, paused: bool) -> None:
+        pass  # nor is it ever blocked as a publisher
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        """The broker cancelled the consumer (its queue was deleted): each member gets the ERROR
+        a plain subscription gets, and stays connected."""
+        self._ended(None)
+
+    def on_amqp_closed(self, error: AmqpError) -> None:
+        if not error.channel_only:
+            self._amqp = None
+        if not self.ready.done():
+            return  # open() sees it as the error of its call
+        self._ended(error)
+
+    def _ended(self, error: AmqpError | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.error = error or AmqpError(404, "NOT_FOUND - the shared subscription was cancelled")
+        self._registry.forget(self.group)
+        members = list(self.group.members)
+        log.info(
+            "shared subscription %r ended by the broker (%s): %d subscribers told",
+            self.group.key[3],
+            error or "consumer cancelled",
+            len(members),
+        )
+        for member in members:
+            self._registry.leave(member)
+            subscriber: Subscriber = member.subscriber  # type: ignore[assignment]
+            subscriber.shared_lost(member, error)
+        self._end_link()
+
+    # ------------------------------------------------------------------ the end
+    def close(self) -> None:
+        """The last member left: cancel, delete the queue, close (in the background; the last
+        member's RECEIPT does not wait for it)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._registry.forget(self.group)
+        if self.ready.done():
+            self._end_link()
+        # else open() ends the link when it finishes
+
+    def _end_link(self) -> None:
+        amqp, self._amqp = self._amqp, None
+        if amqp is None:
+            return
+        self._services.spawn(self._close_amqp(amqp, self._queue if self.error is None else ""))
+
+    async def _close_amqp(self, amqp: AmqpConnection, queue: str) -> None:
+        try:
+            if queue and amqp.is_open:
+                async with asyncio.timeout(_CLOSE_TIMEOUT):
+                    await amqp.execute(ops.BasicCancel(_HUB_TAG))
+                    await amqp.execute(ops.QueueDelete(queue))
+        except (AmqpError, OSError, TimeoutError) as error:
+            log.info("shared subscription %r: could not delete queue %r: %s", self.group.key[3], queue, error)
+        await amqp.close()
+
+
+# one key per process: digests are comparable within the process only
+_PASSCODES = PasscodeCheck()
+
+
+class SharedLink:
+    """A client connection's side of the shared groups: its credentials and its members."""
+
+    __slots__ = (
+        "_digest",
+        "_loop",
+        "_members",
+        "_opened",
+        "_password",
+        "_registry",
+        "_services",
+        "_user",
+        "_vhost",
+        "delivered",
+    )
+
+    def __init__(
+        self,
+        registry: Registry,
+        services: HubServices,
+        loop: asyncio.AbstractEventLoop,
+        user: str,
+        password: str,
+        vhost: str,
+    ) -> None:
+        self._registry = registry
+        self._services = services
+        self._loop = loop
+        self._user = user
+        self._password = password
+        self._vhost = vhost
+        self._digest = _PASSCODES.digest(password)
+        self._members: dict[str, Member] = {}
+        self._opened: list[SharedHub] = []  # the groups this connection opened (the bound)
+        self.delivered = 0  # MESSAGE frames written to this connection by its groups
+
+    async def join(self, op: ops.JoinShared, subscriber: Subscriber, closed: Callable[[], bool]) -> bool:
+        """Join (opening the group if it is new); False: a new group would pass the bounds
+        (adapter/session/fanout.py).  Raises the group's error as a plain SUBSCRIBE's broker
+        call would raise it."""
+        registry = self._registry
+        opened = self._opened = [hub for hub in self._opened if not hub.closed]
+        group, new = registry.group((self._vhost, self._user, self._digest, op.destination), len(opened))
+        if group is None:
+            return False  # over the bounds: the session subscribes plainly
+        if new:
+            hub = SharedHub(group, registry, self._services, self._loop)
+            opened.append(hub)
+            self._services.spawn(hub.open(self._user, self._password, self._vhost, op))
+        hub = group.link  # type: ignore[assignment]
+        assert isinstance(hub, SharedHub)
+        if not hub.ready.done():
+            await asyncio.shield(hub.ready)  # a waiter that goes away must not cancel the open
+        if hub.closed and hub.error is not None:
+            raise hub.error
+        if closed():
+            if not group.members:
+                hub.close()
+            return True  # nothing more happens on this connection
+        if hub.closed:  # ended without an error of its own (its members all left): a new one
+            return await self.join(op, subscriber, closed)
+        member = Member(subscriber, op.consumer_tag, op.head, op.id_prefix)
+        group.join(member)
+        self._members[op.consumer_tag] = member
+        return True
+
+    def leave(self, consumer_tag: str) -> None:
+        member = self._members.pop(consumer_tag, None)
+        if member is not None:
+            self._leave(member)
+
+    def forget(self, member: Member) -> None:
+        """The hub ended: ``member`` is no longer this connection's."""
+        self._members.pop(member.consumer_tag, None)
+
+    def leave_all(self) -> None:
+        members, self._members = list(self._members.values()), {}
+        for member in members:
+            self._leave(member)
+
+    def _leave(self, member: Member) -> None:
+        emptied = self._registry.leave(member)
+        if emptied is not None:
+            hub = emptied.link
+            assert isinstance(hub, SharedHub)
+            hub.close()

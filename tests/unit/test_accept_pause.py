@@ -1,0 +1,67 @@
+"""adapter/server/accept_pause.py: a paused listener leaves new connections in the kernel's
+accept queue (connected, not accepted: nothing reads or answers them), keeps the ones it has,
+and accepts the queued ones when it resumes.  Real sockets on 127.0.0.1, no broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+from adapter.server.accept_pause import AcceptPause
+
+
+class Greeter(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(b"hi")
+
+
+async def greeting(reader: asyncio.StreamReader) -> bytes | None:
+    try:
+        return await asyncio.wait_for(reader.readexactly(2), 0.3)
+    except TimeoutError:
+        return None
+
+
+async def test_paused_connections_wait_in_the_queue_and_are_accepted_on_resume() -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    before, before_writer = await asyncio.open_connection("127.0.0.1", port)
+    assert await greeting(before) == b"hi"
+
+    pause.crowded(True)
+    assert not pause.accepting.is_set() and pause.pauses == 1
+    queued, queued_writer = await asyncio.open_connection("127.0.0.1", port)  # TCP: the kernel's
+    assert await greeting(queued) is None  # not accepted: no protocol, no greeting
+    assert not before_writer.is_closing()  # the established connection is untouched
+
+    pause.crowded(False)
+    assert await asyncio.wait_for(queued.readexactly(2), 5) == b"hi"  # accepted now, not reset
+    after, after_writer = await asyncio.open_connection("127.0.0.1", port)
+    assert await asyncio.wait_for(after.readexactly(2), 5) == b"hi"
+
+    await pause.close()
+    for writer in (before_writer, queued_writer, after_writer):
+        writer.close()
+    refused = False
+    try:
+        await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        refused = True
+    assert refused  # closed for good: the kept socket went too
+
+
+async def test_a_pause_twice_and_a_resume_twice_count_once() -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    pause.crowded(True)
+    pause.crowded(True)
+    pause.crowded(False)
+    pause.crowded(False)
+    await asyncio.sleep(0.05)
+    assert pause.pauses == 1 and len(pause.servers) == 1
+    await pause.close()

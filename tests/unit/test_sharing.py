@@ -1,0 +1,165 @@
+"""adapter/server/sharing.py over in-memory stand-ins: the hub writes each delivery to every
+member, measures them after the broker read and cuts off the one too far behind while the others
+go on; the broker ending the group reaches every member; links join one group per key, the first
+one opens it, and the bound on groups a connection opens makes later ones plain."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapter.amqp.connection import AmqpError
+from adapter.mapping import operations as ops
+from adapter.mapping.properties import MessageProperties
+from adapter.server.sharing import SharedHub, SharedLink
+from adapter.session.fanout import MAX_OPENED_PER_CONNECTION, Eviction, Member, Registry
+
+
+@dataclass
+class Subscriber:
+    name: str
+    frames: list[bytes] = field(default_factory=list)
+    lag: int = 0
+    flushes: int = 0
+    evicted: list[Eviction] = field(default_factory=list)
+    lost: list[AmqpError | None] = field(default_factory=list)
+    link: SharedLink | None = None
+
+    def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None:
+        self.frames.append(b"".join((member.head, pieces[0], member.id_prefix, *pieces[1:])))
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def shared_lag(self) -> int:
+        return self.lag
+
+    def shared_evicted(self, eviction: Eviction) -> None:
+        self.evicted.append(eviction)
+        if self.link is not None:
+            self.link.leave_all()  # as the connection's close does
+
+    def shared_lost(self, member: Member, error: AmqpError | None) -> None:
+        self.lost.append(error)
+
+
+@dataclass
+class Services:
+    spawned: list[Any] = field(default_factory=list)
+    broker: Any = None
+    nodes: Any = None
+    login_timeout: float = 1.0
+    descriptors: Any = None
+    stats: Any = None
+
+    def spawn(self, coro: Any) -> Any:
+        self.spawned.append(coro)
+        coro.close()  # never run: these tests open no connection
+        return None
+
+
+def delivery(n: int) -> ops.Delivery:
+    return ops.Delivery("hub", n, False, "amq.topic", "news", MessageProperties(), f"m{n}".encode())
+
+
+def open_hub(registry: Registry, members: list[Subscriber]) -> SharedHub:
+    group, new = registry.group(("/", "guest", b"d", "/topic/news"))
+    assert group is not None and new
+    hub = SharedHub(group, registry, Services(), asyncio.get_running_loop())  # type: ignore[arg-type]
+    hub.ready.set_result(None)
+    for i, subscriber in enumerate(members):
+        group.join(
+            Member(subscriber, f"T_{i}", f"MESSAGE\nsubscription:{i}\n".encode(), f"T_{i}@@s@@".encode())
+        )
+    return hub
+
+
+async def test_every_member_gets_each_delivery_and_the_slow_one_is_cut_off_not_the_others() -> None:
+    registry = Registry(max_lag=100, lag_budget=10**6)
+    slow, bystander = Subscriber("slow"), Subscriber("bystander")
+    hub = open_hub(registry, [slow, bystander])
+    hub.on_deliver(delivery(1))
+    hub.on_deliver(delivery(2))
+    hub.on_read_done()
+    assert [len(s.frames) for s in (slow, bystander)] == [2, 2]
+    assert slow.frames[0].startswith(
+        b"MESSAGE\nsubscription:0\ndestination:/topic/news\nmessage-id:T_0@@s@@1\n"
+    )
+    assert slow.flushes == bystander.flushes == 1
+    slow.lag = 101
+    hub.on_deliver(delivery(3))
+    hub.on_read_done()
+    (eviction,) = slow.evicted
+    assert eviction.setting == "adapter.shared_subscription_max_lag" and eviction.lag == 101
+    assert bystander.evicted == []
+    # the evicted one's connection closed (here: removed by hand); the bystander goes on
+    for member in list(hub.group.members):
+        if member.subscriber is slow:
+            registry.leave(member)
+    hub.on_deliver(delivery(4))
+    hub.on_read_done()
+    assert [f.split(b"\n\n", 1)[1][:2] for f in bystander.frames] == [b"m1", b"m2", b"m3", b"m4"]
+    assert len(slow.frames) == 3
+
+
+async def test_the_broker_closing_the_group_reaches_every_member_and_forgets_it() -> None:
+    registry = Registry(max_lag=100, lag_budget=10**6)
+    members = [Subscriber(f"s{i}") for i in range(3)]
+    hub = open_hub(registry, members)
+    hub.on_amqp_closed(AmqpError(320, "CONNECTION_FORCED - closed via management plugin", from_broker=True))
+    assert [[e.code for e in s.lost if e is not None] for s in members] == [[320]] * 3
+    assert registry.groups == {} and hub.closed
+    hub.on_deliver(delivery(1))  # late bytes of a dead link go nowhere
+    assert all(s.frames == [] for s in members)
+
+
+async def test_a_cancelled_consumer_reaches_every_member_as_a_server_cancel() -> None:
+    registry = Registry(max_lag=100, lag_budget=10**6)
+    members = [Subscriber("a"), Subscriber("b")]
+    hub = open_hub(registry, members)
+    hub.on_server_cancel("stomp-adapter-shared")
+    assert [s.lost for s in members] == [[None], [None]]
+    assert registry.groups == {}
+
+
+async def test_links_of_one_key_share_one_group_and_only_the_first_opens_it() -> None:
+    registry = Registry(max_lag=100, lag_budget=10**6)
+    services = Services()
+    loop = asyncio.get_running_loop()
+    op = ops.JoinShared(
+        "/topic/news", "T_s", b"MESSAGE\n", b"T_s@@x@@", ops.QueueDeclare("q"), "amq.topic", "news"
+    )
+    first = SharedLink(registry, services, loop, "guest", "pw", "/")  # type: ignore[arg-type]
+    join = asyncio.ensure_future(first.join(op, Subscriber("a"), lambda: False))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert len(services.spawned) == 1  # the open
+    (group,) = registry.groups.values()
+    hub = group.link
+    assert isinstance(hub, SharedHub)
+    hub.ready.set_result(None)
+    assert await join is True
+    second = SharedLink(registry, services, loop, "guest", "pw", "/")  # type: ignore[arg-type]
+    assert await second.join(op, Subscriber("b"), lambda: False) is True  # type: ignore[arg-type]
+    assert len(services.spawned) == 1 and len(group.members) == 2
+    other = SharedLink(registry, services, loop, "guest", "other", "/")  # type: ignore[arg-type]
+    asyncio.ensure_future(other.join(op, Subscriber("c"), lambda: False))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert len(registry.groups) == 2  # another passcode: a group of its own
+    first.leave_all()
+    assert not hub.closed
+    second.leave_all()
+    assert hub.closed and group.key not in registry.groups
+
+
+async def test_a_connection_that_opened_its_share_of_groups_gets_plain_subscriptions() -> None:
+    registry = Registry(max_lag=100, lag_budget=10**6)
+    services = Services()
+    link = SharedLink(registry, services, asyncio.get_running_loop(), "guest", "pw", "/")  # type: ignore[arg-type]
+    for n in range(MAX_OPENED_PER_CONNECTION):
+        op = ops.JoinShared(f"/topic/{n}", f"T_{n}", b"", b"", ops.QueueDeclare("q"), "amq.topic", str(n))
+        asyncio.ensure_future(link.join(op, Subscriber("a"), lambda: False))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    op = ops.JoinShared("/topic/more", "T_more", b"", b"", ops.QueueDeclare("q"), "amq.topic", "more")
+    assert await link.join(op, Subscriber("a"), lambda: False) is False  # type: ignore[arg-type]
+    assert len(services.spawned) == MAX_OPENED_PER_CONNECTION
