@@ -31,10 +31,12 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from .amqp.shared import PausedBytes
 from .caps import ConnectionCap
 from .config import DECLARED, ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .mapping.budget import Budgets
+from .server.amqp_mux import AmqpMultiplex
 from .server.amqp_pool import AmqpReuse
 from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
@@ -392,7 +394,20 @@ def amqp_link(settings: Settings) -> AmqpLink:
         if settings.amqp_connection_reuse
         else None
     )
-    return AmqpLink(broker, BrokerNodes(nodes, settings.amqp_node_order), reuse)
+    mux = (
+        AmqpMultiplex(
+            per_connection=settings.amqp_sessions_per_connection,
+            idle_seconds=settings.amqp_connection_idle_seconds,
+            max_age_seconds=settings.amqp_connection_max_age_seconds,
+            max_idle=settings.amqp_connection_pool_size,
+            paused_bytes=PausedBytes(
+                settings.amqp_shared_max_paused_bytes, settings.amqp_shared_paused_bytes_budget
+            ),
+        )
+        if settings.amqp_sessions_per_connection > 1
+        else None
+    )
+    return AmqpLink(broker, BrokerNodes(nodes, settings.amqp_node_order), reuse, mux)
 
 
 def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server:

@@ -724,6 +724,26 @@ class Settings(BaseModel):
     amqp_connection_pool_size: Annotated[
         int, Setting(_AMQP, _int_converter(1), "adapter.amqp_connection_pool_size")
     ] = 100
+    # Concurrent STOMP sessions of the same node, vhost, user and passcode share AMQP connections,
+    # each on a channel of its own, at most this many per connection (adapter/server/amqp_mux.py,
+    # docs/configuration.md): 1 (the default) gives every session a connection of its own.
+    amqp_sessions_per_connection: Annotated[
+        int,
+        Setting(
+            _AMQP,
+            _int_converter(1, 65535, what="an integer from 1 to 65535"),
+            "adapter.amqp_sessions_per_connection",
+        ),
+    ] = 1
+    # With multiplexing, a session's client that does not read cannot hold the shared socket
+    # back: what it is delivered meanwhile is bounded per session and for the process (an ERROR
+    # ends the session past either).
+    amqp_shared_max_paused_bytes: Annotated[
+        int, Setting(_AMQP, _int_converter(1), "adapter.amqp_shared_max_paused_bytes")
+    ] = 8 * 1024 * 1024
+    amqp_shared_paused_bytes_budget: Annotated[
+        int, Setting(_AMQP, _int_converter(1), "adapter.amqp_shared_paused_bytes_budget")
+    ] = 256 * 1024 * 1024
 
     # ---- STOMP sessions -----------------------------------------------------------------------------------
     # Used when CONNECT has no login/passcode (and for implicit connect); None disables.

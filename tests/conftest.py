@@ -7,6 +7,13 @@ never skipped, so a CI run without RabbitMQ cannot pass silently.
 
 The adapter under test runs in a thread with its own event loop and listens on port 0, never
 on 61613 (RabbitMQ's own STOMP plugin may be listening there).
+
+``--amqp-sessions-per-connection N`` runs every adapter the fixtures start with
+adapter.amqp_sessions_per_connection = N (unless a test sets it itself): the same tests, with
+concurrent sessions sharing AMQP connections.  Tests marked ``own_amqp_connection`` assume an
+AMQP connection per session (they find a client's by its name or socket, or test the reuse
+pool, which shared connections replace): they are deselected then
+(tests/integration/test_multiplexing.py covers what they check, for shared connections).
 """
 
 from __future__ import annotations
@@ -19,6 +26,31 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.support import AdapterProcess, StompClient, broker_answers
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--amqp-sessions-per-connection",
+        type=int,
+        default=None,
+        help="start every adapter with adapter.amqp_sessions_per_connection = N (multiplexing)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--amqp-sessions-per-connection") is None:
+        return
+    kept = [item for item in items if item.get_closest_marker("own_amqp_connection") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def adapter_defaults(request: pytest.FixtureRequest) -> dict[str, object]:
+    """Settings every adapter the fixtures start gets unless a test gives its own."""
+    sessions = request.config.getoption("--amqp-sessions-per-connection")
+    return {} if sessions is None else {"amqp_sessions_per_connection": sessions}
 
 
 def _find_broker() -> tuple[str, object | None]:
@@ -59,23 +91,25 @@ def broker_host_port(amqp_url: str) -> tuple[str, int]:
 
 
 @pytest.fixture(scope="session")
-def adapter(amqp_url: str) -> Iterator[AdapterProcess]:
+def adapter(amqp_url: str, adapter_defaults: dict[str, object]) -> Iterator[AdapterProcess]:
     """One adapter with default settings for the whole session."""
-    server = AdapterProcess(amqp_url)
+    server = AdapterProcess(amqp_url, **adapter_defaults)
     server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def start_adapter(amqp_url: str) -> Iterator[Callable[..., AdapterProcess]]:
+def start_adapter(
+    amqp_url: str, adapter_defaults: dict[str, object]
+) -> Iterator[Callable[..., AdapterProcess]]:
     """Factory for an adapter with particular settings, e.g. ``start_adapter(login_timeout=1)``
     (``amqp_url=...`` replaces the test broker's URL, e.g. with several nodes)."""
     started: list[AdapterProcess] = []
 
     def start(**settings: object) -> AdapterProcess:
         url = str(settings.pop("amqp_url", amqp_url))
-        server = AdapterProcess(url, **settings)
+        server = AdapterProcess(url, **{**adapter_defaults, **settings})
         server.start()
         started.append(server)
         return server

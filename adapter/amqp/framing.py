@@ -33,7 +33,7 @@ class FrameReader:
     """Split the broker's byte stream into frames.  ``feed`` raises DecodeError on a broken
     frame; the stream cannot be trusted after that, and the reader drops what it holds."""
 
-    __slots__ = ("_partial", "frame_max", "_on_method", "_on_header", "_on_body", "_stopped")
+    __slots__ = ("_partial", "channel", "frame_max", "_on_method", "_on_header", "_on_body", "_stopped")
 
     def __init__(
         self,
@@ -48,6 +48,9 @@ class FrameReader:
         self._on_header = on_header
         self._on_body = on_body
         self._stopped = False
+        # the channel of the content frame being handed out: a connection that carries several
+        # channels (adapter/amqp/shared.py) routes headers and bodies by it
+        self.channel = 0
 
     @property
     def buffered(self) -> int:
@@ -58,6 +61,14 @@ class FrameReader:
         """Hand method frames to ``on_method`` from the next frame on (the AMQP client's handler
         changes once, when the handshake ends); takes effect within the current ``feed``."""
         self._on_method = on_method
+
+    def set_content_handlers(
+        self, on_header: Callable[[bytes], None], on_body: Callable[[bytes | memoryview], None]
+    ) -> None:
+        """Hand content frames to these from the next frame on (a connection that starts
+        carrying several channels routes them by ``channel``)."""
+        self._on_header = on_header
+        self._on_body = on_body
 
     def stop(self) -> None:
         """Hand out no more frames (the connection is gone)."""
@@ -92,6 +103,7 @@ class FrameReader:
                 start = offset + 7
                 offset = frame_end + 1
                 if frame_type == FRAME_BODY:
+                    self.channel = channel
                     if size >= BODY_VIEW_MIN:
                         self._on_body(memoryview(data)[start:frame_end])
                     else:
@@ -99,6 +111,7 @@ class FrameReader:
                 elif frame_type == FRAME_METHOD:
                     self._on_method(channel, data[start:frame_end])
                 elif frame_type == FRAME_HEADER:
+                    self.channel = channel
                     self._on_header(data[start:frame_end])
                 elif frame_type != FRAME_HEARTBEAT:
                     raise DecodeError(f"unknown frame type {frame_type}")

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
 
     from ..session.fanout import Eviction, Member
+    from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
@@ -106,6 +107,7 @@ class ConnectionServices(Protocol):
 
     nodes: BrokerNodes
     amqp_reuse: AmqpReuse | None  # adapter.amqp_connection_reuse: the pool, None when off
+    amqp_mux: AmqpMultiplex | None  # adapter.amqp_sessions_per_connection > 1, None when off
     connections: set[ClientConnection]  # logged in or logging in; shutdown closes them
     open_sockets: set[Any]  # every socket until connection_lost; shutdown aborts the rest
 

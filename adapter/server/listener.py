@@ -89,6 +89,8 @@ class Server:
         self.connections: set[ClientConnection] = set()
         # adapter.amqp_connection_reuse: this process's pool of idle AMQP connections, or None
         self.amqp_reuse = link.reuse
+        # adapter.amqp_sessions_per_connection above 1: this process's shared connections, or None
+        self.amqp_mux = link.mux
         # adapter.shared_subscriptions: the process's shared groups (the metrics read them)
         self.shared_subscriptions = session_settings.shared
         # every accepted socket until its transport reports connection_lost (also while a closed
@@ -449,6 +451,8 @@ class Server:
         deadline = loop.time() + self.shutdown_timeout
         if self.amqp_reuse is not None:
             await self.amqp_reuse.close_all()  # idle ones close; the sessions' close from now on
+        if self.amqp_mux is not None:
+            await self.amqp_mux.close_all()  # idle ones close; busy ones with their last session
         for server in self._servers:
             server.close()
         await self.accept_pause.close()
@@ -490,6 +494,10 @@ class Server:
                 task.cancel()  # an AMQP close in progress or waiting for its turn: dropped
             if stuck:
                 await asyncio.wait(stuck, timeout=1.0)
+        if self.amqp_mux is not None:
+            # the shared connections the last of their sessions left: the broker's close-ok,
+            # within what is left of the deadline
+            await self.amqp_mux.wait_closed(max(0.0, deadline - loop.time()))
         if self.open_sockets:
             # lingering after a close, waiting for a WebSocket Close or an HTTP request: their
             # sessions are done and nothing is left to send

@@ -5,8 +5,10 @@ login timeout: a refusing, unreachable or timing-out node is skipped (and rested
 broker refuses is final (docs/behaviour.md, "Broker nodes").  What it returns is either the open
 ``AmqpConnection`` or the ``LoginResult`` of a failure, whose text never names a node, address,
 certificate problem or setting (the log has those; the client has not logged in).
-``BrokerLogin.pooled`` takes a connection from adapter.amqp_connection_reuse's pool instead, and
-``release`` gives one back (or closes it).  The shell (``ClientConnection``) decides what a
+``BrokerLogin.pooled`` takes a connection from adapter.amqp_connection_reuse's pool instead, or,
+with adapter.amqp_sessions_per_connection above 1, a channel on a shared connection
+(adapter/server/amqp_mux.py); ``release`` gives one back (or closes it).  The shell
+(``ClientConnection``) decides what a
 result means for the session; this module knows nothing of STOMP.
 """
 
@@ -20,12 +22,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout
+from ..amqp.shared import ChannelLink, SharedConnection
 from ..mapping import operations as ops
 from .admission import Gate, turn
 from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
     from ..amqp.connection import BrokerEvents
+    from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
@@ -58,6 +62,7 @@ class LoginServices(Protocol):
     nodes: BrokerNodes
     login_timeout: float
     amqp_reuse: AmqpReuse | None
+    amqp_mux: AmqpMultiplex | None
     descriptors: DescriptorWatch
     stats: ServerStats
     logins: Gate  # adapter.max_logins_in_flight
@@ -71,22 +76,28 @@ class BrokerLogin:
     def __init__(self, services: LoginServices, loop: asyncio.AbstractEventLoop) -> None:
         self._services = services
         self._loop = loop
-        self.opener: Opener = AmqpConnection.open
+        # with multiplexing, a fresh login opens a connection to share
+        self.opener: Opener = AmqpConnection.open if services.amqp_mux is None else SharedConnection.open
 
     @property
     def reusing(self) -> bool:
-        """adapter.amqp_connection_reuse is on."""
-        return self._services.amqp_reuse is not None
+        """adapter.amqp_connection_reuse or multiplexing is on (a link is released, not closed)."""
+        return self._services.amqp_reuse is not None or self._services.amqp_mux is not None
 
     def pooled(self, op: ops.OpenConnection, events: BrokerEvents) -> AmqpConnection | None:
         """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
-        passcode, with a fresh channel number (adapter/server/amqp_pool.py); None: log in
-        afresh, and the broker decides, as without reuse."""
+        passcode, with a fresh channel number (adapter/server/amqp_pool.py); with
+        adapter.amqp_sessions_per_connection above 1, a channel on a shared connection of theirs
+        with room, no I/O (adapter/server/amqp_mux.py); None: log in afresh, and the broker
+        decides, as without either."""
+        # the configured order: attempt_order() would advance the round robin of fresh logins
+        labels = (node.label for node in self._services.nodes.nodes)
+        mux = self._services.amqp_mux
+        if mux is not None:
+            return mux.join(labels, op.user, op.vhost, op.password, events)
         reuse = self._services.amqp_reuse
         if reuse is None:
             return None
-        # the configured order: attempt_order() would advance the round robin of fresh logins
-        labels = (node.label for node in self._services.nodes.nodes)
         return reuse.acquire(labels, op.user, op.vhost, op.password, events)
 
     async def open(
@@ -107,6 +118,7 @@ class BrokerLogin:
         failures = services.stats.amqp_connection_failures
         deadline = self._loop.time() + services.login_timeout
         reuse = services.amqp_reuse
+        mux = services.amqp_mux
         for node in nodes.attempt_order():
             # closed meanwhile (by the login timeout; a client that leaves is not seen yet:
             # its socket is not read while a broker call is pending)
@@ -173,6 +185,8 @@ class BrokerLogin:
             else:
                 nodes.connected(node, target, amqp.peer_address)
                 nodes.announced(node, amqp.broker_version)  # logged and exported once per node
+                if mux is not None:
+                    return mux.logged_in(amqp, node.label, op.user, op.vhost, op.password, events)
                 if reuse is not None:
                     reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 return amqp
@@ -184,6 +198,10 @@ class BrokerLogin:
         """The session is done with its AMQP connection: close it, or, with
         adapter.amqp_connection_reuse, give it back to the pool if nothing of the session can
         outlive its channel (adapter/server/amqp_pool.py decides)."""
+        mux = self._services.amqp_mux
+        if mux is not None and isinstance(amqp, ChannelLink):
+            await mux.release(amqp)
+            return
         reuse = self._services.amqp_reuse
         if reuse is None:
             await amqp.close()

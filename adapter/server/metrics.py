@@ -37,6 +37,7 @@ from .stats import (
 
 if TYPE_CHECKING:
     from ..session.fanout import Registry
+    from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .connection import ClientConnection
@@ -61,6 +62,9 @@ class Observed(Protocol):
 
     @property
     def amqp_reuse(self) -> AmqpReuse | None: ...
+
+    @property
+    def amqp_mux(self) -> AmqpMultiplex | None: ...
 
     @property
     def shared_subscriptions(self) -> Registry | None: ...
@@ -306,6 +310,21 @@ class ServerCollector(Collector):
             )
             yield _counter(
                 "amqp_connections_reused", "logins served by a pooled AMQP connection", reuse.reused
+            )
+        mux = server.amqp_mux  # adapter.amqp_sessions_per_connection (adapter/server/amqp_mux.py)
+        if mux is not None:
+            yield GaugeMetricFamily(
+                f"{PREFIX}_amqp_connections_shared",
+                "AMQP connections that STOMP sessions share (idle ones included)",
+                len(mux.shared),
+            )
+            yield GaugeMetricFamily(
+                f"{PREFIX}_amqp_shared_sessions",
+                "STOMP sessions on shared AMQP connections",
+                mux.shared.sessions,
+            )
+            yield _counter(
+                "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined
             )
         shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/session/fanout.py)
         if shared is not None:

@@ -14,6 +14,7 @@ import ssl
 from dataclasses import dataclass
 
 from ..caps import ConnectionCap
+from .amqp_mux import AmqpMultiplex
 from .amqp_pool import AmqpReuse
 from .brokers import BrokerNodes
 from .connection import BrokerSettings
@@ -65,11 +66,13 @@ class WebListener:
 @dataclass(frozen=True, slots=True)
 class AmqpLink:
     """Group "AMQP link": how AMQP connections are opened, to which nodes, and the pool of idle
-    ones (adapter.amqp_connection_reuse; None when off)."""
+    ones (adapter.amqp_connection_reuse; None when off), and the shared connections
+    (adapter.amqp_sessions_per_connection above 1; None when off)."""
 
     broker: BrokerSettings
     nodes: BrokerNodes
     reuse: AmqpReuse | None = None
+    mux: AmqpMultiplex | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .admission import Gate
+    from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
@@ -87,8 +88,8 @@ class HubServices(Protocol):
 
 @dataclass(slots=True)
 class _LoginView:
-    """The server as a hub's login sees it: without the reuse pool (a hub's connection is its
-    own, never pooled nor taken from the pool)."""
+    """The server as a hub's login sees it: without the reuse pool or the shared connections (a
+    hub's connection is its own, never pooled, taken from the pool nor multiplexed)."""
 
     broker: BrokerSettings
     nodes: BrokerNodes
@@ -97,6 +98,7 @@ class _LoginView:
     stats: ServerStats
     logins: Gate
     amqp_reuse: AmqpReuse | None = None
+    amqp_mux: AmqpMultiplex | None = None
 
 
 class SharedHub:

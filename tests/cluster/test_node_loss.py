@@ -35,7 +35,7 @@ BEFORE_KILL = 300  # receipts before the node is killed
 AFTER_KILL = 100  # receipts each producer must get after the kill
 
 
-def test_quorum_leader_loss_loses_no_receipted_message(cluster, cluster_adapter):
+def test_quorum_leader_loss_loses_no_receipted_message(cluster, cluster_adapter, adapter_settings):
     leader, survivor = cluster.nodes[0], cluster.nodes[1]
     queue = unique("cluster-leader")
     declare_quorum_queue(leader.url, queue)
@@ -76,7 +76,14 @@ def test_quorum_leader_loss_loses_no_receipted_message(cluster, cluster_adapter)
     # while the queue elects its new leader may have its first SENDs refused (basic.nack, so an
     # ERROR instead of a RECEIPT: never stored, never receipted, so never lost)
     errors = [o.error for p in producers for o in p.outages]
-    assert errors.count("AMQP connection died") == 1, errors
+    # with multiplexing the producers (one user) that logged in while a connection had room share
+    # it (all three, unless two logins crossed), so its loss reaches each of them, each with the
+    # ERROR of a connection of its own
+    died = errors.count("AMQP connection died")
+    if adapter_settings.get("amqp_sessions_per_connection", 1) > 1:
+        assert 1 <= died <= len(producers), errors
+    else:
+        assert died == 1, errors
     assert set(errors) <= {"AMQP connection died", "Message rejected by the broker"}, errors
     delete_queue(survivor.url, queue)
 

@@ -17,6 +17,9 @@ import pytest
 from tests.support import AdapterProcess, BrokerProbe, amqp_client_ports, frame_headers, read_frames, unique
 
 IDLE_SECONDS = 1.5
+# the reuse pool itself: with --amqp-sessions-per-connection the shared connections replace it
+# (tests/integration/test_multiplexing.py asserts their trade-offs)
+pytestmark = pytest.mark.own_amqp_connection
 
 
 def reuse_adapter(start_adapter: Callable[..., AdapterProcess]) -> AdapterProcess:

@@ -9,6 +9,8 @@ import time
 import urllib.parse
 import urllib.request
 
+import pytest
+
 from tests.support import AdapterProcess, BrokerProbe, StompClient, frame_headers, read_frames, unique
 
 CONNECT = "CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:{hb}\n\n\0"
@@ -72,6 +74,7 @@ def _amqp_connection_of(broker: BrokerProbe, client_port: int) -> str:
     raise AssertionError(f"no AMQP connection for STOMP client port {client_port}")
 
 
+@pytest.mark.own_amqp_connection
 def test_broker_forced_close_reaches_the_client_and_spares_others(stomp_client, broker):
     victim = stomp_client("1.2")
     other = stomp_client("1.2")
@@ -167,6 +170,7 @@ def _broker_channels_of(client_port: int) -> int:
     return int(found[0].rsplit("\t", 1)[1])
 
 
+@pytest.mark.own_amqp_connection
 def test_the_amqp_channel_opens_with_the_first_frame_that_needs_it(stomp_client, broker):
     """A login opens no channel on the broker (it costs RabbitMQ about a quarter of a login);
     the first SUBSCRIBE opens it, with its queue.declare in the same write."""

@@ -168,6 +168,7 @@ def test_receipts_for_ack_nack_begin_commit_abort(stomp_client, broker):
     assert broker.depth(queue) == 0
 
 
+@pytest.mark.own_amqp_connection
 def test_broker_channel_error_closes_the_adapters_amqp_connection(stomp_client, broker):
     """After the broker closed the channel (here: publish to a missing exchange) the STOMP
     connection ends, and the adapter's AMQP connection for it must be closed too, not leaked."""

@@ -222,6 +222,7 @@ def test_a_deleted_user_loses_the_shared_subscription(
     assert wait_until(lambda: groups(shared) == 0)
 
 
+@pytest.mark.own_amqp_connection  # a late CONNECT reaches the broker: not so when it joins
 def test_cleared_permissions_act_on_shared_and_plain_subscribers_alike(
     shared: AdapterProcess, broker: BrokerProbe, clients: list[StompClient]
 ) -> None:

@@ -30,6 +30,7 @@ class Services:
     broker: BrokerSettings = field(default_factory=lambda: BrokerSettings(60, 5.0))
     login_timeout: float = 10.0
     amqp_reuse: Any = None
+    amqp_mux: Any = None
     descriptors: DescriptorWatch = field(default_factory=DescriptorWatch)
     stats: ServerStats = field(default_factory=ServerStats)
     logins: Gate = field(default_factory=lambda: Gate(64))

@@ -1,0 +1,485 @@
+"""One AMQP connection carrying several STOMP sessions, each on a channel of its own
+(``adapter.amqp_sessions_per_connection``; which login joins which connection is
+adapter/amqp/multiplex.py's business, the registry adapter/server/amqp_mux.py's).
+
+``SharedConnection`` is the link that owns the socket: the handshake, the heart-beats (one per
+connection, as AMQP has them), connection.close, connection.blocked, the write side's back-
+pressure, and the routing of every frame the broker sends to the channel it names.
+``ChannelLink`` is what one session holds: the same interface as a connection of its own
+(``AmqpConnection``: publish, ack, nack, execute, flush, close ...), with the per-channel state
+the sans-IO client keeps (its lazily opened channel, its one synchronous call, its delivery
+being assembled, its confirms), writing into the shared socket.  So the session, the dispatcher
+and the login's callers cannot tell a shared link from a connection of their own.
+
+What differs, and why:
+
+* A channel error (channel.close from the broker) ends only that session, as before.  A
+  connection error, a lost socket, missed heart-beats or refused input end every session on the
+  connection, each with the ERROR it gets today (``on_amqp_closed`` with the same AmqpError).
+  connection.blocked pauses every session on it, as it pauses one today.
+* A slow STOMP client cannot pause the shared socket (that would stall its neighbours), and
+  RabbitMQ does not implement channel.flow(active=false).  While a session's client does not
+  read, its deliveries go on being written to it; the bytes delivered meanwhile are charged to a
+  per-session bound and a process-wide one, and a session past either is ended with an ERROR
+  naming the bound (its channel closes, so the broker requeues what it had not acknowledged).
+  A prefetch (``prefetch-count``) bounds it earlier for acknowledged subscriptions.
+* A session that ends closes only its channel, without waiting when a call is still pending;
+  a channel the session never used costs nothing, neither at login nor at the end.
+
+Imports: the AMQP link and client of this package, the byte budget of the mapping layer, the
+heart-beat monitor (the carrier's, shared by its channels).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Callable
+from typing import Final
+
+from ..liveness import Liveness
+from ..mapping.budget import Account, BudgetExceeded, Pool
+from ..mapping.operations import Delivery, QueueDeclare
+from . import wire
+from .client import AmqpClient, BrokerCall
+from .connection import AmqpConnection, AmqpError, BrokerEvents
+
+log = logging.getLogger(__name__)
+_method_id: Final = struct.Struct(">HH").unpack_from
+
+# how long a closing channel's number stays taken when its close-ok does not come
+_CLOSE_OK_WAIT = 5.0
+PAUSED_SETTING = "adapter.amqp_shared_max_paused_bytes"
+PAUSED_BUDGET_SETTING = "adapter.amqp_shared_paused_bytes_budget"
+
+
+class PausedBytes:
+    """The bounds on what sessions on shared connections are delivered while their clients do
+    not read: ``limit`` bytes per session, the pool's limit for the process."""
+
+    __slots__ = ("limit", "pool")
+
+    def __init__(self, limit: int, budget: int) -> None:
+        self.limit = limit
+        self.pool = Pool(budget, PAUSED_BUDGET_SETTING, "Messages delivered to slow clients")
+
+    def account(self) -> Account:
+        return self.pool.account(self.limit, PAUSED_SETTING, "Slow consumer")
+
+
+class SharedConnection(AmqpConnection):
+    """The socket of a shared AMQP connection and the channels it carries.  Opened with
+    ``AmqpConnection.open`` (the handshake is the same); ``events`` is the registry's sink for
+    what concerns the connection as a whole (``on_amqp_closed``, ``on_broker_backpressure``)."""
+
+    # the process's bounds: the registry (adapter/server/amqp_mux.py) gives every connection the
+    # one it built from the settings; this default serves a connection made without it (tests)
+    paused_bytes: PausedBytes = PausedBytes(8 * 1024 * 1024, 256 * 1024 * 1024)
+
+    def __init__(
+        self, events: BrokerEvents, *, heartbeat: int, connection_name: str, reusable: bool = False
+    ) -> None:
+        # reusable: negotiate the broker's channel_max (one channel per session)
+        super().__init__(events, heartbeat=heartbeat, connection_name=connection_name, reusable=True)
+        self.links: dict[int, ChannelLink] = {}
+        self._closing_channels: dict[int, asyncio.TimerHandle | None] = {}
+        self._next = 0  # the last channel number handed out
+        self._touched: list[ChannelLink] = []  # links that had frames in this read
+
+    def _handshake_done(self) -> None:
+        # open-ok: from now on every frame goes to the channel it names (connection methods
+        # come on channel 0); both take effect within the current read
+        self._reader.set_method_handler(self._route_method)
+        self._reader.set_content_handlers(self._route_header, self._route_body)
+        super()._handshake_done()
+
+    # ------------------------------------------------------------------ channels
+    def new_link(self, events: BrokerEvents) -> ChannelLink:
+        """A channel for one more session (opened by its first frame); raises AmqpError when
+        every channel number is taken."""
+        number = self._free_channel()
+        link = ChannelLink(self, events, number)
+        self.links[number] = link
+        return link
+
+    def _free_channel(self) -> int:
+        channel_max = self.channel_max
+        for _ in range(channel_max):
+            # round robin: a number just given back is the last to be taken again, as RabbitMQ
+            # may still count its channel while the channel's process ends
+            self._next = self._next % channel_max + 1
+            if self._next not in self.links and self._next not in self._closing_channels:
+                return self._next
+        raise AmqpError(504, "no free channel on the shared AMQP connection", channel_only=True)
+
+    def renumber(self, link: ChannelLink) -> None:
+        """Give ``link`` a new channel number (its own was closed by the broker)."""
+        if self.links.get(link.channel) is link:
+            del self.links[link.channel]
+        link.channel = self._free_channel()
+        self.links[link.channel] = link
+
+    def channel_closing(self, link: ChannelLink, *, close_ok_due: bool) -> None:
+        """``link``'s session is over.  With ``close_ok_due`` its channel.close is on the way:
+        the number stays taken (frames still in flight are dropped) until close-ok comes."""
+        if self.links.get(link.channel) is link:
+            del self.links[link.channel]
+        if close_ok_due and self._transport is not None:
+            # a close-ok that never comes must not hold the number for ever
+            self._closing_channels[link.channel] = self._loop.call_later(
+                _CLOSE_OK_WAIT, self._closing_channels.pop, link.channel, None
+            )
+
+    # ------------------------------------------------------------------ routing (per frame)
+    def _route_method(self, channel: int, payload: bytes) -> None:
+        link = self.links.get(channel)
+        if link is not None:
+            if not link.in_read:
+                link.in_read = True
+                self._touched.append(link)
+            link._on_method(channel, payload)  # noqa: SLF001 - the channel's own handler
+            return
+        if channel == 0:
+            self._on_method(channel, payload)  # connection.close, blocked ...
+            return
+        self._closed_channel_method(channel, payload)
+
+    def _route_header(self, payload: bytes) -> None:
+        link = self.links.get(self._reader.channel)
+        if link is not None:
+            link._on_content_header(payload)  # noqa: SLF001
+
+    def _route_body(self, payload: bytes | memoryview) -> None:
+        link = self.links.get(self._reader.channel)
+        if link is not None:
+            link._on_body(payload)  # noqa: SLF001
+
+    def _closed_channel_method(self, channel: int, payload: bytes) -> None:
+        """A method on a channel no session holds: a closing one's close-ok frees its number;
+        the broker closing one we no longer track gets its close-ok; the rest (deliveries in
+        flight) is dropped: the broker requeues them when the channel closes."""
+        method = _method_id(payload)
+        if method == wire.CHANNEL_CLOSE_OK:
+            timer = self._closing_channels.pop(channel, None)
+            if timer is not None:
+                timer.cancel()
+        elif method == wire.CHANNEL_CLOSE:
+            self._out.append(wire.channel_close_ok(channel))
+            timer = self._closing_channels.pop(channel, None)
+            if timer is not None:
+                timer.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)  # the connection's events: read done, then flush
+        touched, self._touched = self._touched, []
+        for link in touched:
+            link.in_read = False
+            link.read_done()
+        self.flush()
+
+    # ------------------------------------------------------------------ the connection as a whole
+    def _failed(self, error: AmqpError) -> None:
+        super()._failed(error)  # before open(): the login's business; after: the registry's
+        if self._opened:
+            links = list(self.links.values())
+            self.links.clear()
+            for link in links:
+                link.connection_failed(error)
+
+    def _blocked_changed(self) -> None:
+        paused = self._blocked or self._paused_writing
+        super()._blocked_changed()
+        for link in list(self.links.values()):
+            link.backpressure(paused)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        for link in list(self.links.values()):
+            link.backpressure(True)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        for link in list(self.links.values()):
+            link.backpressure(self._blocked)
+
+    @property
+    def name(self) -> str:
+        return self._connection_name
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    @property
+    def opened_future(self) -> asyncio.Future[None]:
+        """A future that is done (the handshake's): what a channel has instead of its own."""
+        return self._handshake
+
+    @property
+    def liveness(self) -> Liveness:
+        return self._liveness
+
+    @property
+    def vhost(self) -> str:
+        return self._credentials[2]
+
+    @property
+    def blocked(self) -> bool:
+        return self._blocked
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
+
+
+class _WhilePaused:
+    """A session's broker events while its client does not read: each delivery is charged to
+    the session's paused-bytes account first.  Swapped in at the pause, so deliveries pay
+    nothing for it otherwise."""
+
+    __slots__ = ("_link", "account", "active", "events")
+
+    def __init__(self, link: ChannelLink, events: BrokerEvents, account: Account) -> None:
+        self._link = link
+        self.events = events
+        self.account = account
+        self.active = True
+
+    def on_deliver(self, delivery: Delivery) -> None:
+        if self.active:
+            try:
+                self.account.reserve(len(delivery.body))
+            except BudgetExceeded as error:
+                self._link.overflowed(error)
+                return  # not delivered: the broker requeues it when the channel closes
+        self.events.on_deliver(delivery)
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        self.events.on_confirm(delivery_tag, multiple, ack)
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        self.events.on_server_cancel(consumer_tag)
+
+    def on_amqp_closed(self, error: AmqpError) -> None:
+        self.events.on_amqp_closed(error)
+
+    def on_broker_backpressure(self, paused: bool) -> None:
+        self.events.on_broker_backpressure(paused)
+
+    def on_read_done(self) -> None:
+        self.events.on_read_done()
+
+
+class ChannelLink(AmqpConnection):
+    """One session's channel on a ``SharedConnection``: the session's AMQP link.  The
+    per-message methods (publish, ack, nack) and the calls are the sans-IO client's own, on
+    this channel's number; what they buffer goes to the shared socket at ``flush``."""
+
+    def __init__(self, carrier: SharedConnection, events: BrokerEvents, channel: int) -> None:
+        # Not AmqpConnection.__init__: a channel has no handshake, socket, heart-beat or client
+        # properties of its own, and a login that joins a shared connection should cost little
+        # more than this object (docs/performance.md).  So the sans-IO client's state, then the
+        # link's attributes as a handed-over connection has them, the carrier's where shared.
+        AmqpClient.__init__(self, events, heartbeat=0, client_properties=b"")
+        self.pool_identity = None
+        self._connection_name = carrier.name
+        self._loop = carrier.loop
+        self._transport = carrier.transport
+        self._flush_handle = None
+        self._rpc = None
+        self._handshake = self._closed = carrier.opened_future  # done: nothing to wait for
+        self._opened = True
+        self._failed_before_handover = None
+        self._closing = False
+        self._reading_paused = False
+        self._paused_writing = False
+        self._liveness = carrier.liveness
+        self._heartbeat_handle = None
+        self.carrier = carrier
+        self.in_read = False  # had frames in the carrier's current read
+        # the handshake is the carrier's: this channel starts where its open-ok left a client
+        self.phase = carrier.phase
+        self._out = []
+        self._channel_unopened = True
+        self.channel = channel
+        self.channel_max = carrier.channel_max
+        self.frame_max = carrier.frame_max
+        self.server_properties = carrier.server_properties
+        self.broker_version = carrier.broker_version
+        self.broker_generation = carrier.broker_generation
+        self._credentials = ("", "", carrier.vhost)
+        self._blocked = carrier.blocked
+        self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
+        self._left = False  # the session gave the link back
+        # a session that declared an exclusive queue that is not auto-delete leaves it on the
+        # connection until the connection closes: the registry then retires the connection
+        self.left_connection_queue = False
+        self.on_left: Callable[[ChannelLink], None] | None = None  # the registry's
+
+    # ------------------------------------------------------------------ calls in
+    def _operation_call(self, op: BrokerCall) -> tuple[bytes, tuple[int, int]]:
+        if isinstance(op, QueueDeclare) and op.exclusive and not op.auto_delete:
+            self.left_connection_queue = True
+        return super()._operation_call(op)
+
+    def declare_nowait(self, op: QueueDeclare) -> None:
+        if op.exclusive and not op.auto_delete:
+            self.left_connection_queue = True
+        super().declare_nowait(op)
+
+    async def execute(self, op: BrokerCall) -> str | Delivery | None:
+        if self._channel_gone or self._transport is None:
+            raise AmqpError(504, "AMQP channel is closed", channel_only=True)
+        return await super().execute(op)
+
+    # ------------------------------------------------------------------ writing
+    def flush(self) -> None:
+        out = self._out
+        if not out:
+            return
+        transport = self._transport
+        if transport is None or self._channel_gone or self.carrier._close_sent:  # noqa: SLF001
+            # after the channel's close (or close-ok) nothing more may go on its number: a frame
+            # on a closed channel is a connection error (504) that would end every neighbour
+            self._out = []
+            return
+        self._out = []
+        self._liveness.wrote = True  # the carrier's: no heart-beat needed
+        if self._out_large:
+            self._out_large = False
+            transport.writelines(out)
+        else:
+            transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def read_done(self) -> None:
+        """The carrier's read had frames for this channel: the session writes what they gave
+        it, and what the channel answered (close-ok) goes out."""
+        self._events.on_read_done()
+        self.flush()
+
+    # ------------------------------------------------------------------ flow control
+    def pause_reading(self) -> None:
+        """The session's client does not read: the shared socket goes on being read (its
+        neighbours must be served); deliveries are charged to the paused-bytes bounds."""
+        if self._reading_paused:
+            return
+        self._reading_paused = True
+        self._events = _WhilePaused(self, self._events, self.carrier.paused_bytes.account())
+
+    def resume_reading(self) -> None:
+        if not self._reading_paused:
+            return
+        self._reading_paused = False
+        events = self._events
+        if isinstance(events, _WhilePaused):
+            self._events = events.events
+            events.active = False
+            events.account.close()
+
+    def overflowed(self, error: BudgetExceeded) -> None:
+        """The session's client fell too far behind: close its channel (the broker requeues
+        what it had not acknowledged) and end the session with an ERROR naming the bound."""
+        if self._channel_gone:
+            return
+        log.warning("%s channel %d: %s", self._connection_name, self.channel, error.detail.rstrip("\n"))
+        self._send_channel_close()
+        self.resume_reading()
+        self._fail(AmqpError(406, error.detail.rstrip("\n"), channel_only=True))
+
+    def backpressure(self, paused: bool) -> None:
+        self._blocked = self.carrier.blocked
+        self._events.on_broker_backpressure(paused)
+
+    # ------------------------------------------------------------------ failures
+    def _failed(self, error: AmqpError) -> None:
+        if error.channel_only and not self._channel_gone:
+            self.flush()  # the close-ok client._on_method queued (and what came before it)
+            self._channel_gone = True
+        super()._failed(error)
+
+    def connection_failed(self, error: AmqpError) -> None:
+        """The shared connection is gone: this session learns it as it would of its own."""
+        self._transport = None
+        self._channel_gone = True
+        self._fail(AmqpError(error.code, error.text, phase=error.phase, from_broker=error.from_broker))
+
+    def _schedule_heartbeat(self) -> None:
+        pass  # the carrier's
+
+    # ------------------------------------------------------------------ the end
+    async def delete_queue_on_fresh_channel(self, queue: str) -> None:
+        """At the session's end, delete ``queue``: on a channel with a new number if the broker
+        closed the session's (its neighbours' channels are never touched), else on its own."""
+        self._closing = True  # further failures are not news for the session
+        if self._channel_gone:
+            self.carrier.renumber(self)
+            self._channel_gone = False
+            self._channel_unopened = True
+        if self._channel_unopened:
+            await self.call(wire.channel_open(self.channel), wire.CHANNEL_OPEN_OK)
+            self._channel_unopened = False
+        await self.call(wire.queue_delete(self.channel, queue), wire.QUEUE_DELETE_OK)
+
+    def _send_channel_close(self) -> bool:
+        """Queue channel.close unless the channel was never opened or is closed; True if queued."""
+        if self._channel_gone or self._channel_unopened:
+            self._channel_gone = True
+            return False
+        self._out.append(wire.channel_close(self.channel))
+        self.flush()
+        self._channel_gone = True
+        return True
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """The session is over: close its channel (waiting for close-ok, by which time the
+        broker has requeued what the session had not acknowledged), and give the number back."""
+        if self._left:
+            return
+        self._closing = True
+        in_use = self._transport is not None and not self._channel_gone and not self._channel_unopened
+        if not in_use or self._rpc is not None:
+            self.close_nowait()
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
+        except (AmqpError, TimeoutError):
+            # no close-ok in time: the number stays taken until one comes (or for a while)
+            self._channel_gone = True
+            self._leave(close_ok_due=self._transport is not None)
+            return
+        self._channel_gone = True
+        self._leave(close_ok_due=False)
+
+    def close_nowait(self) -> None:
+        """Close the channel without waiting (the session is gone, or a call is pending)."""
+        if self._left:
+            return
+        self._closing = True
+        due = self._transport is not None and self._send_channel_close()
+        self._leave(close_ok_due=due)
+
+    def _leave(self, *, close_ok_due: bool) -> None:
+        self._left = True
+        self.resume_reading()  # gives back what it held of the paused-bytes bounds
+        rpc, self._rpc = self._rpc, None
+        if rpc is not None and not rpc.done():
+            rpc.set_exception(AmqpError(504, "AMQP channel is closed", channel_only=True))
+        self.carrier.channel_closing(self, close_ok_due=close_ok_due)
+        if self.on_left is not None:
+            self.on_left(self)
+
+    def _abort(self) -> None:
+        self.close_nowait()
+
+    def _close_transport(self) -> None:
+        self.close_nowait()
+
+    @property
+    def reusable(self) -> bool:
+        return False  # a channel is never pooled; its connection is shared instead
+
+    @property
+    def is_open(self) -> bool:
+        return self._transport is not None and not self._left

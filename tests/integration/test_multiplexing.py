@@ -1,0 +1,354 @@
+"""adapter.amqp_sessions_per_connection against the real broker: concurrent sessions of one user
+share AMQP connections (seen as this process's sockets to 5672, and by the management API), a
+channel error ends one session only, the loss of the shared connection reaches every session on
+it, a wrong passcode is refused by the broker, and a client that floods or never reads does not
+stall its neighbours on the same connection.  Users other than guest are throwaway users the
+probe creates and deletes."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.support import AdapterProcess, BrokerProbe, amqp_client_ports, frame_headers, read_frames, unique
+
+PER_CONNECTION = 4
+
+
+def mux_adapter(start_adapter: Callable[..., AdapterProcess], **settings: Any) -> AdapterProcess:
+    return start_adapter(amqp_sessions_per_connection=PER_CONNECTION, **settings)
+
+
+class Session:
+    """One STOMP 1.2 session on a raw socket (closed at the end of the test)."""
+
+    opened: list[socket.socket] = []
+
+    def __init__(self, port: int, login: str = "guest", passcode: str = "guest") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.opened.append(self.sock)
+        self.sock.sendall(
+            f"CONNECT\naccept-version:1.2\nhost:/\nlogin:{login}\npasscode:{passcode}\n\n\0".encode()
+        )
+        frames, self.closed = read_frames(self.sock, timeout=5, count=1)
+        assert frames, "no answer to CONNECT"
+        self.command, self.headers, self.body = frame_headers(frames[0])
+        self._data = b""
+        self._pending: list[tuple[str, dict[str, str], bytes]] = []
+
+    def _more(self, deadline: float) -> bool:
+        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            return False
+        self._data += chunk
+        *whole, self._data = self._data.split(b"\0")
+        self._pending += [frame_headers(raw.lstrip(b"\r\n")) for raw in whole if raw.strip(b"\r\n")]
+        return True
+
+    def frames_until(
+        self, commands: tuple[str, ...], timeout: float = 5
+    ) -> list[tuple[str, dict[str, str], bytes]]:
+        """The frames received up to the first of ``commands`` (included); later ones wait."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for index, frame in enumerate(self._pending):
+                if frame[0] in commands:
+                    got, self._pending = self._pending[: index + 1], self._pending[index + 1 :]
+                    return got
+            assert time.monotonic() < deadline, f"none of {commands} came: {self._pending}"
+            if not self._more(deadline):
+                got, self._pending = self._pending, []
+                return got
+
+    def send(self, frame: str) -> list[tuple[str, dict[str, str], bytes]]:
+        """Send ``frame`` (it must ask for a receipt) and return what came up to the RECEIPT."""
+        self.sock.sendall(frame.encode() + b"\0")
+        return self.frames_until(("RECEIPT", "ERROR"))
+
+    def round_trip(self, queue: str) -> None:
+        """This session is served: a message it sends to ``queue`` comes back to it."""
+        body = unique("body").encode()
+        got = self.send(f"SUBSCRIBE\nid:{unique('rt')}\ndestination:/queue/{queue}\nreceipt:s\n\n")
+        assert got[-1][0] == "RECEIPT", got
+        got = self.send(f"SEND\ndestination:/queue/{queue}\nreceipt:p\n\n{body.decode()}")
+        assert got[-1][0] == "RECEIPT", got
+        while not any(frame[0] == "MESSAGE" and frame[2] == body for frame in got):
+            got = self.frames_until(("MESSAGE",))
+            assert got, "closed before the message came back"
+
+    def disconnect(self) -> None:
+        got = self.send("DISCONNECT\nreceipt:bye\n\n")
+        assert got[-1][0] == "RECEIPT", got
+        self.sock.close()
+
+
+@pytest.fixture(autouse=True)
+def close_sessions() -> Iterator[None]:
+    yield
+    for sock in Session.opened:
+        sock.close()
+    Session.opened.clear()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def broker_connections(broker: BrokerProbe, ports: set[int]) -> list[dict[str, Any]]:
+    """The management API's view of the AMQP connections from these local ports."""
+    return [c for c in broker.management("/api/connections") if c.get("peer_port") in ports]
+
+
+def test_concurrent_sessions_share_connections(start_adapter: Any, broker: BrokerProbe) -> None:
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    sessions = [Session(adapter.port) for _ in range(2 * PER_CONNECTION)]
+    assert all(s.command == "CONNECTED" for s in sessions)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    for s in sessions:  # each opens its channel
+        got = s.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r\n\nx")
+        assert got[-1][0] == "RECEIPT", got
+    ports = amqp_client_ports() - before
+    assert len(ports) == 2  # 8 sessions on 2 AMQP connections
+
+    async def counts() -> tuple[int, int, int]:
+        mux = adapter.server.amqp_mux
+        assert mux is not None
+        return len(mux.shared), mux.shared.sessions, mux.joined
+
+    assert adapter.run(counts()) == (2, 8, 6)  # two logins, six joins
+    # the broker's view: two connections, four channels each
+    assert wait_for(
+        lambda: sorted(c.get("channels", 0) for c in broker_connections(broker, ports)) == [4, 4], 15
+    )
+    for s in sessions:
+        s.disconnect()
+    assert broker.wait_depth(queue, 2 * PER_CONNECTION) == 2 * PER_CONNECTION
+
+
+def test_a_channel_error_ends_only_its_session(start_adapter: Any, broker: BrokerProbe) -> None:
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    neighbour = Session(adapter.port)
+    victim = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    neighbour.round_trip(queue)
+    # a queue that does not exist: the broker closes the victim's channel (404)
+    got = victim.send(f"SUBSCRIBE\nid:1\ndestination:/amq/queue/{unique('absent')}\nreceipt:s\n\n")
+    assert got[0][0] == "ERROR" and "not_found" in got[0][1].get("message", ""), got
+    assert len(amqp_client_ports() - before) == 1  # the shared connection stays
+    neighbour.round_trip(queue)
+    again = Session(adapter.port)  # and takes new sessions
+    other = unique("mux")
+    broker.track_queue(other)
+    again.round_trip(other)
+    assert len(amqp_client_ports() - before) == 1
+    neighbour.disconnect()
+
+
+def test_closing_the_shared_connection_reaches_every_session(start_adapter: Any, broker: BrokerProbe) -> None:
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    sessions = [Session(adapter.port) for _ in range(3)]
+    queue = unique("mux")
+    broker.track_queue(queue)
+    for s in sessions:
+        assert s.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r\n\nx")[-1][0] == "RECEIPT"
+    ports = amqp_client_ports() - before
+    assert len(ports) == 1
+    assert wait_for(lambda: len(broker_connections(broker, ports)) == 1, 15)
+    name = broker_connections(broker, ports)[0]["name"]
+    broker.management(f"/api/connections/{urllib.parse.quote(name, safe='')}", method="DELETE")
+    for s in sessions:
+        got = s.frames_until(("ERROR",))
+        error = [frame for frame in got if frame[0] == "ERROR"][0]
+        assert error[1]["message"] == "connection_forced", error
+    # each reconnects on its own
+    fresh = Session(adapter.port)
+    assert fresh.command == "CONNECTED"
+    other = unique("mux")
+    broker.track_queue(other)
+    fresh.round_trip(other)
+    fresh.disconnect()
+
+
+def test_a_wrong_passcode_is_refused_by_the_broker(start_adapter: Any, broker: BrokerProbe) -> None:
+    adapter = mux_adapter(start_adapter)
+    password = unique("pw")
+    user = broker.create_user(password, "muxuser")
+    first = Session(adapter.port, user, password)
+    assert first.command == "CONNECTED"
+    intruder = Session(adapter.port, user, "not-" + password)
+    assert intruder.command == "ERROR", (intruder.command, intruder.headers)
+    assert intruder.headers.get("message") == "Bad CONNECT"
+    second = Session(adapter.port, user, password)  # the right one joins
+    assert second.command == "CONNECTED"
+    first.disconnect()
+    second.disconnect()
+
+
+def test_a_client_that_never_reads_does_not_stall_its_neighbours(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = mux_adapter(start_adapter, amqp_shared_max_paused_bytes=256 * 1024)
+    before = amqp_client_ports()
+    bystander = Session(adapter.port)
+    hostile = Session(adapter.port)
+    flood = unique("mux-flood")
+    broker.declare_queue(flood, durable=True)  # as a SUBSCRIBE to /queue/ declares it
+    body = b"x" * 16384
+
+    async def fill(channel: Any) -> None:  # 32 MB: far more than the client's socket and the bound
+        import aio_pika
+
+        for _ in range(2000):
+            await channel.default_exchange.publish(aio_pika.Message(body), routing_key=flood)
+
+    broker.run(fill)
+    assert broker.wait_depth(flood, 2000, timeout=20) == 2000
+    hostile.sock.sendall(f"SUBSCRIBE\nid:1\ndestination:/queue/{flood}\n\n\0".encode())
+    # and it never reads again; meanwhile its neighbour on the same AMQP connection is served
+    queue = unique("mux")
+    broker.track_queue(queue)
+    for _ in range(5):
+        bystander.round_trip(queue)
+    assert len(amqp_client_ports() - before) == 1
+
+    # the hostile session ends (its unread messages requeue), its neighbour goes on
+    def hostile_ended() -> bool:
+        return adapter.connection_count == 1
+
+    assert wait_for(hostile_ended, 20)
+    # what the hostile client finds when it reads at last: an ERROR naming the bound
+    hostile.sock.settimeout(10)
+    tail = b""
+    try:
+        while chunk := hostile.sock.recv(1 << 20):
+            tail = (tail + chunk)[-4096:]
+    except OSError:
+        pass  # reset after the adapter gave up lingering: the bound is in the log then
+    if tail:
+        assert b"ERROR" in tail and b"adapter.amqp_shared_max_paused_bytes" in tail, tail[-600:]
+    bystander.round_trip(queue)
+    assert wait_for(lambda: broker.idle_depth(flood) > 0, 10)
+    bystander.disconnect()
+
+
+def test_a_subscribe_flood_does_not_stall_its_neighbours(start_adapter: Any, broker: BrokerProbe) -> None:
+    adapter = mux_adapter(start_adapter)
+    bystander = Session(adapter.port)
+    hostile = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    frames = b"".join(
+        f"SUBSCRIBE\nid:{n}\ndestination:/topic/{unique('flood')}\n\n\0".encode() for n in range(500)
+    )
+    hostile.sock.sendall(frames)
+    for _ in range(3):
+        bystander.round_trip(queue)
+    bystander.disconnect()
+
+
+def test_an_exclusive_queue_lives_until_the_last_session_on_its_connection_ends(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """An exclusive queue belongs to the AMQP connection: with multiplexing it outlives the
+    session that declared it while a neighbour keeps the connection, which then takes no new
+    session and closes with its last one (docs/compatibility.md)."""
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    owner = Session(adapter.port)
+    neighbour = Session(adapter.port)
+    queue = unique("mux-exclusive")
+    broker.track_queue(queue)
+    got = owner.send(f"SUBSCRIBE\nid:1\ndestination:/queue/{queue}\nexclusive:true\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    owner.disconnect()
+    assert broker.queue_exists(queue)  # the connection is still open for the neighbour
+    late = Session(adapter.port)  # joins no retired connection: a login of its own
+    assert late.command == "CONNECTED"
+    other = unique("mux")
+    broker.track_queue(other)
+    late.round_trip(other)
+    assert len(amqp_client_ports() - before) == 2
+    neighbour.disconnect()
+    assert broker.wait_gone(queue)  # with the connection's last session
+    late.disconnect()
+
+
+def joined(adapter: AdapterProcess) -> int:
+    async def count() -> int:
+        assert adapter.server.amqp_mux is not None
+        return adapter.server.amqp_mux.joined
+
+    return int(adapter.run(count()))
+
+
+def test_revoked_write_permission_applies_to_a_session_that_joins(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """RabbitMQ checks permissions per channel, and every session has its own: a write
+    permission revoked while a shared connection is open applies to the next session on it."""
+    adapter = mux_adapter(start_adapter)
+    user = broker.create_user("pw", "mux")
+    queue = unique("mux")
+    broker.track_queue(queue)
+    first = Session(adapter.port, user, "pw")
+    assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
+    broker.management(
+        f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}",
+        "PUT",
+        {"configure": ".*", "write": "^$", "read": ".*"},
+    )
+    second = Session(adapter.port, user, "pw")
+    assert second.command == "CONNECTED" and joined(adapter) == 1
+    command, headers, body = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
+    assert (command, headers["message"]) == ("ERROR", "access_refused") and b"ACCESS_REFUSED" in body
+
+
+def test_revoked_vhost_access_still_connects_a_session_that_joins_and_refuses_its_first_resource(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """The trade-off docs/configuration.md states: vhost access is checked when a connection
+    opens, so a session that joins gets CONNECTED and its first frame on a resource the ERROR."""
+    adapter = mux_adapter(start_adapter)
+    user = broker.create_user("pw", "mux")
+    queue = unique("mux")
+    broker.track_queue(queue)
+    first = Session(adapter.port, user, "pw")
+    assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
+    broker.management(f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}", "DELETE")
+    second = Session(adapter.port, user, "pw")
+    assert second.command == "CONNECTED" and joined(adapter) == 1
+    command, headers, _ = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
+    assert (command, headers["message"]) == ("ERROR", "access_refused")
+
+
+def test_a_new_password_accepted_by_the_broker_retires_the_connections_of_the_old_one(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = mux_adapter(start_adapter)
+    user = broker.create_user("old-secret", "mux")
+    old = Session(adapter.port, user, "old-secret")
+    assert old.command == "CONNECTED"
+    broker.set_password(user, "new-secret")
+    new = Session(adapter.port, user, "new-secret")  # matches no shared connection: a fresh login
+    assert new.command == "CONNECTED" and joined(adapter) == 0
+    # the old password's connection takes no new session: the broker decides, and refuses
+    refused = Session(adapter.port, user, "old-secret")
+    assert (refused.command, refused.body) == ("ERROR", f"Access refused for user '{user}'\n".encode())
+    old.disconnect()
+    new.disconnect()

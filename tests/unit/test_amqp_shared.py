@@ -1,0 +1,256 @@
+"""adapter/amqp/shared.py without a socket or a broker: one SharedConnection carrying several
+sessions' ChannelLinks over an in-memory transport, the "broker" being frames built by pamqp (an
+independent AMQP implementation), and what the links write read back with pamqp too.  Covers
+lazy channels with their own numbers, routing of methods and content by channel (interleaved
+too), a channel error that ends one session, a connection close, a block and a lost socket that
+reach every session, per-channel flow control with its bounds, and closing a channel."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from pamqp import body, commands, header
+
+from adapter.amqp.connection import AmqpError
+from adapter.amqp.shared import ChannelLink, PausedBytes, SharedConnection
+from adapter.mapping.operations import BasicQos
+from adapter.mapping.properties import MessageProperties
+from tests.unit.test_amqp_connection import Events, MemoryTransport, broker
+
+
+async def open_shared(channel_max: int = 0) -> tuple[SharedConnection, MemoryTransport]:
+    """A SharedConnection through the whole handshake, handed over as open() does."""
+    connection = SharedConnection(Events(), heartbeat=0, connection_name="STOMP shared")
+    connection._credentials = ("guest", "secret", "/")
+    transport = MemoryTransport()
+    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.data_received(broker((commands.Connection.Start(server_properties={"version": "3.10.8"}), 0)))
+    connection.data_received(broker((commands.Connection.Tune(channel_max=channel_max, frame_max=131072), 0)))
+    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
+    connection._opened = True
+    transport.take_frames()
+    return connection, transport
+
+
+def deliver(channel: int, tag: int, data: bytes) -> list[tuple[Any, int]]:
+    return [
+        (commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=tag, exchange="", routing_key="q"), channel),
+        (header.ContentHeader(0, len(data), commands.Basic.Properties()), channel),
+        (body.ContentBody(data), channel),
+    ]
+
+
+async def two_sessions() -> tuple[SharedConnection, MemoryTransport, list[ChannelLink], list[Events]]:
+    connection, transport = await open_shared()
+    events = [Events(), Events()]
+    links = [connection.new_link(e) for e in events]  # type: ignore[arg-type]
+    for link in links:
+        link.publish("", "q", MessageProperties(), b"hi")  # opens the channel
+        link.flush()
+    transport.take_frames()
+    connection.data_received(broker(*((commands.Channel.OpenOk(), link.channel) for link in links)))
+    return connection, transport, links, events
+
+
+async def test_a_session_costs_no_frame_until_it_uses_its_channel() -> None:
+    connection, transport = await open_shared()
+    first, second = connection.new_link(Events()), connection.new_link(Events())  # type: ignore[arg-type]
+    assert (first.channel, second.channel) == (1, 2)
+    assert first.broker_version == "3.10.8"  # the handshake's, read once per connection
+    first.flush()
+    assert transport.take_frames() == []
+    second.ack(7, False)
+    second.flush()
+    (channel, opened), (channel_ack, ack) = transport.take_frames()
+    assert channel == channel_ack == 2
+    assert isinstance(opened, commands.Channel.Open) and isinstance(ack, commands.Basic.Ack)
+
+
+async def test_deliveries_and_confirms_reach_the_session_of_their_channel_even_interleaved() -> None:
+    connection, _transport, (one, two), (events_one, events_two) = await two_sessions()
+    a, b = deliver(one.channel, 1, b"for one"), deliver(two.channel, 1, b"for two")
+    # content frames of two channels may interleave (AMQP 0-9-1 §4.2.6)
+    connection.data_received(broker(a[0], b[0], a[1], b[1], b[2], a[2]))
+    connection.data_received(broker((commands.Basic.Ack(delivery_tag=1), two.channel)))
+    assert [d.body for d in events_one.deliveries] == [b"for one"]
+    assert [d.body for d in events_two.deliveries] == [b"for two"]
+    assert events_one.confirms == [] and events_two.confirms == [(1, False, True)]
+    # once per read that had frames of theirs (the channels' open-ok came in one read before)
+    assert events_one.reads == 2 and events_two.reads == 3
+
+
+async def test_a_channel_error_ends_only_its_session() -> None:
+    connection, transport, (victim, neighbour), (victim_events, neighbour_events) = await two_sessions()
+    call = asyncio.ensure_future(victim.execute(BasicQos(prefetch_count=1)))
+    await asyncio.sleep(0)
+    victim.flush()
+    transport.take_frames()
+    close = commands.Channel.Close(
+        reply_code=404, reply_text="NOT_FOUND - no queue", class_id=50, method_id=10
+    )
+    connection.data_received(broker((close, victim.channel)))
+    with pytest.raises(AmqpError) as info:
+        await call
+    assert info.value.code == 404 and info.value.channel_only
+    assert [e.code for e in victim_events.closed] == [404] and neighbour_events.closed == []
+    ((channel, close_ok),) = transport.take_frames()
+    assert channel == victim.channel and isinstance(close_ok, commands.Channel.CloseOk)
+    # a frame the session still writes on the closed channel would end the connection (504):
+    # it is dropped
+    victim.publish("", "q", MessageProperties(), b"late")
+    victim.flush()
+    assert transport.take_frames() == []
+    neighbour.publish("", "q", MessageProperties(), b"on")
+    neighbour.flush()
+    assert [channel for channel, _ in transport.take_frames()] == [neighbour.channel] * 3
+    connection.data_received(broker(*deliver(neighbour.channel, 1, b"still served")))
+    assert [d.body for d in neighbour_events.deliveries] == [b"still served"]
+
+
+async def test_a_connection_close_reaches_every_session_with_the_same_error() -> None:
+    connection, _transport, links, events = await two_sessions()
+    close = commands.Connection.Close(
+        reply_code=320, reply_text="CONNECTION_FORCED - closed via management plugin", class_id=0, method_id=0
+    )
+    connection.data_received(broker((close, 0)))
+    for link, seen in zip(links, events, strict=True):
+        ((error,),) = (seen.closed,)
+        assert error.code == 320 and not error.channel_only and error.name == "connection_forced"
+        assert not link.is_open
+    assert connection.links == {}
+
+
+async def test_a_lost_socket_reaches_every_session() -> None:
+    connection, _transport, _links, events = await two_sessions()
+    connection.connection_lost(ConnectionResetError("reset"))
+    assert all(len(seen.closed) == 1 and seen.closed[0].code == 0 for seen in events)
+
+
+async def test_connection_blocked_pauses_every_session() -> None:
+    connection, _transport, _links, events = await two_sessions()
+    connection.data_received(broker((commands.Connection.Blocked(reason="low on memory"), 0)))
+    assert all(seen.backpressure == [True] for seen in events)
+    connection.data_received(broker((commands.Connection.Unblocked(), 0)))
+    assert all(seen.backpressure == [True, False] for seen in events)
+
+
+async def test_a_slow_client_never_pauses_the_shared_socket_and_is_bounded() -> None:
+    connection, transport, (slow, neighbour), (slow_events, neighbour_events) = await two_sessions()
+    connection.paused_bytes = PausedBytes(limit=10, budget=1000)
+    slow.paused_bytes = connection.paused_bytes
+    slow.pause_reading()
+    assert transport.reading  # the neighbours' deliveries go on being read
+    connection.data_received(broker(*deliver(slow.channel, 1, b"12345678")))
+    assert len(slow_events.deliveries) == 1 and slow_events.closed == []
+    connection.data_received(
+        broker(*deliver(slow.channel, 2, b"12345678"), *deliver(neighbour.channel, 1, b"n"))
+    )
+    assert len(slow_events.deliveries) == 1  # not delivered: requeued when the channel closes
+    ((error,),) = (slow_events.closed,)
+    assert error.channel_only and "adapter.amqp_shared_max_paused_bytes" in error.text
+    assert [type(value) for _, value in transport.take_frames()] == [commands.Channel.Close]
+    assert [d.body for d in neighbour_events.deliveries] == [b"n"]
+    assert connection.paused_bytes.pool.used == 0  # given back
+
+
+async def test_paused_bytes_are_given_back_when_the_client_reads_again() -> None:
+    connection, _transport, (slow, _), (slow_events, _) = await two_sessions()
+    connection.paused_bytes = PausedBytes(limit=10, budget=1000)
+    slow.pause_reading()
+    connection.data_received(broker(*deliver(slow.channel, 1, b"12345678")))
+    assert connection.paused_bytes.pool.used == 8
+    slow.resume_reading()
+    assert connection.paused_bytes.pool.used == 0
+    connection.data_received(broker(*deliver(slow.channel, 2, b"12345678")))
+    assert len(slow_events.deliveries) == 2 and slow_events.closed == []
+
+
+async def test_closing_a_session_closes_its_channel_and_frees_the_number_at_close_ok() -> None:
+    connection, transport, (leaving, staying), _events = await two_sessions()
+    left: list[ChannelLink] = []
+    leaving.on_left = left.append
+    closing = asyncio.ensure_future(leaving.close())
+    await asyncio.sleep(0)
+    leaving.flush()
+    ((channel, close),) = transport.take_frames()
+    assert channel == leaving.channel and isinstance(close, commands.Channel.Close)
+    connection.data_received(broker((commands.Channel.CloseOk(), channel)))
+    await closing
+    assert left == [leaving] and not leaving.is_open and staying.is_open
+    assert channel not in connection.links
+
+
+async def test_an_unused_channel_closes_without_a_frame() -> None:
+    connection, transport = await open_shared()
+    link = connection.new_link(Events())  # type: ignore[arg-type]
+    left: list[ChannelLink] = []
+    link.on_left = left.append
+    await link.close()
+    assert transport.take_frames() == [] and left == [link] and connection.links == {}
+
+
+async def test_frames_in_flight_for_a_closing_channel_are_dropped_until_its_close_ok() -> None:
+    connection, transport, (leaving, _), (leaving_events, _) = await two_sessions()
+    number = leaving.channel
+    leaving.close_nowait()
+    transport.take_frames()
+    connection.data_received(broker(*deliver(number, 5, b"late")))
+    assert leaving_events.deliveries == []
+    assert number in connection._closing_channels  # not handed out meanwhile
+    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    assert number not in connection._closing_channels
+
+
+async def test_no_more_sessions_than_channel_numbers() -> None:
+    connection, _transport = await open_shared(channel_max=2)
+    connection.new_link(Events())  # type: ignore[arg-type]
+    connection.new_link(Events())  # type: ignore[arg-type]
+    with pytest.raises(AmqpError):
+        connection.new_link(Events())  # type: ignore[arg-type]
+
+
+async def test_queues_left_to_delete_go_on_a_new_channel_number_after_a_channel_error() -> None:
+    connection, transport, (victim, neighbour), _events = await two_sessions()
+    old = victim.channel
+    close = commands.Channel.Close(reply_code=404, reply_text="NOT_FOUND", class_id=50, method_id=20)
+    connection.data_received(broker((close, old)))
+    transport.take_frames()
+    deleting = asyncio.ensure_future(victim.delete_queue_on_fresh_channel("sub-q"))
+    await asyncio.sleep(0)
+    victim.flush()
+    ((number, opened),) = transport.take_frames()
+    assert number not in (old, neighbour.channel) and isinstance(opened, commands.Channel.Open)
+    connection.data_received(broker((commands.Channel.OpenOk(), number)))
+    await asyncio.sleep(0)
+    victim.flush()
+    ((_, delete),) = transport.take_frames()
+    assert isinstance(delete, commands.Queue.Delete) and delete.queue == "sub-q"
+    connection.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
+    await deleting
+    assert neighbour.is_open and connection.links[neighbour.channel] is neighbour
+
+
+async def test_queues_left_to_delete_use_the_sessions_own_channel_while_it_is_open() -> None:
+    connection, transport, (leaving, _), _events = await two_sessions()
+    deleting = asyncio.ensure_future(leaving.delete_queue_on_fresh_channel("sub-q"))
+    await asyncio.sleep(0)
+    leaving.flush()
+    ((number, delete),) = transport.take_frames()
+    assert number == leaving.channel and isinstance(delete, commands.Queue.Delete)
+    connection.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
+    await deleting
+
+
+async def test_a_close_ok_that_does_not_come_in_time_keeps_the_number_until_it_does() -> None:
+    connection, transport, (leaving, _), _events = await two_sessions()
+    left: list[ChannelLink] = []
+    leaving.on_left = left.append
+    number = leaving.channel
+    await leaving.close(timeout=0.01)
+    assert left == [leaving] and number in connection._closing_channels
+    closes = [value for _, value in transport.take_frames() if isinstance(value, commands.Channel.Close)]
+    assert len(closes) == 1  # sent once
+    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    assert number not in connection._closing_channels
