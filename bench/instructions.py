@@ -22,6 +22,9 @@ Workloads:
     python -m bench.instructions connect --count 300
     python -m bench.instructions queue --count 5000 --checkout /path/to/other/worktree
 
+The adapter inherits the environment, so a setting is given as its variable, e.g.
+``STOMP_ADAPTER_AMQP_SESSIONS_PER_CONNECTION=8 python -m bench.instructions connect``.
+
 Needs valgrind (Debian's package) and the broker on ``--amqp-url``.  One run takes 1-3 minutes.
 """
 
