@@ -226,7 +226,11 @@ def _delay_queue(topology: _Topology, dest: Destination, delay: int, raw: str, a
         )
     name, params = delay_queue(bucket(delay), exchange)
     topology.queue(
-        name, params, app, "SEND", f"scheduled delivery: holds messages {bucket(delay)} ms, then dead-letters them"
+        name,
+        params,
+        app,
+        "SEND",
+        f"scheduled delivery: holds messages {bucket(delay)} ms, then dead-letters them",
     )
     topology.exchange(HEADERS_EXCHANGE, "predeclared by RabbitMQ")
     topology.bind(HEADERS_EXCHANGE, "", name, app, f"x-match all, {ROUTE_HEADER} = {name}")
