@@ -52,6 +52,11 @@ _PLAN_HEADERS: Final = (
     "durable-subscription-name",
     "transformation",
     "x-queue-name",
+    # scheduled delivery: a delay queue per delay bucket (each distinct value is a plan)
+    "AMQ_SCHEDULED_DELAY",
+    "AMQ_SCHEDULED_PERIOD",
+    "AMQ_SCHEDULED_REPEAT",
+    "AMQ_SCHEDULED_CRON",
 )
 _APP: Final = ("host", "login", "client_id")
 

@@ -17,13 +17,31 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from ..errors import StompError
-from ..mapping.destinations import AMQ_TOPIC, DestinationKind, QueueParams, publish_target
+from ..mapping.destinations import (
+    AMQ_TOPIC,
+    Destination,
+    DestinationError,
+    DestinationKind,
+    QueueParams,
+    publish_target,
+)
 from ..mapping.profile import ActiveMQRules, check_transformation
+from ..mapping.scheduled import HEADERS_EXCHANGE, ROUTE_HEADER, bucket, delay_queue
 
 __all__ = ["plan_topology"]
 
 _EPHEMERAL: Final = "(one auto-delete queue per subscription)"
 _PRIVATE: Final = "(one private queue per connection, named by the broker)"
+# the destinations a scheduled SEND names a target exchange for (the others are the session's)
+_SCHEDULABLE: Final = frozenset(
+    {
+        DestinationKind.QUEUE,
+        DestinationKind.AMQ_QUEUE,
+        DestinationKind.REPLY_QUEUE,
+        DestinationKind.TOPIC,
+        DestinationKind.EXCHANGE,
+    }
+)
 
 
 class _Topology:
@@ -136,6 +154,7 @@ def plan_topology(
 
 def _send(topology: _Topology, rules: ActiveMQRules, app: str, raw: str, headers: Mapping[str, str]) -> None:
     check_transformation(headers, "SEND")
+    delay = rules.scheduled_delay(headers)  # the other scheduling headers are refused here
     elements = raw.split(",") if "," in raw and rules.composite_destinations else [raw]
     for element in elements:
         if element.startswith(("/remote-temp-queue/", "/remote-temp-topic/")):
@@ -144,6 +163,8 @@ def _send(topology: _Topology, rules: ActiveMQRules, app: str, raw: str, headers
             continue
         dest = rules.parse_destination(element)
         params = rules.send_queue_params(dest, headers, ())
+        if delay is not None and dest.kind in _SCHEDULABLE:
+            _delay_queue(topology, dest, delay, element, app)
         if dest.kind is DestinationKind.QUEUE:
             topology.queue(dest.name, params, app, "SEND")
         elif dest.kind in (DestinationKind.TOPIC, DestinationKind.EXCHANGE):
@@ -190,3 +211,26 @@ def _subscribe(
             "predeclared by RabbitMQ" if target.bind_exchange == AMQ_TOPIC else "must exist",
         )
         topology.bind(target.bind_exchange, target.bind_key, queue, app)
+
+
+def _delay_queue(topology: _Topology, dest: Destination, delay: int, raw: str, app: str) -> None:
+    """A scheduled SEND's delay queue (adapter/mapping/scheduled.py), as the session declares it:
+    per delay bucket and target exchange, bound to ``amq.headers``; refused (and so listed as
+    refused) for targets other than queues and the topic exchange."""
+    exchange, _key = publish_target(dest, AMQ_TOPIC)
+    if exchange not in ("", AMQ_TOPIC):
+        raise DestinationError(
+            "Scheduled delivery not supported",
+            f"'AMQ_SCHEDULED_DELAY' on a SEND to '{raw}': scheduled delivery is supported to "
+            "/queue/, /amq/queue/, /reply-queue/ and /topic/ destinations only",
+        )
+    name, params = delay_queue(bucket(delay), exchange)
+    topology.queue(
+        name,
+        params,
+        app,
+        "SEND",
+        f"scheduled delivery: holds messages {bucket(delay)} ms, then dead-letters them",
+    )
+    topology.exchange(HEADERS_EXCHANGE, "predeclared by RabbitMQ")
+    topology.bind(HEADERS_EXCHANGE, "", name, app, f"x-match all, {ROUTE_HEADER} = {name}")

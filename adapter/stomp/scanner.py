@@ -33,10 +33,21 @@ from .codec import (
     content_length,
 )
 
-# one frame: its command; its header lines as on the wire, without their line ends
-# (``header_pairs`` splits them); the bytes of its head (command line to the blank line
-# included); its body's length; its body (only when asked)
-ScannedFrame = tuple[str, list[str], int, int, bytes | None]
+# one frame: its head as on the wire (command line and header lines, without the blank line that
+# ends it; ``split_head`` makes it a command and header lines); its body's length; its body
+# (only when asked); and where the frame ends in the bytes of the ``feed`` call that completed
+# it (the offset just past its NUL), which tells an observer that feeds many reads at once which
+# read completed it
+ScannedFrame = tuple[bytes, int, bytes | None, int]
+
+# What ``feed`` says of the heads of the frames it appended, for an observer that writes them out:
+# PLAIN: every head is printable ASCII without '"' or '\\' (text JSON writes as it is), its
+# command line has no ':' and each header line exactly one; SAFE: the same characters, a ':' in
+# each header line and maybe more; OTHER: anything else (a CR LF line end, UTF-8, a tab ...).
+PLAIN, SAFE, OTHER = 2, 1, 0
+# the bytes of a PLAIN head but LF and ':': what is left of a head without them is its line ends
+# and the ':' after each name, and anything not plain
+_PLAIN_BUT_SEPARATORS = bytes(c for c in range(0x20, 0x7F) if c not in b':"\\')
 
 
 def _too_big(limits: FrameLimits, what: str = "Frame exceeds") -> FrameError:
@@ -55,6 +66,14 @@ class FrameScanner:
     ``heartbeats`` counts the EOLs seen between frames, except the one EOL that directly follows a
     frame's NUL (the adapter and RabbitMQ's plugin end every frame with NUL LF: that one ends the
     frame).  After a ``FrameError`` the scanner must not be fed again.
+
+    How the codec's checks of a head are kept cheap: while it scans, the scanner reads only what
+    framing needs from a head (its end, its first ``content-length``); the other checks (a CR not
+    followed by LF, a header line without ':', too many headers, a line too long) are made once
+    per ``feed`` on all the heads it found, joined (a handful of C calls, whatever the number of
+    frames), and only if that finds something is each head checked on its own, in order.  A head
+    that fails ends the frames at that point with its error, as if the scan had stopped there, and
+    an error the scan met further on is raised only if every head before it passes.
     """
 
     __slots__ = (
@@ -67,6 +86,8 @@ class FrameScanner:
         "_left",
         "_seen",
         "_body",
+        "_unchecked",
+        "_lengths",
         "heartbeats",
     )
 
@@ -76,11 +97,15 @@ class FrameScanner:
         self._buf = bytearray()  # an incomplete head (or a CR waiting for its LF), from its start
         self._scan_from = 0  # where the search for the end of that head resumes
         self._after_frame = False
-        # a frame whose body is still arriving: (command, headers, head length)
-        self._frame: tuple[str, list[str], int] | None = None
+        # a frame whose body is still arriving: (head, head length)
+        self._frame: tuple[bytes, int] | None = None
         self._left = 0  # its body bytes still to come, per content-length; -1: up to a NUL
         self._seen = 0  # its body bytes seen so far
         self._body: bytearray | None = None  # and those bytes, only when ``bodies``
+        # the head being scanned, or of the frame whose body began in this feed: not checked yet
+        self._unchecked: bytes | None = None
+        # content-length values seen and their numbers (a stream repeats a few of them)
+        self._lengths: dict[bytes, int] = {}
         self.heartbeats = 0
 
     @property
@@ -92,23 +117,68 @@ class FrameScanner:
     def incomplete(self) -> int:
         """Bytes of a frame begun and not ended (0 when the stream is between frames)."""
         if self._frame is not None:
-            return self._frame[2] + self._seen
+            return self._frame[1] + self._seen
         return len(self._buf.lstrip(b"\r\n\0")) if self._buf else 0
 
-    def feed(self, data: bytes, frames: list[ScannedFrame]) -> None:
-        """Append to ``frames`` every frame that ``data`` completes.  Raises FrameError where the
-        codec would (the frames before that point are appended first)."""
-        pos = 0
-        if self._frame is not None:
-            pos = self._body_rest(data, frames)
-            if pos < 0:
-                return
-        buf = self._buf
-        if buf:
-            buf += data
-            self._scan(buf, pos, frames)
-        else:
-            self._scan(data, pos, frames)
+    def feed(self, data: bytes, frames: list[ScannedFrame]) -> int:
+        """Append to ``frames`` every frame that ``data`` completes; return how plain their heads
+        are (PLAIN, SAFE or OTHER).  Raises FrameError where the codec would (the frames before
+        that point are appended first)."""
+        start = len(frames)
+        self._unchecked = None
+        try:
+            pos = 0
+            if self._frame is not None:
+                pos = self._body_rest(data, frames)
+                if pos < 0:
+                    return PLAIN
+            buf = self._buf
+            if buf:
+                held = len(buf)
+                buf += data
+                self._scan(buf, pos, frames, held)
+            else:
+                self._scan(data, pos, frames, 0)
+        except FrameError:
+            self._check_heads(frames, start)
+            raise
+        return self._check_heads(frames, start)
+
+    def _check_heads(self, frames: list[ScannedFrame], start: int) -> int:
+        """The codec's checks of the heads found in this feed (``frames[start:]``, then the one
+        not in a frame yet): raises the first one's error, the frames from it on removed;
+        returns how plain they are."""
+        heads = [frame[0] for frame in frames[start:]]
+        if self._unchecked is not None:
+            heads.append(self._unchecked)
+        if not heads:
+            return PLAIN
+        limits = self._limits
+        # a head no longer than the line limit has no line over it; none has too many header
+        # lines if all of them together have no more than the limit, or none has more than half
+        # as many as its bytes; joined with a ':' before each command line, what is left
+        # without the plain characters is ':' then LF ':' for each line of a PLAIN head
+        longest = max(map(len, heads))
+        if longest <= limits.max_header_length:
+            left = (b":" + b"\n:".join(heads)).translate(None, _PLAIN_BUT_SEPARATORS)
+            if longest <= 2 * limits.max_headers or left.count(b"\n") - len(heads) + 1 <= limits.max_headers:
+                rest = left.replace(b"\n:", b"")
+                if rest == b":":
+                    return PLAIN
+                # only LFs and ':'s, and no LF without a ':' after it: a ':' in each header line
+                if (
+                    not rest.replace(b":", b"").replace(b"\n", b"")
+                    and left.find(b"\n\n") < 0
+                    and left[-1] != LF
+                ):
+                    return SAFE
+        for index, head in enumerate(heads):
+            try:
+                self._checked_head(head)
+            except FrameError:
+                del frames[start + index :]
+                raise
+        return OTHER
 
     def _body_rest(self, data: bytes, frames: list[ScannedFrame]) -> int:
         """More of the body in flight: where the bytes after its NUL start, or -1 (all body)."""
@@ -127,35 +197,41 @@ class FrameScanner:
             end = left
         else:
             end = data.find(b"\0")
-            head = self._frame[2]
+            head_len = self._frame[1]
             if end < 0:
                 self._seen += size
-                if head + self._seen > self._limits.max_frame_size:
+                if head_len + self._seen > self._limits.max_frame_size:
                     raise _too_big(self._limits)
                 if self._body is not None:
                     self._body += data
                 return -1
-            if head + self._seen + end + 1 > self._limits.max_frame_size:
+            if head_len + self._seen + end + 1 > self._limits.max_frame_size:
                 raise _too_big(self._limits)
-        command, headers, head_len = self._frame
         body: bytes | None = None
         if self._body is not None:
             self._body += data[:end]
             body = bytes(self._body)
             self._body = None
-        frames.append((command, headers, head_len, self._seen + end, body))
+        frames.append((self._frame[0], self._seen + end, body, end + 1))
         self._frame = None
         self._after_frame = True
         return end + 1
 
-    def _scan(self, view: bytes | bytearray, pos: int, frames: list[ScannedFrame]) -> None:
+    def _scan(self, view: bytes | bytearray, pos: int, frames: list[ScannedFrame], shift: int) -> None:
+        """Frames from ``pos`` of ``view``: the bytes fed, or the held buffer with them appended
+        after its first ``shift`` bytes (the frames' end offsets are in the bytes fed)."""
         limits = self._limits
         end = len(view)
+        append = frames.append
+        lengths = self._lengths
+        bodies = self._bodies
+        # without a CR in these bytes, a head can only end with LF LF: one search per head
+        crlf = view.find(b"\r", pos) >= 0
         while pos < end:
             first = view[pos]
             if first in _BETWEEN_FRAMES_FIRST:
                 if first == LF and (pos + 1 == end or view[pos + 1] not in _BETWEEN_FRAMES_FIRST):
-                    stop = pos + 1  # the common case: the one LF after a frame, or one heart-beat
+                    stop = pos + 1  # one heart-beat (the LF after a frame is taken below)
                     if self._after_frame:
                         self._after_frame = False
                     else:
@@ -180,9 +256,9 @@ class FrameScanner:
                 pos = stop
                 continue
             # a frame starts at pos: its head ends at the first blank line (LF LF or LF CR LF)
-            scan = max(pos, self._scan_from - 2) if view is self._buf else pos
+            scan = max(pos, self._scan_from - 2) if shift else pos
             lf_lf = view.find(b"\n\n", scan)
-            lf_crlf = view.find(b"\n\r\n", scan, lf_lf + 3 if lf_lf >= 0 else end)
+            lf_crlf = view.find(b"\n\r\n", scan, lf_lf + 3 if lf_lf >= 0 else end) if crlf else -1
             if lf_lf >= 0 and (lf_crlf < 0 or lf_lf < lf_crlf):
                 head_end, body_start = lf_lf, lf_lf + 2
             elif lf_crlf >= 0:
@@ -194,43 +270,71 @@ class FrameScanner:
                 return
             if head_end - pos > limits.max_frame_size:
                 raise _too_big(limits, "Frame headers exceed")
-            command, headers, length = self._head(view[pos:head_end])
-            head_len = body_start - pos
-            if length is not None:
-                if head_len + length + 1 > limits.max_frame_size:
-                    raise FrameError(
-                        "Frame too big",
-                        f"content-length {length} exceeds the maximum frame size of "
-                        f"{limits.max_frame_size} bytes",
-                    )
-                frame_end = body_start + length
-                if frame_end >= end:
-                    self._in_body(view, command, headers, head_len, body_start, end, frame_end - end)
-                    return
-                if view[frame_end] != NUL:
-                    raise _too_long(length)
-            else:
-                frame_end = view.find(b"\0", body_start)
-                if frame_end < 0:
-                    if end - pos > limits.max_frame_size:
+            head: bytes = bytes(view[pos:head_end]) if shift else view[pos:head_end]  # type: ignore[assignment]  # bytes unless shifted
+            try:
+                # the first content-length: every header line follows an LF
+                length: int | None = None
+                _, found, value = head.partition(b"\ncontent-length:")
+                if found:
+                    if not value.isdigit():  # not the last header line (or not plain digits)
+                        value = value.partition(b"\n")[0]
+                    # the common case in one step; anything else (spaces, a CR, signs, too
+                    # many digits) gets the codec's own checks, in its order, and errors
+                    length = lengths.get(value)
+                    if length is None:
+                        if value.isdigit() and len(value) < 16:
+                            if len(lengths) >= _LENGTHS_KEPT:
+                                lengths.clear()
+                            length = lengths[value] = int(value)
+                        else:
+                            length = self._checked_head(head)
+                head_len = body_start - pos
+                if length is not None:
+                    if head_len + length + 1 > limits.max_frame_size:
+                        raise FrameError(
+                            "Frame too big",
+                            f"content-length {length} exceeds the maximum frame size of "
+                            f"{limits.max_frame_size} bytes",
+                        )
+                    frame_end = body_start + length
+                    if frame_end >= end:
+                        self._in_body(view, head, head_len, body_start, end, frame_end - end)
+                        return
+                    if view[frame_end] != NUL:
+                        raise _too_long(length)
+                else:
+                    frame_end = view.find(b"\0", body_start)
+                    if frame_end < 0:
+                        if end - pos > limits.max_frame_size:
+                            raise _too_big(limits)
+                        self._in_body(view, head, head_len, body_start, end, -1)
+                        return
+                    if frame_end - pos + 1 > limits.max_frame_size:
                         raise _too_big(limits)
-                    self._in_body(view, command, headers, head_len, body_start, end, -1)
-                    return
-                if frame_end - pos + 1 > limits.max_frame_size:
-                    raise _too_big(limits)
-            frames.append(
+            except FrameError:
+                self._unchecked = head  # checked (by ``feed``) before this error is raised
+                raise
+            pos = frame_end + 1
+            append(
                 (
-                    command,
-                    headers,
-                    head_len,
+                    head,
                     frame_end - body_start,
-                    bytes(view[body_start:frame_end]) if self._bodies else None,
+                    bytes(view[body_start:frame_end]) if bodies else None,
+                    pos - shift,
                 )
             )
-            self._after_frame = True
-            pos = frame_end + 1
-        if view is self._buf:
-            view.clear()
+            # the one LF after the NUL ends the frame (the adapter and the plugin send NUL LF)
+            if (
+                pos < end
+                and view[pos] == LF
+                and (pos + 1 == end or view[pos + 1] not in _BETWEEN_FRAMES_FIRST)
+            ):
+                pos += 1
+                self._after_frame = False
+            else:
+                self._after_frame = True
+        if shift:
+            view.clear()  # type: ignore[union-attr]  # the held buffer
         self._scan_from = 0
 
     def _wait(self, view: bytes | bytearray, pos: int, end: int) -> None:
@@ -247,15 +351,15 @@ class FrameScanner:
     def _in_body(
         self,
         view: bytes | bytearray,
-        command: str,
-        headers: list[str],
+        head: bytes,
         head_len: int,
         body_start: int,
         end: int,
         left: int,
     ) -> None:
         """The head is complete, the body is not: count it from now on, keep it only if asked."""
-        self._frame = (command, headers, head_len)
+        self._frame = (head, head_len)
+        self._unchecked = head  # checked at the end of this feed
         self._left = left
         self._seen = end - body_start
         if self._bodies:
@@ -264,54 +368,50 @@ class FrameScanner:
             view.clear()
         self._scan_from = 0
 
-    def _head(self, raw: bytes | bytearray) -> tuple[str, list[str], int | None]:
-        """The command and header lines of a head (blank line excluded), checked as the codec
-        checks them; the ``content-length`` is the first one's (STOMP 1.2: first occurrence wins)."""
+    def _checked_head(self, raw: bytes) -> int | None:
+        """A head (blank line excluded) checked as the codec checks it, one check after the
+        other; its ``content-length`` (the first one's: STOMP 1.2, first occurrence wins)."""
         limits = self._limits
-        text = raw.decode("utf-8", "surrogateescape")
-        if "\r" in text:  # CR LF line ends: the CR is line ending, not value; any other CR is refused
-            lines = [line.removesuffix("\r") for line in text.split("\n")]
-            if "\r" in lines[0]:
-                raise FrameError("Bad frame", f"CR not followed by LF in command line {_wire(lines[0])!r}")
-            for line in lines:
-                if "\r" in line:
-                    raise FrameError("Bad header", f"CR not followed by LF in header line {_wire(line)!r}")
-            text = "\n".join(lines)
-        command, _, headers = text.partition("\n")
+        command, lines = split_head(raw)
         if len(raw) > limits.max_header_length:
             if len(command.encode("utf-8", "surrogateescape")) > limits.max_header_length:
                 raise FrameError("Bad frame", "Command line too long")
-            if any(
-                len(line.encode("utf-8", "surrogateescape")) > limits.max_header_length
-                for line in headers.split("\n")
-            ):
+            if any(len(line.encode("utf-8", "surrogateescape")) > limits.max_header_length for line in lines):
                 raise FrameError(
                     "Header too long",
                     f"A header line is longer than the maximum of {limits.max_header_length} bytes",
                 )
-        if not headers:
-            return command, [], None
-        lines = headers.split("\n")
+        if not lines:
+            return None
         if not all(map(contains, lines, _COLONS)):
             colonless = next(line for line in lines if ":" not in line)
             raise FrameError("Bad header", f"Header line without ':' {_wire(colonless)!r}")
         if len(lines) > limits.max_headers and len(set(_names(lines))) > limits.max_headers:
             raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
-        length = None
-        # the first header line named content-length: every header line follows an LF
-        start = text.find("\ncontent-length:")
-        if start >= 0:
-            start += 16
-            stop = text.find("\n", start)
-            value = text[start:] if stop < 0 else text[start:stop]
-            # the common case in one step; anything else (spaces, signs, digits beyond ASCII,
-            # too many of them) gets the codec's own rule and errors
-            length = (
-                int(value)
-                if value.isdigit() and value.isascii() and len(value) < 16
-                else content_length(value)
-            )
-        return command, lines, length
+        for line in lines:  # the first header line named content-length
+            if line.startswith("content-length:"):
+                value = line[15:]
+                if value.isdigit() and value.isascii() and len(value) < 16:
+                    return int(value)
+                return content_length(value)
+        return None
+
+
+def split_head(raw: bytes) -> tuple[str, list[str]]:
+    """A scanned head's command and header lines as on the wire (decoded as UTF-8 with
+    surrogate escapes; a CR before an LF is line ending, not value).  Raises the codec's
+    FrameError for any other CR."""
+    text = raw.decode("utf-8", "surrogateescape")
+    if "\r" in text:  # CR LF line ends: the CR is line ending, not value; any other CR is refused
+        lines = [line.removesuffix("\r") for line in text.split("\n")]
+        if "\r" in lines[0]:
+            raise FrameError("Bad frame", f"CR not followed by LF in command line {_wire(lines[0])!r}")
+        for line in lines:
+            if "\r" in line:
+                raise FrameError("Bad header", f"CR not followed by LF in header line {_wire(line)!r}")
+        return lines[0], lines[1:]
+    command, _, headers = text.partition("\n")
+    return command, headers.split("\n") if headers else []
 
 
 def header_pairs(lines: list[str]) -> list[list[str]]:
@@ -320,6 +420,7 @@ def header_pairs(lines: list[str]) -> list[list[str]]:
     return [line.split(":", 1) for line in lines]
 
 
+_LENGTHS_KEPT = 64
 _COLONS = repeat(":")  # endless: one for every map over header lines
 
 

@@ -31,9 +31,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..stomp.codec import FrameLimits
-from .recorder import ConnectionRecorder, Emit, ParseBudget
+from .recorder import Batches, ConnectionRecorder, DirectionRecorder, Emit, ParseBudget
 
 log = logging.getLogger("adapter.tap")
+
+# the reads waiting to be recorded are scanned and written together this often (the recorder's
+# per-read work paid once per flush: docs/performance.md, "The recording tap"), at once for a
+# direction that holds DIRECTION_WAITING bytes of them, and all of them past WAITING bytes
+FLUSH_SECONDS = 0.02
+DIRECTION_WAITING = 256 * 1024
+WAITING = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ class Link:
         "client",
         "upstream",
         "recorder",
+        "_record_in",
+        "_record_out",
         "bytes_in",
         "bytes_out",
         "_connecting",
@@ -109,6 +118,10 @@ class Link:
         self._early: list[bytes] | None = []
         client.pause_reading()
         self.recorder = tap.recorder_for(_peer(client), listen)
+        self._record_in: DirectionRecorder | None = None
+        self._record_out: DirectionRecorder | None = None
+        if self.recorder is not None:
+            self._record_in, self._record_out = self.recorder.inbound, self.recorder.outbound
         tap.links.add(self)
         self._connecting: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(self._connect())
 
@@ -174,14 +187,14 @@ class Link:
             return
         upstream.write(data)
         self.bytes_in += len(data)
-        if self.recorder is not None:
-            self.recorder.inbound.feed(data, time.time())
+        if self._record_in is not None:
+            self._record_in.feed(data, time.time_ns())
 
     def from_upstream(self, data: bytes) -> None:
         self.client.write(data)
         self.bytes_out += len(data)
-        if self.recorder is not None:
-            self.recorder.outbound.feed(data, time.time())
+        if self._record_out is not None:
+            self._record_out.feed(data, time.time_ns())
 
     # ------------------------------------------------------------------ ends of stream
     def client_eof(self) -> bool:
@@ -329,6 +342,8 @@ class Tap:
         self.instance = secrets.token_hex(3)
         self.upstream_label = host_port(*settings.upstream)
         self.budget = ParseBudget(settings.parse_buffer_bytes)
+        self.batches = Batches(self._wake, limit=WAITING, direction_limit=DIRECTION_WAITING)
+        self._flushing: asyncio.TimerHandle | None = None
         self.links: set[Link] = set()
         self.servers: list[asyncio.Server] = []
         self.connections = 0
@@ -337,6 +352,15 @@ class Tap:
         self.closed_bytes = {"in": 0, "out": 0}
         self.closed_frames = {"in": 0, "out": 0}
         self._all_closed: asyncio.Event | None = None
+
+    def _wake(self) -> None:
+        """A read waits to be recorded: the batch is flushed in ``FLUSH_SECONDS``."""
+        if self._flushing is None:
+            self._flushing = asyncio.get_running_loop().call_later(FLUSH_SECONDS, self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = None
+        self.batches.flush()
 
     def recorder_for(self, client: str, listen: str) -> ConnectionRecorder | None:
         self.connections += 1
@@ -352,6 +376,7 @@ class Tap:
             bodies=self.settings.record_bodies,
             limits=self.settings.limits,
             budget=self.budget,
+            batches=self.batches,
             now=self._clock(),
         )
 
@@ -420,3 +445,7 @@ class Tap:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await server.wait_closed()
+        # what the links still open have read is recorded before the writer is closed
+        if self._flushing is not None:
+            self._flushing.cancel()
+        self._flush()

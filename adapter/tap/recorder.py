@@ -2,9 +2,10 @@
 
 Owns how a byte stream becomes the records of docs/recording-format.md (``open``, ``frame``,
 ``heartbeats`` and ``close``) and their JSON Lines text.  Pure: no sockets, no event loop, no
-files; the proxy shell (adapter/tap/proxy.py) feeds it what it forwards and hands the text it
-emits to the writer, one batch of lines per read, so the writer's queue sees one put per read,
-not one per frame.
+files; the proxy shell (adapter/tap/proxy.py) feeds it each read it forwards, and the reads are
+recorded later, together (``Batches``: every 20 ms, or sooner past a bound on the bytes waiting):
+one scan, one JSON pass over all their heads and one batch for the writer per flush, not per
+read or per frame.  Each frame keeps the time of the read that completed it (to the microsecond).
 
 Why the records are text already here, in the event loop, and not dicts for the writer thread:
 both run under the one interpreter lock, so the work costs the proxy the same wherever it is done,
@@ -12,8 +13,9 @@ but a dict with its lists of headers, waiting tens of milliseconds in the queue,
 young generation of the garbage collector and makes its full collections (milliseconds each, in
 the event loop) frequent; a string is not tracked at all.  A ``frame`` line is built from a
 template: the connection's constant part is made once, the time's text once per read, and the
-headers of a plain head (printable ASCII, no ``"`` or ``\\``, no passcode) are turned into JSON by
-plain string replacements; anything else goes through the C JSON encoder, with the same output.
+heads the scanner calls plain (printable ASCII, no ``"`` or ``\\``), without a passcode, are turned
+into JSON by string replacements over all of them at once (``heads_json``); anything else goes
+through the C JSON encoder, with the same output.
 
 Framing is the project's own STOMP framing (``FrameScanner``, adapter/stomp/scanner.py: the
 codec's rules and limits, applied passively): the recorder sees a frame exactly where the adapter
@@ -34,11 +36,13 @@ from __future__ import annotations
 import base64
 import json
 import re
+from bisect import bisect_left
 from collections.abc import Callable
+from itertools import accumulate, repeat
 from typing import Any
 
 from ..stomp.codec import FrameError, FrameLimits
-from ..stomp.scanner import FrameScanner, ScannedFrame, header_pairs
+from ..stomp.scanner import OTHER, PLAIN, FrameScanner, ScannedFrame, header_pairs, split_head
 
 FORMAT_VERSION = 1
 REDACTED = "***"
@@ -92,6 +96,54 @@ def headers_json(lines: list[str]) -> str:
     return encode_json(pairs)
 
 
+def heads_json(heads: list[bytes], plain: int) -> list[str]:
+    """For each scanned head, the part of its ``frame`` record from its command to its headers
+    (``"CMD","headers":[...]``): the text ``headers_json`` gives for it.
+
+    ``plain`` is what the scanner said of these heads (adapter/stomp/scanner.py): PLAIN or SAFE
+    heads (printable ASCII, no '"' or '\\') without a passcode are made all at once: joined into
+    one text, a ':' before each command line and an empty line between heads (a head has none:
+    it ends at its first blank line), a ':' becomes '","' (for SAFE heads, only the first of
+    each line) and an LF '"],["', and the text is split again where the empty lines were.  A
+    handful of C calls however many frames; any other head is made on its own.
+    """
+    if plain != OTHER:
+        joined = b":" + b"\n\n:".join(heads)
+        if joined.find(b"passcode") < 0:
+            if plain == PLAIN:
+                text = joined.replace(b":", b'","').replace(b"\n", b'"],["').decode("ascii")
+            else:  # a ':' in a value: only the first of each line separates
+                text = '"],["'.join(
+                    map(str.replace, joined.decode("ascii").split("\n"), _COLON, _NAME_VALUE, _ONCE)
+                )
+            made = []
+            for part in text[3:].split('"],[""],["","'):
+                command, separator, pairs = part.partition('"],["')
+                made.append(
+                    f'"{command}","headers":[["{pairs}"]]' if separator else f'"{command}","headers":[]'
+                )
+            return made
+    return [_head_json(head) for head in heads]
+
+
+_COLON = repeat(":")
+_NAME_VALUE = repeat('","')
+_ONCE = repeat(1)
+
+
+def _head_json(head: bytes) -> str:
+    command, header_lines = split_head(head)
+    return f'{_string(command)},"headers":{headers_json(header_lines)}'
+
+
+def _seconds(ns: int) -> str:
+    """A time in nanoseconds as JSON seconds, to the microsecond: cheaper than a float's text."""
+    text = str(ns)
+    if len(text) < 10:  # before 1970-01-01T00:00:01Z: only in tests
+        return f"{ns / 1e9:.6f}"
+    return f"{text[:-9]}.{text[-9:-3]}"
+
+
 def line(record: Record) -> str:
     return encode_json(record) + "\n"
 
@@ -108,8 +160,43 @@ class ParseBudget:
         self.held = 0
 
 
+class Batches:
+    """The directions holding reads not yet recorded, all connections together, and their bytes.
+
+    The proxy hands a recorder each read as it forwards it (``DirectionRecorder.feed``: two list
+    appends); the reads are scanned and their records made later, together, by ``flush``: once
+    per ``FLUSH_SECONDS`` (the shell's timer, armed by ``wake`` when the first read waits), at
+    once for a direction holding ``direction_limit`` bytes, and for every direction when all of
+    them hold more than ``limit``.  So the per-read work of the scan and of the records (a call
+    into the scanner, the time's text, one batch for the writer) is paid per flush, and the
+    bytes held for it are bounded per connection and process-wide.
+    """
+
+    __slots__ = ("limit", "direction_limit", "held", "waiting", "_wake")
+
+    def __init__(self, wake: Callable[[], object], *, limit: int, direction_limit: int) -> None:
+        self._wake = wake
+        self.limit = limit
+        self.direction_limit = direction_limit
+        self.held = 0  # bytes of the reads waiting, all directions
+        self.waiting: list[DirectionRecorder] = []
+
+    def add(self, direction: DirectionRecorder) -> None:
+        """``direction`` holds reads now (it had none since its last flush)."""
+        self.waiting.append(direction)
+        if len(self.waiting) == 1:
+            self._wake()
+
+    def flush(self) -> None:
+        """Record every read waiting."""
+        waiting, self.waiting = self.waiting, []
+        for direction in waiting:
+            direction.flush()
+
+
 class DirectionRecorder:
-    """One direction of one connection: ``feed`` the bytes as they pass, in order."""
+    """One direction of one connection: ``feed`` the bytes as they pass, in order; ``flush``
+    (or the ``Batches``) turns them into records."""
 
     __slots__ = (
         "_conn",
@@ -120,6 +207,10 @@ class DirectionRecorder:
         "_scanner",
         "_prefix",
         "_budget",
+        "_batches",
+        "_reads",
+        "_times",
+        "_waiting",
         "_held",
         "_heartbeats_seen",
         "_heartbeats_since",
@@ -137,6 +228,7 @@ class DirectionRecorder:
         bodies: bool,
         limits: FrameLimits,
         budget: ParseBudget,
+        batches: Batches,
     ) -> None:
         self._conn = conn
         self._client = client
@@ -150,31 +242,59 @@ class DirectionRecorder:
             f'"dir":{_string(direction)},"command":'
         )
         self._budget = budget
+        self._batches = batches
+        self._reads: list[bytes] = []  # the reads not recorded yet, and when each came
+        self._times: list[int] = []
+        self._waiting = 0  # their bytes
         self._held = 0
         self._heartbeats_seen = 0  # the scanner's count when the last heartbeats record was made
         self._heartbeats_since = float("-inf")
         self.frames = 0
         self.stopped = False
 
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now_ns: int) -> None:
+        """A read, as it passed at ``now_ns`` (``time.time_ns()``): kept for the next flush.  This
+        is the proxy's per-read cost of the recording."""
+        if self._scanner is None:
+            return
+        reads = self._reads
+        if not reads:
+            self._batches.add(self)
+        reads.append(data)
+        self._times.append(now_ns)
+        size = len(data)
+        self._waiting += size
+        batches = self._batches
+        batches.held += size
+        if self._waiting >= batches.direction_limit:
+            self.flush()
+        elif batches.held > batches.limit:
+            batches.flush()
+
+    def flush(self) -> None:
+        """Scan the reads kept and emit their records (one batch for the writer)."""
+        reads = self._reads
+        if not reads:
+            return
+        times = self._times
+        self._reads, self._times = [], []
+        self._batches.held -= self._waiting
+        self._waiting = 0
         scanner = self._scanner
         if scanner is None:
             return
+        data = reads[0] if len(reads) == 1 else b"".join(reads)
+        now = times[-1] / 1e9
         found: list[ScannedFrame] = []
         error = None
+        plain = OTHER
         try:
-            scanner.feed(data, found)
+            plain = scanner.feed(data, found)
         except FrameError as refused:
             error = str(refused)
         lines: list[str] = []
         if found:
-            start = f'{{"v":{FORMAT_VERSION},"ts":{float.__repr__(now)}{self._prefix}'
-            for command, headers, _, body_len, body in found:
-                text = f'{start}{_string(command)},"headers":{headers_json(headers)},"body_len":{body_len}'
-                if body is not None:
-                    text += ',"body":"' + base64.b64encode(body).decode("ascii") + '"'
-                lines.append(text + "}\n")
-            self.frames += len(found)
+            self._frame_lines(found, plain, reads, times, lines)
         if scanner.heartbeats != self._heartbeats_seen and now - self._heartbeats_since >= HEARTBEAT_WINDOW:
             self._heartbeats_record(lines, now)
         if error is not None:
@@ -183,6 +303,33 @@ class DirectionRecorder:
             self._account(scanner.held, now, lines)
         if lines:
             self._emit(self._conn, "".join(lines), len(lines))
+
+    def _frame_lines(
+        self, found: list[ScannedFrame], plain: int, reads: list[bytes], times: list[int], lines: list[str]
+    ) -> None:
+        """The ``frame`` records of ``found``, each with the time of the read that completed it."""
+        prefix = self._prefix
+        made = heads_json([frame[0] for frame in found], plain)
+        if len(reads) == 1:
+            ends: list[int] = []
+            start = f'{{"v":{FORMAT_VERSION},"ts":{_seconds(times[0])}{prefix}'
+        else:
+            ends = list(accumulate(map(len, reads)))
+        read = -1
+        append = lines.append
+        for (_, body_len, body, end), head_json in zip(found, made, strict=True):
+            if ends and (read < 0 or end > ends[read]):
+                read = bisect_left(ends, end, read + 1)
+                start = f'{{"v":{FORMAT_VERSION},"ts":{_seconds(times[read])}{prefix}'
+            if body is None:
+                append(f'{start}{head_json},"body_len":{body_len}}}\n')
+            else:
+                append(
+                    f'{start}{head_json},"body_len":{body_len},"body":"'
+                    + base64.b64encode(body).decode("ascii")
+                    + '"}\n'
+                )
+        self.frames += len(found)
 
     def _account(self, held: int, now: float, lines: list[str]) -> None:
         budget = self._budget
@@ -244,6 +391,7 @@ class DirectionRecorder:
     def finish(self, now: float) -> None:
         """The connection is over: pending heart-beats are recorded, and a frame cut off by the
         close is recorded as one the scanner could not parse."""
+        self.flush()
         scanner = self._scanner
         if scanner is None:
             return
@@ -277,6 +425,7 @@ class ConnectionRecorder:
         bodies: bool,
         limits: FrameLimits,
         budget: ParseBudget,
+        batches: Batches,
         now: float,
     ) -> None:
         self.conn = conn
@@ -284,10 +433,10 @@ class ConnectionRecorder:
         self._emit = emit
         self._closed = False
         self.inbound = DirectionRecorder(
-            conn, client, "in", emit, bodies=bodies, limits=limits, budget=budget
+            conn, client, "in", emit, bodies=bodies, limits=limits, budget=budget, batches=batches
         )
         self.outbound = DirectionRecorder(
-            conn, client, "out", emit, bodies=bodies, limits=limits, budget=budget
+            conn, client, "out", emit, bodies=bodies, limits=limits, budget=budget, batches=batches
         )
         emit(
             conn,

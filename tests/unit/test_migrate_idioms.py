@@ -375,3 +375,36 @@ def test_the_page_is_self_contained_and_starts_with_what_to_change() -> None:
     assert order == sorted(order)
     assert "Browse &lt;elsewhere&gt;." in page  # escaped
     assert page.count("<svg") == 1
+
+
+def test_the_topology_has_the_delay_queues_of_scheduled_sends() -> None:
+    """A SEND with AMQ_SCHEDULED_DELAY: the delay queue of its bucket and target exchange, as
+    adapter/mapping/scheduled.py declares it, bound to amq.headers; one per bucket, whatever
+    the delays in it; the scheduling the profile refuses is listed as refused."""
+    plans = [
+        _plan("SEND", "/queue/orders", AMQ_SCHEDULED_DELAY="1234"),
+        _plan("SEND", "/queue/orders", AMQ_SCHEDULED_DELAY="1250"),  # the same bucket: 1300 ms
+        _plan("SEND", "/topic/prices", AMQ_SCHEDULED_DELAY="50"),
+        _plan("SEND", "/queue/now", AMQ_SCHEDULED_DELAY="0"),  # at once: no delay queue
+        _plan("SEND", "/queue/again", AMQ_SCHEDULED_DELAY="10", AMQ_SCHEDULED_REPEAT="3"),
+        _plan("SEND", "/exchange/x/k", AMQ_SCHEDULED_DELAY="10"),
+    ]
+    topology, refused = plan_topology(plans)
+    queues = {q["name"]: q for q in topology["queues"]}
+    delayed = {name: q for name, q in queues.items() if name.startswith("activemq.scheduled.")}
+    assert delayed.keys() == {"activemq.scheduled.1300ms.amq.default", "activemq.scheduled.50ms.amq.topic"}
+    to_queue = delayed["activemq.scheduled.1300ms.amq.default"]
+    assert to_queue["durable"] is True and to_queue["arguments"] == {
+        "x-message-ttl": 1300,
+        "x-expires": 1300 + 60_000,
+        "x-dead-letter-exchange": "",
+    }
+    assert delayed["activemq.scheduled.50ms.amq.topic"]["arguments"]["x-dead-letter-exchange"] == "amq.topic"
+    bindings = {(b["exchange"], b["queue"]) for b in topology["bindings"]}
+    assert {("amq.headers", name) for name in delayed} <= bindings
+    assert "amq.headers" in {e["name"] for e in topology["exchanges"]}
+    assert {"orders", "now"} <= queues.keys() and "again" not in queues
+    assert {(r["destination"], r["message"]) for r in refused} == {
+        ("/queue/again", "Scheduled delivery not supported"),
+        ("/exchange/x/k", "Scheduled delivery not supported"),
+    }

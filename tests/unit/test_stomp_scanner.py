@@ -8,7 +8,7 @@ import random
 import pytest
 
 from adapter.stomp.codec import FrameError, FrameLimits, FrameParser
-from adapter.stomp.scanner import FrameScanner, header_pairs
+from adapter.stomp.scanner import OTHER, PLAIN, SAFE, FrameScanner, header_pairs, split_head
 
 LIMITS = FrameLimits(max_frame_size=4096, max_headers=8, max_header_length=256)
 
@@ -60,18 +60,20 @@ def test_frames_are_found_where_the_codec_finds_them_whatever_the_reads(seed):
     cuts = sorted(rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randrange(0, 30))))
     for cutting in ([], cuts, list(range(1, len(stream)))):  # whole, random reads, byte by byte
         found, scanner = scanned(stream, cutting)
-        assert [(command, body_len, body) for command, _, _, body_len, body in found] == expected
+        assert [(split_head(head)[0], body_len, body) for head, body_len, body, _ in found] == expected
         assert scanner.held == 0
         without, _ = scanned(stream, cutting, bodies=False)
-        assert [(c, n) for c, _, _, n, body in without] == [(c, n) for c, n, _ in expected]
-        assert all(body is None for *_, body in without)
+        assert [(split_head(head)[0], n) for head, n, _, _ in without] == [(c, n) for c, n, _ in expected]
+        assert all(body is None for _, _, body, _ in without)
 
 
 def test_header_lines_are_kept_as_on_the_wire():
     stream = b"SEND\r\nid:1\r\ndestination:/topic/a\\cb\r\nid:2\r\nx:\xff\r\n\r\nbody\0"
     found, _ = scanned(stream, [7])
-    ((command, headers, head_len, body_len, _),) = found
-    assert command == "SEND" and body_len == 4 and head_len == len(stream) - len(b"body\0")
+    ((head, body_len, _, end),) = found
+    command, headers = split_head(head)
+    assert command == "SEND" and body_len == 4 and head == stream[: stream.index(b"\n\r\n")]
+    assert end == len(stream) - 7  # just past the NUL, in the bytes of the feed that completed it
     assert headers == ["id:1", "destination:/topic/a\\cb", "id:2", "x:\udcff"]
     assert header_pairs(headers) == [
         ["id", "1"],
@@ -117,3 +119,45 @@ def test_what_the_codec_refuses_is_refused_with_the_same_error(stream):
             codec_error.value.message,
             codec_error.value.detail,
         )
+
+
+@pytest.mark.parametrize(
+    ("stream", "plain"),
+    [
+        (b"SEND\ndestination:/queue/a\ncontent-length:2\n\nab\0\nACK\n\n\0", PLAIN),
+        (b"MESSAGE\nmessage-id:ID:host-1:2:3\n\n\0", SAFE),  # ':' in a value
+        (b"SEND\r\nid:1\r\n\r\n\0", OTHER),  # CR LF line ends
+        (b'SEND\nx:"q"\n\n\0', OTHER),  # JSON would escape it
+        (b"SEND\nx:caf\xc3\xa9\n\n\0", OTHER),
+        (b"SEND\nx:a\tb\n\n\0", OTHER),
+        (b"\n\n", PLAIN),  # no frame
+    ],
+)
+def test_feed_says_how_plain_the_heads_it_found_are(stream, plain):
+    assert FrameScanner(LIMITS).feed(stream, []) == plain
+
+
+HEAD_ERRORS = [
+    b"SEND\nno colon here\nid:1\n\n\0",
+    b"SEND\nid:a\rb\n\n\0",
+    b"SEND\n" + b"".join(b"h%d:x\n" % n for n in range(9)) + b"\n\0",
+    b"SEND\nx:" + b"y" * 300 + b"\n\n\0",
+    b"SEND\ncontent-length: x\n\n\0",
+]
+
+
+@pytest.mark.parametrize("broken", HEAD_ERRORS, ids=range(len(HEAD_ERRORS)))
+def test_a_bad_head_ends_the_frames_there_even_with_good_ones_after_it_in_the_same_read(broken):
+    """Heads are checked once per feed, all together: a bad one still ends the frames where the
+    codec stops, with the codec's error."""
+    good = b"ACK\nid:1\n\n\0\n"
+    with pytest.raises(FrameError) as codec_error:
+        codec_frames(good + broken + good * 3)
+    found: list = []
+    with pytest.raises(FrameError) as scanner_error:
+        FrameScanner(LIMITS).feed(good + broken + good * 3, found)
+    assert len(found) == 1
+    assert (scanner_error.value.message, scanner_error.value.detail) == (
+        codec_error.value.message,
+        codec_error.value.detail,
+    )

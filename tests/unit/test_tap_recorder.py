@@ -8,7 +8,7 @@ import json
 import random
 
 from adapter.stomp.codec import FrameLimits
-from adapter.tap.recorder import ConnectionRecorder, DirectionRecorder, ParseBudget, headers_json
+from adapter.tap.recorder import Batches, ConnectionRecorder, DirectionRecorder, ParseBudget, headers_json
 
 CONNECT = b"CONNECT\naccept-version:1.2\nlogin:app\npasscode:s3cret\nclient-id:legacy-7\n\n\0"
 SEND = b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0\n"
@@ -35,8 +35,12 @@ class Sink:
         return [r for r in self.records if r["kind"] == "frame"]
 
 
+def batches() -> Batches:
+    return Batches(lambda: None, limit=1 << 30, direction_limit=1 << 30)
+
+
 def direction(sink: Sink, *, bodies: bool = False, limits: FrameLimits | None = None, budget=None):
-    return DirectionRecorder(
+    recorder = DirectionRecorder(
         "c-1",
         "10.0.0.5:51234",
         "in",
@@ -44,7 +48,26 @@ def direction(sink: Sink, *, bodies: bool = False, limits: FrameLimits | None = 
         bodies=bodies,
         limits=limits or FrameLimits(),
         budget=budget or ParseBudget(1 << 30),
+        batches=batches(),
     )
+    return Feeding(recorder)
+
+
+class Feeding:
+    """A recorder fed one read at a time, each flushed at once (as a flush of one read)."""
+
+    def __init__(self, recorder: DirectionRecorder) -> None:
+        self.recorder = recorder
+
+    def feed(self, data: bytes, seconds: float) -> None:
+        self.recorder.feed(data, int(seconds * 1e9))
+        self.recorder.flush()
+
+    def finish(self, seconds: float) -> None:
+        self.recorder.finish(seconds)
+
+    def __getattr__(self, name: str):
+        return getattr(self.recorder, name)
 
 
 def without_time(records: list[dict]) -> list[dict]:
@@ -217,10 +240,11 @@ def test_a_connection_records_open_both_directions_and_close():
         bodies=False,
         limits=FrameLimits(),
         budget=ParseBudget(1 << 20),
+        batches=batches(),
         now=1.0,
     )
-    conn.inbound.feed(CONNECT, 1.1)
-    conn.outbound.feed(b"CONNECTED\nversion:1.2\n\n\0\n", 1.2)
+    conn.inbound.feed(CONNECT, 1_100_000_000)
+    conn.outbound.feed(b"CONNECTED\nversion:1.2\n\n\0\n", 1_200_000_000)
     conn.close(2.0, by="client", reason="eof", bytes_in=len(CONNECT), bytes_out=24)
     conn.close(3.0, by="tap", reason="again", bytes_in=0, bytes_out=0)  # once only
     assert sink.kinds() == ["open", "frame", "frame", "close"]
@@ -270,3 +294,52 @@ def test_a_malformed_connect_does_not_put_its_passcode_in_the_error_record():
     [frame] = sink.frames()
     assert frame["command"] is None and frame["error"]
     assert "hunter2" not in json.dumps(sink.records)
+
+
+def test_reads_recorded_together_give_the_records_of_reads_recorded_one_by_one():
+    """A flush scans every read kept since the last one: same frames, each with the time of the
+    read that completed it."""
+    one_by_one, together = Sink(), Sink()
+    single = direction(one_by_one)
+    batched = direction(together).recorder
+    reads = [STREAM[i : i + 7] for i in range(0, len(STREAM), 7)]
+    for index, read in enumerate(reads):
+        single.feed(read, 1795650000 + index)
+        batched.feed(read, (1795650000 + index) * 1_000_000_000)
+    assert together.records == []  # kept until the flush
+    batched.flush()
+    single.finish(1795660000.0)
+    batched.finish(1795660000.0)
+    assert one_by_one.frames() == together.frames()
+    assert [f["ts"] for f in together.frames()] == sorted({f["ts"] for f in together.frames()})
+
+
+def test_a_flush_is_forced_per_direction_and_process_wide():
+    sink = Sink()
+    woken = []
+    shared = Batches(lambda: woken.append(1), limit=100, direction_limit=60)
+    recorders = [
+        DirectionRecorder(
+            f"c-{n}",
+            "10.0.0.5:1",
+            "in",
+            sink,
+            bodies=False,
+            limits=FrameLimits(),
+            budget=ParseBudget(1 << 20),
+            batches=shared,
+        )
+        for n in range(3)
+    ]
+    recorders[0].feed(SEND, 1_000_000_000)
+    assert woken == [1] and sink.records == [] and shared.held == len(SEND)
+    recorders[0].feed(SEND * 2, 1_000_000_001)  # past its own bound: recorded at once
+    assert len(sink.frames()) == 3 and shared.held == 0
+    recorders[1].feed(SEND, 1_000_000_002)
+    assert len(sink.frames()) == 3 and shared.held == len(SEND)
+    recorders[2].feed(SEND, 1_000_000_003)  # all of them past the process-wide bound
+    assert len(sink.frames()) == 5 and shared.held == 0
+    recorders[2].feed(b"\n" * 30, 1_000_000_004)
+    assert shared.held == 30
+    shared.flush()  # what the tap's timer does
+    assert shared.held == 0 and sink.records[-1]["kind"] == "heartbeats"
