@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import shutil
 import socket
 import subprocess
 import sys
@@ -686,6 +687,32 @@ def run_adapter_with_config(
             stderr=subprocess.STDOUT,
         )
     return process, log_path
+
+
+def start_stunnel(
+    connect: str, cert_pem: bytes, directory: Path, options: str = "", port: int | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Debian's stunnel serving TLS on 127.0.0.1:``port`` (a free one by default) with
+    ``cert_pem`` (key and chain) and relaying in plain TCP to ``connect`` (host:port): a real TLS
+    server in front of the broker's AMQP port or of its STOMP plugin.  ``options`` are extra
+    lines of its service section (stunnel.conf syntax).  Its log is ``directory``/stunnel.log."""
+    binary = shutil.which("stunnel4") or shutil.which("stunnel")
+    assert binary, "stunnel is not installed: .ci/run installs Debian's stunnel4"
+    (directory / "server.pem").write_bytes(cert_pem)
+    port = port or free_port()
+    config = directory / "stunnel.conf"
+    config.write_text(
+        "foreground = yes\n"
+        f"pid = {directory / 'stunnel.pid'}\n"
+        "[tls]\n"
+        f"accept = 127.0.0.1:{port}\n"
+        f"connect = {connect}\n"
+        f"cert = {directory / 'server.pem'}\n" + options
+    )
+    with (directory / "stunnel.log").open("wb") as log:
+        process = subprocess.Popen([binary, str(config)], stdout=log, stderr=subprocess.STDOUT)
+    wait_for_port(port, process, "stunnel", directory / "stunnel.log")
+    return process, port
 
 
 def wait_for_port(port: int, process: Any, what: str, log_path: Any = None, timeout: float = 20) -> None:

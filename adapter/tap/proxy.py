@@ -232,6 +232,15 @@ class Link:
     def upstream_lost(self, error: Exception | None) -> None:
         self._upstream_lost = True
         self._end("upstream", f"upstream connection lost: {_describe(error)}" if error else "upstream closed")
+        if isinstance(error, ssl.SSLError):
+            # a refusal after the handshake (TLS 1.3 sends "certificate required" then): the
+            # operator must see it as a connect failure is seen, not only in the recording
+            log.warning(
+                "tap: TLS with upstream %s failed (%s): client %s closed",
+                self.tap.upstream_label,
+                error,
+                self.peer,
+            )
         if not self.client.is_closing():
             self.client.close()
         self._maybe_done()
@@ -318,7 +327,10 @@ class UpstreamSide(asyncio.Protocol):
         self.link.from_upstream(data)
 
     def eof_received(self) -> bool:
-        return self.link.upstream_eof()
+        keep_open = self.link.upstream_eof()
+        # TLS has no half-close in asyncio: the transport closes whatever is returned, and
+        # returning True only adds a warning to the log on every close
+        return keep_open and self.link.tap.settings.upstream_tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.link.upstream_lost(exc)

@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 import datetime
-import shutil
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -21,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import trustme
 
-from tests.support import StompClient, TcpRelay, free_port, read_frames, unique, wait_for_port
+from tests.support import StompClient, TcpRelay, free_port, read_frames, start_stunnel, unique
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
@@ -31,29 +29,10 @@ def ca() -> trustme.CA:
     return trustme.CA()
 
 
-def start_stunnel(
-    amqp_url: str, cert_pem: bytes, directory: Path, options: str = ""
-) -> tuple[subprocess.Popen[bytes], int]:
-    """stunnel serving TLS with ``cert_pem`` (key and chain) and relaying to the broker;
-    ``options`` are extra lines of its service section (stunnel.conf syntax)."""
-    binary = shutil.which("stunnel4") or shutil.which("stunnel")
-    assert binary, "stunnel is not installed: .ci/run installs Debian's stunnel4"
-    (directory / "server.pem").write_bytes(cert_pem)
+def broker_address(amqp_url: str) -> str:
+    """The broker's host:port, for stunnel's ``connect``."""
     broker = urlsplit(amqp_url)
-    port = free_port()
-    config = directory / "stunnel.conf"
-    config.write_text(
-        "foreground = yes\n"
-        f"pid = {directory / 'stunnel.pid'}\n"
-        "[amqps]\n"
-        f"accept = 127.0.0.1:{port}\n"
-        f"connect = {broker.hostname or '127.0.0.1'}:{broker.port or 5672}\n"
-        f"cert = {directory / 'server.pem'}\n" + options
-    )
-    with (directory / "stunnel.log").open("wb") as log:
-        process = subprocess.Popen([binary, str(config)], stdout=log, stderr=subprocess.STDOUT)
-    wait_for_port(port, process, "stunnel", directory / "stunnel.log")
-    return process, port
+    return f"{broker.hostname or '127.0.0.1'}:{broker.port or 5672}"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +40,7 @@ def stunnel(amqp_url: str, ca: trustme.CA, tmp_path_factory: pytest.TempPathFact
     """A TLS front for the broker (certificate for "localhost" and 127.0.0.1); its port."""
     cert = ca.issue_cert("localhost", "127.0.0.1")
     process, port = start_stunnel(
-        amqp_url, cert.private_key_and_cert_chain_pem.bytes(), tmp_path_factory.mktemp("st")
+        broker_address(amqp_url), cert.private_key_and_cert_chain_pem.bytes(), tmp_path_factory.mktemp("st")
     )
     yield port
     process.terminate()
@@ -154,7 +133,9 @@ def test_an_expired_broker_certificate_is_named_in_the_log(start_adapter, amqp_u
         not_before=datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC),
         not_after=datetime.datetime(2021, 1, 1, tzinfo=datetime.UTC),
     )
-    process, port = start_stunnel(amqp_url, expired.private_key_and_cert_chain_pem.bytes(), tmp_path)
+    process, port = start_stunnel(
+        broker_address(amqp_url), expired.private_key_and_cert_chain_pem.bytes(), tmp_path
+    )
     try:
         ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
         adapter = start_adapter(amqp_url=amqps_url(amqp_url, port), amqp_tls_cafile=str(tmp_path / "ca.pem"))
@@ -185,7 +166,9 @@ def test_verification_off_still_encrypts(start_adapter, amqp_url, stunnel, caplo
 def test_server_name_names_the_certificate_to_expect(start_adapter, amqp_url, ca, tmp_path):
     """A node reached by address whose certificate names only its DNS name."""
     cert = ca.issue_cert("rabbit.example")
-    process, port = start_stunnel(amqp_url, cert.private_key_and_cert_chain_pem.bytes(), tmp_path)
+    process, port = start_stunnel(
+        broker_address(amqp_url), cert.private_key_and_cert_chain_pem.bytes(), tmp_path
+    )
     try:
         ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
         adapter = start_adapter(
@@ -205,7 +188,7 @@ def mutual_tls_stunnel(amqp_url: str, ca: trustme.CA, tmp_path: Path) -> Iterato
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     cert = ca.issue_cert("localhost")
     process, port = start_stunnel(
-        amqp_url,
+        broker_address(amqp_url),
         cert.private_key_and_cert_chain_pem.bytes(),
         tmp_path,
         f"CAfile = {tmp_path / 'ca.pem'}\nverifyChain = yes\n",
@@ -241,7 +224,10 @@ def test_mutual_tls_without_a_client_certificate_is_a_clear_error_in_the_log(
 def test_a_broker_below_the_minimum_tls_version_is_refused(start_adapter, amqp_url, ca, tmp_path, caplog):
     cert = ca.issue_cert("localhost")
     process, port = start_stunnel(
-        amqp_url, cert.private_key_and_cert_chain_pem.bytes(), tmp_path, "sslVersionMax = TLSv1.2\n"
+        broker_address(amqp_url),
+        cert.private_key_and_cert_chain_pem.bytes(),
+        tmp_path,
+        "sslVersionMax = TLSv1.2\n",
     )
     try:
         ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
