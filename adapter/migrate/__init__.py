@@ -13,6 +13,8 @@ server imports this package.  Layout:
 * ``recording.py``: reading a recording's records in order, without Spark (for ``replay``);
 * ``replay.py``: the client side of a recording replayed against an adapter, and the
   differences between its answers and the recorded upstream's;
+* ``wordings.py``: the ERROR wordings of ActiveMQ and of the profile that mean the same outcome
+  (the replay reports them as equivalent, not as differences);
 * ``cli.py``: ``python -m adapter.migrate report|replay``; ``job.py`` is the same entry point as
   a file for ``spark-submit``.
 

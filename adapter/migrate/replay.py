@@ -3,7 +3,9 @@
 Owns the rehearsal of a cut-over: each recorded connection is opened again to the target (an
 adapter in the ``activemq`` profile) and sent its client's frames, in the recorded order across
 all connections, and what comes back is compared with what the recorded upstream answered, per
-connection: the ERROR frames (by ``message``), the receipts, the MESSAGE count per subscription.
+connection: the ERROR frames (by ``message``, in any order; an ERROR worded differently for the
+same outcome, as wordings.EQUIVALENT_ERRORS declares, is reported as equivalent and is no
+difference), the receipts, the MESSAGE count per subscription.
 
 How the recorded order is kept without timing luck: before a client frame is sent, the replay
 waits (at most ``wait`` seconds, for all connections at once) until every connection has
@@ -40,6 +42,7 @@ from typing import Any, Final
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from .idioms import frame_idioms, idiom
 from .recording import Event
+from .wordings import compare_errors
 
 __all__ = ["SETTLE", "ConnectionResult", "ReplayOptions", "replay"]
 
@@ -114,6 +117,8 @@ class ConnectionResult:
     idioms: set[str]
     differences: list[dict[str, Any]] = field(default_factory=list)
     not_sent: int = 0
+    # ERRORs worded differently for the same outcome (wordings.EQUIVALENT_ERRORS): not differences
+    equivalent: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> str:
         who = f"{self.conn} ({self.login or '?'}@{self.client}" + (
@@ -125,6 +130,11 @@ class ConnectionResult:
             lines.append(
                 f"  {difference['what']}: recorded {difference['recorded']},"
                 f" replayed {difference['replayed']}"
+            )
+        for same in self.equivalent:
+            lines.append(
+                f"  ERROR equivalent ({same['wording']}): recorded {same['recorded']!r},"
+                f" replayed {same['replayed']!r}"
             )
         if self.not_sent:
             lines.append(f"  {self.not_sent} client frames not sent: the target had closed the connection")
@@ -140,6 +150,7 @@ class ConnectionResult:
             "client_id": self.client_id,
             "idioms": sorted(self.idioms),
             "differences": self.differences,
+            "equivalent": self.equivalent,
             "frames_not_sent": self.not_sent,
         }
 
@@ -219,10 +230,20 @@ class _Connection:
     def result(self) -> ConnectionResult:
         recorded, replayed = self.recorded, self.replayed
         differences: list[dict[str, Any]] = []
-        if sorted(recorded.errors) != sorted(replayed.errors):
+        errors = compare_errors(recorded.errors, replayed.errors)
+        if errors.differs:
             differences.append(
-                {"what": "ERROR", "key": "", "recorded": recorded.errors, "replayed": replayed.errors}
+                {
+                    "what": "ERROR",
+                    "key": "",
+                    "recorded": errors.recorded_only,
+                    "replayed": errors.replayed_only,
+                }
             )
+        equivalent = [
+            {"what": "ERROR", "wording": name, "recorded": mine, "replayed": theirs}
+            for mine, theirs, name in errors.equivalent
+        ]
         for receipt in sorted(recorded.receipts ^ replayed.receipts):
             differences.append(
                 {
@@ -243,7 +264,14 @@ class _Connection:
                     }
                 )
         return ConnectionResult(
-            self.conn, self.client, self.login, self.client_id, self.idioms, differences, self.not_sent
+            self.conn,
+            self.client,
+            self.login,
+            self.client_id,
+            self.idioms,
+            differences,
+            self.not_sent,
+            equivalent,
         )
 
 
