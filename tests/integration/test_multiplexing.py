@@ -399,3 +399,30 @@ def test_an_auto_ack_subscription_to_a_stream_ends_only_its_session(
     assert got[-1][0] in ("ERROR", "RECEIPT"), got
     _neighbour_stays_served(neighbour, queue)
     neighbour.disconnect()
+
+
+def test_an_undecodable_delivery_ends_only_the_session_it_was_for(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """An AMQP publisher can put in a message what RabbitMQ passes on unread and the adapter
+    refuses to decode (field tables nested deeper than it reads): that ends the session the
+    delivery was for, as it ends a client's own connection without multiplexing, not the
+    sessions that share its AMQP connection."""
+    adapter = mux_adapter(start_adapter)
+    neighbour = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    neighbour.round_trip(queue)
+    victim = Session(adapter.port)
+    poisoned = unique("poison")
+    broker.track_queue(poisoned)
+    got = victim.send(f"SUBSCRIBE\nid:1\ndestination:/queue/{poisoned}\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    nested: dict[str, Any] = {"leaf": "x"}
+    for _ in range(120):
+        nested = {"n": nested}
+    broker.publish("", poisoned, b"poison", headers={"deep": nested})
+    got = victim.frames_until(("ERROR",))
+    assert got and got[-1][0] == "ERROR", got
+    neighbour.round_trip(queue)
+    neighbour.disconnect()

@@ -254,3 +254,52 @@ async def test_a_close_ok_that_does_not_come_in_time_keeps_the_number_until_it_d
     assert len(closes) == 1  # sent once
     connection.data_received(broker((commands.Channel.CloseOk(), number)))
     assert number not in connection._closing_channels
+
+
+def _nested_headers(depth: int) -> dict[str, Any]:
+    nested: dict[str, Any] = {"leaf": "x"}
+    for _ in range(depth):
+        nested = {"n": nested}
+    return {"deep": nested}
+
+
+async def test_an_undecodable_delivery_ends_only_its_channel() -> None:
+    """A delivery the adapter cannot decode (a table nested deeper than it reads) closes the
+    channel it came on, with the session's ERROR frame_error, as it would close a connection of
+    the session's own; the connection and a neighbour's delivery in the same read go on."""
+    connection, transport, (victim, neighbour), (victim_events, neighbour_events) = await two_sessions()
+    poisoned = [
+        (
+            commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=1, exchange="", routing_key="q"),
+            victim.channel,
+        ),
+        (header.ContentHeader(0, 1, commands.Basic.Properties(headers=_nested_headers(120))), victim.channel),
+        (body.ContentBody(b"p"), victim.channel),
+    ]
+    connection.data_received(broker(*poisoned, *deliver(neighbour.channel, 1, b"n")))
+    ((error,),) = (victim_events.closed,)
+    assert error.channel_only and error.code == 501 and "nested" in error.text
+    assert victim_events.deliveries == []
+    assert [(channel, type(value)) for channel, value in transport.take_frames()] == [
+        (victim.channel, commands.Channel.Close)
+    ]
+    assert [d.body for d in neighbour_events.deliveries] == [b"n"] and neighbour_events.closed == []
+    assert neighbour.is_open and not connection._close_sent
+
+
+async def test_a_channel_closed_without_waiting_keeps_its_number_until_its_close_ok() -> None:
+    """A channel the link closed on its own (refused input, a slow client past its bound) is
+    given back when the session leaves, but its number waits for the close-ok: a new session on
+    it before then would open a channel the broker still has (504, a connection error)."""
+    connection, transport, (victim, _), _events = await two_sessions()
+    number = victim.channel
+    bad = [
+        (commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=1, exchange="", routing_key="q"), number),
+        (header.ContentHeader(0, 1, commands.Basic.Properties(headers=_nested_headers(120))), number),
+    ]
+    connection.data_received(broker(*bad))
+    transport.take_frames()
+    await victim.close()
+    assert number not in connection.links and number in connection._closing_channels
+    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    assert number not in connection._closing_channels
