@@ -51,6 +51,10 @@ _method_id: Final = struct.Struct(">HH").unpack_from
 # how long a closing channel's number stays taken when its close-ok does not come
 _CLOSE_OK_WAIT = 5.0
 PAUSED_SETTING = "adapter.amqp_shared_max_paused_bytes"
+# what a MESSAGE frame costs the client's buffer beyond its body and the broker's properties
+# (command, destination, message-id, subscription, ack lines): charged per delivery while
+# paused, so deliveries with empty bodies are bounded too
+_FRAME_OVERHEAD = 128
 PAUSED_BUDGET_SETTING = "adapter.amqp_shared_paused_bytes_budget"
 
 
@@ -152,6 +156,7 @@ class SharedConnection(AmqpConnection):
     def _route_header(self, payload: bytes) -> None:
         link = self.links.get(self._reader.channel)
         if link is not None:
+            link.header_bytes = len(payload)  # what the properties cost, should the link be paused
             try:
                 link._on_content_header(payload)  # noqa: SLF001
             except Exception as error:  # noqa: BLE001
@@ -259,7 +264,7 @@ class _WhilePaused:
     def on_deliver(self, delivery: Delivery) -> None:
         if self.active:
             try:
-                self.account.reserve(len(delivery.body))
+                self.account.reserve(len(delivery.body) + self._link.header_bytes + _FRAME_OVERHEAD)
             except BudgetExceeded as error:
                 self._link.overflowed(error)
                 return  # not delivered: the broker requeues it when the channel closes
@@ -308,6 +313,7 @@ class ChannelLink(AmqpConnection):
         self._heartbeat_handle = None
         self.carrier = carrier
         self.in_read = False  # had frames in the carrier's current read
+        self.header_bytes = 0  # the size of the last content header's properties (the carrier's)
         # the handshake is the carrier's: this channel starts where its open-ok left a client
         self.phase = carrier.phase
         self._out = []

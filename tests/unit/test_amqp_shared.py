@@ -138,14 +138,15 @@ async def test_connection_blocked_pauses_every_session() -> None:
 
 async def test_a_slow_client_never_pauses_the_shared_socket_and_is_bounded() -> None:
     connection, transport, (slow, neighbour), (slow_events, neighbour_events) = await two_sessions()
-    connection.paused_bytes = PausedBytes(limit=10, budget=1000)
+    # a delivery is charged its body, its properties and a frame's overhead (~350 bytes here)
+    connection.paused_bytes = PausedBytes(limit=500, budget=10_000)
     slow.paused_bytes = connection.paused_bytes
     slow.pause_reading()
     assert transport.reading  # the neighbours' deliveries go on being read
-    connection.data_received(broker(*deliver(slow.channel, 1, b"12345678")))
+    connection.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
     assert len(slow_events.deliveries) == 1 and slow_events.closed == []
     connection.data_received(
-        broker(*deliver(slow.channel, 2, b"12345678"), *deliver(neighbour.channel, 1, b"n"))
+        broker(*deliver(slow.channel, 2, b"x" * 200), *deliver(neighbour.channel, 1, b"n"))
     )
     assert len(slow_events.deliveries) == 1  # not delivered: requeued when the channel closes
     ((error,),) = (slow_events.closed,)
@@ -157,13 +158,13 @@ async def test_a_slow_client_never_pauses_the_shared_socket_and_is_bounded() -> 
 
 async def test_paused_bytes_are_given_back_when_the_client_reads_again() -> None:
     connection, _transport, (slow, _), (slow_events, _) = await two_sessions()
-    connection.paused_bytes = PausedBytes(limit=10, budget=1000)
+    connection.paused_bytes = PausedBytes(limit=500, budget=10_000)
     slow.pause_reading()
-    connection.data_received(broker(*deliver(slow.channel, 1, b"12345678")))
-    assert connection.paused_bytes.pool.used == 8
+    connection.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
+    assert 200 < connection.paused_bytes.pool.used < 500  # the body, the properties, the frame
     slow.resume_reading()
     assert connection.paused_bytes.pool.used == 0
-    connection.data_received(broker(*deliver(slow.channel, 2, b"12345678")))
+    connection.data_received(broker(*deliver(slow.channel, 2, b"x" * 200)))
     assert len(slow_events.deliveries) == 2 and slow_events.closed == []
 
 
@@ -303,3 +304,28 @@ async def test_a_channel_closed_without_waiting_keeps_its_number_until_its_close
     assert number not in connection.links and number in connection._closing_channels
     connection.data_received(broker((commands.Channel.CloseOk(), number)))
     assert number not in connection._closing_channels
+
+
+async def test_a_slow_client_is_bounded_by_what_it_is_delivered_not_only_by_bodies() -> None:
+    """Deliveries with empty bodies (the headers being the message) still cost the client's
+    buffer a frame each: a client that does not read is cut off for them as for large bodies,
+    never buffering without end."""
+    connection, transport, (slow, neighbour), (slow_events, neighbour_events) = await two_sessions()
+    connection.paused_bytes = PausedBytes(limit=10_000, budget=1_000_000)
+    slow.pause_reading()
+    headers = {"h": "v" * 200}
+    for tag in range(1, 1001):
+        frames = [
+            (
+                commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=tag, exchange="", routing_key="q"),
+                slow.channel,
+            ),
+            (header.ContentHeader(0, 0, commands.Basic.Properties(headers=headers)), slow.channel),
+        ]
+        connection.data_received(broker(*frames))
+        if slow_events.closed:
+            break
+    ((error,),) = (slow_events.closed,)
+    assert error.channel_only and "adapter.amqp_shared_max_paused_bytes" in error.text
+    assert len(slow_events.deliveries) < 100
+    assert neighbour.is_open and neighbour_events.closed == []
