@@ -384,6 +384,29 @@ def test_a_send_whose_headers_exceed_the_amqp_frame_ends_only_its_session(
     neighbour.disconnect()
 
 
+def test_a_subscribe_whose_queue_arguments_exceed_the_amqp_frame_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """queue.declare's arguments come from SUBSCRIBE headers: a method frame over frame_max is
+    a connection error (501 frame_error) as a content header is."""
+    adapter = mux_adapter(start_adapter)
+    neighbour = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    neighbour.round_trip(queue)
+    hostile = Session(adapter.port)
+    target = unique("mux")
+    broker.track_queue(target)
+    big = "k" * 90_000
+    got = hostile.send(
+        f"SUBSCRIBE\nid:1\ndestination:/queue/{target}\nx-dead-letter-exchange:{big}\n"
+        f"x-dead-letter-routing-key:{big}\nreceipt:s\n\n"
+    )
+    assert got[-1][0] in ("ERROR", "RECEIPT"), got
+    _neighbour_stays_served(neighbour, queue)
+    neighbour.disconnect()
+
+
 def test_an_auto_ack_subscription_to_a_stream_ends_only_its_session(
     start_adapter: Any, broker: BrokerProbe
 ) -> None:

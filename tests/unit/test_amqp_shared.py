@@ -329,3 +329,24 @@ async def test_a_slow_client_is_bounded_by_what_it_is_delivered_not_only_by_bodi
     assert error.channel_only and "adapter.amqp_shared_max_paused_bytes" in error.text
     assert len(slow_events.deliveries) < 100
     assert neighbour.is_open and neighbour_events.closed == []
+
+
+async def test_queue_arguments_over_frame_max_are_refused_before_anything_is_written() -> None:
+    """queue.declare's (and basic.consume's, queue.bind's) arguments come from SUBSCRIBE
+    headers; a method frame over frame_max would be a connection error (501) ending every
+    session on the shared connection, so it is the session's own Processing error instead."""
+    from adapter.mapping.destinations import ProcessingError
+    from adapter.mapping.operations import BasicConsume, QueueDeclare
+
+    connection, transport, (hostile, neighbour), (_, neighbour_events) = await two_sessions()
+    big = {"x-dead-letter-exchange": "e" * 70_000, "x-dead-letter-routing-key": "k" * 70_000}
+    with pytest.raises(ProcessingError, match="frame_max"):
+        hostile.declare_nowait(QueueDeclare("q", arguments=big))
+    with pytest.raises(ProcessingError, match="frame_max"):
+        await hostile.execute(QueueDeclare("q", arguments=big))
+    with pytest.raises(ProcessingError, match="frame_max"):
+        await hostile.execute(BasicConsume("q", "T_1", no_ack=True, arguments=big))
+    hostile.flush()
+    sent = [type(value) for _, value in transport.take_frames()]
+    assert commands.Queue.Declare not in sent and commands.Basic.Consume not in sent, sent
+    assert neighbour.is_open and neighbour_events.closed == []
