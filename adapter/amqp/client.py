@@ -209,6 +209,19 @@ def server_properties(payload: bytes) -> dict[str, object]:
     return properties
 
 
+def fits(frame: bytes, frame_max: int) -> bytes:
+    """``frame`` if it is within ``frame_max``, else EncodeError: the broker closes the whole
+    connection on a larger frame (501 frame_error), with every session a shared connection
+    carries; only the methods whose arguments come from a client (queue.declare, basic.consume,
+    queue.bind) can get so large."""
+    if len(frame) > frame_max:
+        raise wire.EncodeError(
+            f"queue or consumer arguments take {len(frame)} bytes, more than one AMQP frame carries "
+            f"(frame_max {frame_max})"
+        )
+    return frame
+
+
 def queue_declare_frame(channel: int, op: QueueDeclare) -> bytes:
     return wire.queue_declare(
         channel,
@@ -599,7 +612,7 @@ class AmqpClient:
         if self._channel_unopened:
             self._open_channel()
         try:
-            self._out.append(queue_declare_frame(self.channel, op))
+            self._out.append(fits(queue_declare_frame(self.channel, op), self.frame_max))
         except wire.EncodeError as error:
             raise self._encode_failed(error) from error
 
@@ -614,12 +627,12 @@ class AmqpClient:
                     # the queue lives as long as the connection (exclusive) or until its last
                     # consumer goes (auto-delete): a connection that declared one is never reused
                     self.declared_connection_queue = True
-                return queue_declare_frame(channel, op), wire.QUEUE_DECLARE_OK
+                return fits(queue_declare_frame(channel, op), self.frame_max), wire.QUEUE_DECLARE_OK
             if isinstance(op, BasicConsume):
                 frame = wire.basic_consume(
                     channel, op.queue, op.consumer_tag, op.no_ack, op.arguments, op.exclusive
                 )
-                return frame, wire.BASIC_CONSUME_OK
+                return fits(frame, self.frame_max), wire.BASIC_CONSUME_OK
             if isinstance(op, ExchangeDeclare):
                 frame = wire.exchange_declare(
                     channel, op.exchange, op.type, durable=op.durable, auto_delete=op.auto_delete
@@ -627,7 +640,7 @@ class AmqpClient:
                 return frame, wire.EXCHANGE_DECLARE_OK
             if isinstance(op, QueueBind):
                 frame = wire.queue_bind(channel, op.queue, op.exchange, op.routing_key, dict(op.arguments))
-                return frame, wire.QUEUE_BIND_OK
+                return fits(frame, self.frame_max), wire.QUEUE_BIND_OK
             if isinstance(op, BasicQos):
                 return wire.basic_qos(channel, op.prefetch_count), wire.BASIC_QOS_OK
             if isinstance(op, BasicCancel):

@@ -42,7 +42,7 @@ from ..liveness import Liveness
 from ..mapping.budget import Account, BudgetExceeded, Pool
 from ..mapping.operations import Delivery, QueueDeclare
 from . import wire
-from .client import AmqpClient, BrokerCall
+from .client import AmqpClient, BrokerCall, UnexpectedMethod
 from .connection import AmqpConnection, AmqpError, BrokerEvents
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,10 @@ _method_id: Final = struct.Struct(">HH").unpack_from
 # how long a closing channel's number stays taken when its close-ok does not come
 _CLOSE_OK_WAIT = 5.0
 PAUSED_SETTING = "adapter.amqp_shared_max_paused_bytes"
+# what a MESSAGE frame costs the client's buffer beyond its body and the broker's properties
+# (command, destination, message-id, subscription, ack lines): charged per delivery while
+# paused, so deliveries with empty bodies are bounded too
+_FRAME_OVERHEAD = 128
 PAUSED_BUDGET_SETTING = "adapter.amqp_shared_paused_bytes_budget"
 
 
@@ -115,8 +119,9 @@ class SharedConnection(AmqpConnection):
 
     def renumber(self, link: ChannelLink) -> None:
         """Give ``link`` a new channel number (its own was closed by the broker)."""
-        if self.links.get(link.channel) is link:
-            del self.links[link.channel]
+        # its close-ok may still be due (a close sent without waiting): the old number waits for it
+        self.channel_closing(link, close_ok_due=link._close_ok_pending)  # noqa: SLF001
+        link._close_ok_pending = False  # noqa: SLF001
         link.channel = self._free_channel()
         self.links[link.channel] = link
 
@@ -138,7 +143,10 @@ class SharedConnection(AmqpConnection):
             if not link.in_read:
                 link.in_read = True
                 self._touched.append(link)
-            link._on_method(channel, payload)  # noqa: SLF001 - the channel's own handler
+            try:
+                link._on_method(channel, payload)  # noqa: SLF001 - the channel's own handler
+            except Exception as error:  # noqa: BLE001 - one channel's input ends that channel only
+                link.refuse_channel_input(error)
             return
         if channel == 0:
             self._on_method(channel, payload)  # connection.close, blocked ...
@@ -148,12 +156,19 @@ class SharedConnection(AmqpConnection):
     def _route_header(self, payload: bytes) -> None:
         link = self.links.get(self._reader.channel)
         if link is not None:
-            link._on_content_header(payload)  # noqa: SLF001
+            link.header_bytes = len(payload)  # what the properties cost, should the link be paused
+            try:
+                link._on_content_header(payload)  # noqa: SLF001
+            except Exception as error:  # noqa: BLE001
+                link.refuse_channel_input(error)
 
     def _route_body(self, payload: bytes | memoryview) -> None:
         link = self.links.get(self._reader.channel)
         if link is not None:
-            link._on_body(payload)  # noqa: SLF001
+            try:
+                link._on_body(payload)  # noqa: SLF001
+            except Exception as error:  # noqa: BLE001
+                link.refuse_channel_input(error)
 
     def _closed_channel_method(self, channel: int, payload: bytes) -> None:
         """A method on a channel no session holds: a closing one's close-ok frees its number;
@@ -249,7 +264,7 @@ class _WhilePaused:
     def on_deliver(self, delivery: Delivery) -> None:
         if self.active:
             try:
-                self.account.reserve(len(delivery.body))
+                self.account.reserve(len(delivery.body) + self._link.header_bytes + _FRAME_OVERHEAD)
             except BudgetExceeded as error:
                 self._link.overflowed(error)
                 return  # not delivered: the broker requeues it when the channel closes
@@ -298,6 +313,7 @@ class ChannelLink(AmqpConnection):
         self._heartbeat_handle = None
         self.carrier = carrier
         self.in_read = False  # had frames in the carrier's current read
+        self.header_bytes = 0  # the size of the last content header's properties (the carrier's)
         # the handshake is the carrier's: this channel starts where its open-ok left a client
         self.phase = carrier.phase
         self._out = []
@@ -312,6 +328,10 @@ class ChannelLink(AmqpConnection):
         self._blocked = carrier.blocked
         self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
         self._left = False  # the session gave the link back
+        # a channel.close went without waiting for its close-ok (overflowed, refused input):
+        # the number stays taken when the session leaves, as a reused number whose close-ok is
+        # still to come would be a connection error (504) for every session on the connection
+        self._close_ok_pending = False
         # a session that declared an exclusive queue that is not auto-delete leaves it on the
         # connection until the connection closes: the registry then retires the connection
         self.left_connection_queue = False
@@ -392,6 +412,35 @@ class ChannelLink(AmqpConnection):
         self._events.on_broker_backpressure(paused)
 
     # ------------------------------------------------------------------ failures
+    def refuse_channel_input(self, error: Exception) -> None:
+        """A frame on this channel could not be handled (undecodable, out of sequence, or our
+        bug): as a connection of its own refuses it (``AmqpConnection.data_received``), but
+        closing only this channel, so the broker requeues what the session had not acknowledged
+        and the sessions sharing the connection go on (the carrier's frames are still in step:
+        the frame itself was whole)."""
+        if isinstance(error, UnexpectedMethod):
+            code, text = 503, f"unexpected method from the broker: {error}"
+        elif isinstance(error, wire.DecodeError):
+            code, text = 501, f"undecodable frame from the broker: {error}"
+        else:
+            log.error("internal error on a frame from the broker%s", self.delivery_context(), exc_info=error)
+            code, text = 541, f"internal error on a frame from the broker: {error}"
+        if code != 541:
+            log.warning(
+                "%s%s; closing channel %d of %s",
+                text,
+                self.delivery_context(),
+                self.channel,
+                self._connection_name,
+            )
+        self._delivery = None
+        self._delivery_props = None
+        self._delivery_parts = []
+        if self._channel_gone:
+            return
+        self._send_channel_close()
+        self._fail(AmqpError(code, text, channel_only=True))
+
     def _failed(self, error: AmqpError) -> None:
         if error.channel_only and not self._channel_gone:
             self.flush()  # the close-ok client._on_method queued (and what came before it)
@@ -429,6 +478,7 @@ class ChannelLink(AmqpConnection):
         self._out.append(wire.channel_close(self.channel))
         self.flush()
         self._channel_gone = True
+        self._close_ok_pending = True
         return True
 
     async def close(self, timeout: float = 5.0) -> None:
@@ -466,7 +516,7 @@ class ChannelLink(AmqpConnection):
         rpc, self._rpc = self._rpc, None
         if rpc is not None and not rpc.done():
             rpc.set_exception(AmqpError(504, "AMQP channel is closed", channel_only=True))
-        self.carrier.channel_closing(self, close_ok_due=close_ok_due)
+        self.carrier.channel_closing(self, close_ok_due=close_ok_due or self._close_ok_pending)
         if self.on_left is not None:
             self.on_left(self)
 

@@ -402,6 +402,13 @@ def content_frames(
     connection writes, or handed to the socket as they are (ZERO_COPY_MIN)."""
     flags, encoded = encode_properties(properties)
     header_payload = _content_head.pack(60, 0, len(body), flags) + encoded
+    if len(header_payload) > frame_max - 8:
+        # the broker would close the whole connection (501 frame_error), with every session a
+        # shared connection carries: refuse the one message instead
+        raise EncodeError(
+            f"message properties and headers take {len(header_payload)} bytes, more than one AMQP "
+            f"frame carries (frame_max {frame_max})"
+        )
     frames: list[bytes | memoryview] = [
         _frame_head.pack(FRAME_HEADER, channel, len(header_payload)) + header_payload + FRAME_END
     ]

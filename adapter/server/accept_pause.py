@@ -26,6 +26,9 @@ log = logging.getLogger("adapter.server")
 
 __all__ = ["AcceptPause"]
 
+# how soon a resume that found no free descriptor tries again
+_RESUME_RETRY_SECONDS = 0.5
+
 
 @dataclass(slots=True, eq=False)
 class _Listener:
@@ -81,7 +84,14 @@ class AcceptPause:
         for listener in self._listeners:
             if listener.server is not None or self._closed or not self.accepting.is_set():
                 continue
-            copy = socket.socket(fileno=os.dup(listener.kept.fileno()))
+            try:
+                copy = socket.socket(fileno=os.dup(listener.kept.fileno()))
+            except OSError as error:
+                # out of descriptors (EMFILE) at the height of a storm: try again shortly, or
+                # this listener (and those after it) would never accept again
+                log.warning("could not accept again on %s yet: %s; retrying", listener.kept, error)
+                self._resuming = loop.create_task(self._resume_later())
+                return
             try:
                 listener.server = await loop.create_server(
                     listener.factory, sock=copy, backlog=listener.backlog
@@ -89,6 +99,10 @@ class AcceptPause:
             except OSError as error:  # pragma: no cover - the socket was closed by shutdown
                 copy.close()
                 log.warning("could not accept again on %s: %s", listener.kept, error)
+
+    async def _resume_later(self) -> None:
+        await asyncio.sleep(_RESUME_RETRY_SECONDS)
+        await self._resume()
 
     async def close(self) -> None:
         """Shutdown: stop accepting for good."""

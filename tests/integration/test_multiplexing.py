@@ -352,3 +352,102 @@ def test_a_new_password_accepted_by_the_broker_retires_the_connections_of_the_ol
     assert (refused.command, refused.body) == ("ERROR", f"Access refused for user '{user}'\n".encode())
     old.disconnect()
     new.disconnect()
+
+
+# ---------------------------------------------------------------- hard errors one session can cause
+# AMQP "hard" errors (503 command_invalid, 540 not_implemented ...) close the whole connection,
+# not the channel: on a shared connection one client's frame that provokes one must not end its
+# neighbours' sessions.
+
+
+def _neighbour_stays_served(neighbour: Session, queue: str) -> None:
+    neighbour.round_trip(queue)
+
+
+def test_a_send_whose_headers_exceed_the_amqp_frame_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """The broker negotiates frame_max (128 KiB); STOMP allows 100 headers of 100 KiB each.  A
+    content header frame over frame_max is a connection error (501 frame_error)."""
+    adapter = mux_adapter(start_adapter)
+    neighbour = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    neighbour.round_trip(queue)
+    hostile = Session(adapter.port)
+    target = unique("mux")
+    broker.track_queue(target)
+    big = "h" * 90_000
+    got = hostile.send(f"SEND\ndestination:/queue/{target}\nx-a:{big}\nx-b:{big}\nreceipt:r\n\nx")
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "Processing error", got
+    assert b"frame_max" in got[-1][2]
+    _neighbour_stays_served(neighbour, queue)
+    neighbour.disconnect()
+
+
+def test_a_subscribe_whose_queue_arguments_exceed_the_amqp_frame_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """queue.declare's arguments come from SUBSCRIBE headers: a method frame over frame_max is
+    a connection error (501 frame_error) as a content header is."""
+    adapter = mux_adapter(start_adapter)
+    neighbour = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    neighbour.round_trip(queue)
+    hostile = Session(adapter.port)
+    target = unique("mux")
+    broker.track_queue(target)
+    big = "k" * 90_000
+    got = hostile.send(
+        f"SUBSCRIBE\nid:1\ndestination:/queue/{target}\nx-dead-letter-exchange:{big}\n"
+        f"x-dead-letter-routing-key:{big}\nreceipt:s\n\n"
+    )
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "Processing error", got
+    assert b"frame_max" in got[-1][2]
+    _neighbour_stays_served(neighbour, queue)
+    neighbour.disconnect()
+
+
+def test_an_auto_ack_subscription_to_a_stream_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = mux_adapter(start_adapter)
+    stream = unique("stream")
+    broker.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
+    neighbour = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    neighbour.round_trip(queue)
+    hostile = Session(adapter.port)
+    got = hostile.send(f"SUBSCRIBE\nid:1\ndestination:/amq/queue/{stream}\nack:auto\nreceipt:s\n\n")
+    assert got[-1][0] in ("ERROR", "RECEIPT"), got
+    _neighbour_stays_served(neighbour, queue)
+    neighbour.disconnect()
+
+
+def test_an_undecodable_delivery_ends_only_the_session_it_was_for(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """An AMQP publisher can put in a message what RabbitMQ passes on unread and the adapter
+    refuses to decode (field tables nested deeper than it reads): that ends the session the
+    delivery was for, as it ends a client's own connection without multiplexing, not the
+    sessions that share its AMQP connection."""
+    adapter = mux_adapter(start_adapter)
+    neighbour = Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    neighbour.round_trip(queue)
+    victim = Session(adapter.port)
+    poisoned = unique("poison")
+    broker.track_queue(poisoned)
+    got = victim.send(f"SUBSCRIBE\nid:1\ndestination:/queue/{poisoned}\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    nested: dict[str, Any] = {"leaf": "x"}
+    for _ in range(120):
+        nested = {"n": nested}
+    broker.publish("", poisoned, b"poison", headers={"deep": nested})
+    got = victim.frames_until(("ERROR",))
+    assert got and got[-1][0] == "ERROR", got
+    neighbour.round_trip(queue)
+    neighbour.disconnect()

@@ -65,3 +65,38 @@ async def test_a_pause_twice_and_a_resume_twice_count_once() -> None:
     await asyncio.sleep(0.05)
     assert pause.pauses == 1 and len(pause.servers) == 1
     await pause.close()
+
+
+async def test_a_resume_that_finds_no_free_descriptor_tries_again() -> None:
+    """Resuming needs a descriptor (a duplicate of the listening socket): in a connect storm the
+    process may be at its file limit just then (EMFILE).  The listener must accept again once a
+    descriptor is free, never stay closed for good while the adapter otherwise runs."""
+    import errno
+    import os
+
+    from adapter.server import accept_pause
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    pause.crowded(True)
+    queued, queued_writer = await asyncio.open_connection("127.0.0.1", port)
+    real_dup = os.dup
+    failures = [1]
+
+    def dup(fd: int) -> int:
+        if failures:
+            failures.pop()
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_dup(fd)
+
+    accept_pause.os.dup = dup  # type: ignore[assignment]
+    try:
+        pause.crowded(False)
+        assert await asyncio.wait_for(queued.readexactly(2), 5) == b"hi"  # accepted once it could
+    finally:
+        accept_pause.os.dup = real_dup
+        queued_writer.close()
+        await pause.close()

@@ -138,14 +138,15 @@ async def test_connection_blocked_pauses_every_session() -> None:
 
 async def test_a_slow_client_never_pauses_the_shared_socket_and_is_bounded() -> None:
     connection, transport, (slow, neighbour), (slow_events, neighbour_events) = await two_sessions()
-    connection.paused_bytes = PausedBytes(limit=10, budget=1000)
+    # a delivery is charged its body, its properties and a frame's overhead (~350 bytes here)
+    connection.paused_bytes = PausedBytes(limit=500, budget=10_000)
     slow.paused_bytes = connection.paused_bytes
     slow.pause_reading()
     assert transport.reading  # the neighbours' deliveries go on being read
-    connection.data_received(broker(*deliver(slow.channel, 1, b"12345678")))
+    connection.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
     assert len(slow_events.deliveries) == 1 and slow_events.closed == []
     connection.data_received(
-        broker(*deliver(slow.channel, 2, b"12345678"), *deliver(neighbour.channel, 1, b"n"))
+        broker(*deliver(slow.channel, 2, b"x" * 200), *deliver(neighbour.channel, 1, b"n"))
     )
     assert len(slow_events.deliveries) == 1  # not delivered: requeued when the channel closes
     ((error,),) = (slow_events.closed,)
@@ -157,13 +158,13 @@ async def test_a_slow_client_never_pauses_the_shared_socket_and_is_bounded() -> 
 
 async def test_paused_bytes_are_given_back_when_the_client_reads_again() -> None:
     connection, _transport, (slow, _), (slow_events, _) = await two_sessions()
-    connection.paused_bytes = PausedBytes(limit=10, budget=1000)
+    connection.paused_bytes = PausedBytes(limit=500, budget=10_000)
     slow.pause_reading()
-    connection.data_received(broker(*deliver(slow.channel, 1, b"12345678")))
-    assert connection.paused_bytes.pool.used == 8
+    connection.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
+    assert 200 < connection.paused_bytes.pool.used < 500  # the body, the properties, the frame
     slow.resume_reading()
     assert connection.paused_bytes.pool.used == 0
-    connection.data_received(broker(*deliver(slow.channel, 2, b"12345678")))
+    connection.data_received(broker(*deliver(slow.channel, 2, b"x" * 200)))
     assert len(slow_events.deliveries) == 2 and slow_events.closed == []
 
 
@@ -254,3 +255,98 @@ async def test_a_close_ok_that_does_not_come_in_time_keeps_the_number_until_it_d
     assert len(closes) == 1  # sent once
     connection.data_received(broker((commands.Channel.CloseOk(), number)))
     assert number not in connection._closing_channels
+
+
+def _nested_headers(depth: int) -> dict[str, Any]:
+    nested: dict[str, Any] = {"leaf": "x"}
+    for _ in range(depth):
+        nested = {"n": nested}
+    return {"deep": nested}
+
+
+async def test_an_undecodable_delivery_ends_only_its_channel() -> None:
+    """A delivery the adapter cannot decode (a table nested deeper than it reads) closes the
+    channel it came on, with the session's ERROR frame_error, as it would close a connection of
+    the session's own; the connection and a neighbour's delivery in the same read go on."""
+    connection, transport, (victim, neighbour), (victim_events, neighbour_events) = await two_sessions()
+    poisoned = [
+        (
+            commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=1, exchange="", routing_key="q"),
+            victim.channel,
+        ),
+        (header.ContentHeader(0, 1, commands.Basic.Properties(headers=_nested_headers(120))), victim.channel),
+        (body.ContentBody(b"p"), victim.channel),
+    ]
+    connection.data_received(broker(*poisoned, *deliver(neighbour.channel, 1, b"n")))
+    ((error,),) = (victim_events.closed,)
+    assert error.channel_only and error.code == 501 and "nested" in error.text
+    assert victim_events.deliveries == []
+    assert [(channel, type(value)) for channel, value in transport.take_frames()] == [
+        (victim.channel, commands.Channel.Close)
+    ]
+    assert [d.body for d in neighbour_events.deliveries] == [b"n"] and neighbour_events.closed == []
+    assert neighbour.is_open and not connection._close_sent
+
+
+async def test_a_channel_closed_without_waiting_keeps_its_number_until_its_close_ok() -> None:
+    """A channel the link closed on its own (refused input, a slow client past its bound) is
+    given back when the session leaves, but its number waits for the close-ok: a new session on
+    it before then would open a channel the broker still has (504, a connection error)."""
+    connection, transport, (victim, _), _events = await two_sessions()
+    number = victim.channel
+    bad = [
+        (commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=1, exchange="", routing_key="q"), number),
+        (header.ContentHeader(0, 1, commands.Basic.Properties(headers=_nested_headers(120))), number),
+    ]
+    connection.data_received(broker(*bad))
+    transport.take_frames()
+    await victim.close()
+    assert number not in connection.links and number in connection._closing_channels
+    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    assert number not in connection._closing_channels
+
+
+async def test_a_slow_client_is_bounded_by_what_it_is_delivered_not_only_by_bodies() -> None:
+    """Deliveries with empty bodies (the headers being the message) still cost the client's
+    buffer a frame each: a client that does not read is cut off for them as for large bodies,
+    never buffering without end."""
+    connection, transport, (slow, neighbour), (slow_events, neighbour_events) = await two_sessions()
+    connection.paused_bytes = PausedBytes(limit=10_000, budget=1_000_000)
+    slow.pause_reading()
+    headers = {"h": "v" * 200}
+    for tag in range(1, 1001):
+        frames = [
+            (
+                commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=tag, exchange="", routing_key="q"),
+                slow.channel,
+            ),
+            (header.ContentHeader(0, 0, commands.Basic.Properties(headers=headers)), slow.channel),
+        ]
+        connection.data_received(broker(*frames))
+        if slow_events.closed:
+            break
+    ((error,),) = (slow_events.closed,)
+    assert error.channel_only and "adapter.amqp_shared_max_paused_bytes" in error.text
+    assert len(slow_events.deliveries) < 100
+    assert neighbour.is_open and neighbour_events.closed == []
+
+
+async def test_queue_arguments_over_frame_max_are_refused_before_anything_is_written() -> None:
+    """queue.declare's (and basic.consume's, queue.bind's) arguments come from SUBSCRIBE
+    headers; a method frame over frame_max would be a connection error (501) ending every
+    session on the shared connection, so it is the session's own Processing error instead."""
+    from adapter.mapping.destinations import ProcessingError
+    from adapter.mapping.operations import BasicConsume, QueueDeclare
+
+    connection, transport, (hostile, neighbour), (_, neighbour_events) = await two_sessions()
+    big = {"x-dead-letter-exchange": "e" * 70_000, "x-dead-letter-routing-key": "k" * 70_000}
+    with pytest.raises(ProcessingError, match="frame_max"):
+        hostile.declare_nowait(QueueDeclare("q", arguments=big))
+    with pytest.raises(ProcessingError, match="frame_max"):
+        await hostile.execute(QueueDeclare("q", arguments=big))
+    with pytest.raises(ProcessingError, match="frame_max"):
+        await hostile.execute(BasicConsume("q", "T_1", no_ack=True, arguments=big))
+    hostile.flush()
+    sent = [type(value) for _, value in transport.take_frames()]
+    assert commands.Queue.Declare not in sent and commands.Basic.Consume not in sent, sent
+    assert neighbour.is_open and neighbour_events.closed == []

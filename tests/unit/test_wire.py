@@ -117,6 +117,10 @@ def test_cluster_id_is_read_from_deliveries_and_never_published():
     st.sampled_from([128, 256, 131072]),  # small frames make the body split
 )
 def test_our_publish_frames_read_back_in_pamqp(exchange, routing_key, props, body, frame_max):
+    if 14 + len(wire.encode_properties(props)[1]) > frame_max - 8:  # no content header frame fits
+        with pytest.raises(wire.EncodeError, match="frame_max"):
+            wire.basic_publish(1, exchange, routing_key, props, body, frame_max)
+        return
     data = b"".join(wire.basic_publish(1, exchange, routing_key, props, body, frame_max))
     method, content_header, *bodies = split_frames(data)
     assert isinstance(method, commands.Basic.Publish)
@@ -304,3 +308,17 @@ def test_values_amqp_cannot_carry_are_encode_errors_answered_as_processing_error
             assert mapped.message == "Processing error" and mapped.detail == str(error) and mapped.detail
         else:
             raise AssertionError("encoded a value AMQP cannot carry")
+
+
+def test_a_content_header_over_frame_max_is_an_encode_error():
+    """The broker closes the whole connection (501 frame_error) on a frame over frame_max, so a
+    message whose properties do not fit one frame is refused before anything is written: on a
+    shared connection (adapter.amqp_sessions_per_connection) the broker's refusal would end
+    every session on it.  A header that just fits is encoded."""
+    frame_max = 4096
+    too_big = MessageProperties(headers={"x-a": "h" * frame_max})
+    with pytest.raises(wire.EncodeError, match="frame_max"):
+        wire.content_frames(1, too_big, b"x", frame_max)
+    fits = MessageProperties(headers={"x-a": "h" * 1000})
+    frames = wire.content_frames(1, fits, b"x", frame_max)
+    assert len(frames[0]) <= frame_max
