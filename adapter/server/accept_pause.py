@@ -10,6 +10,13 @@ per connection than uvloop's (measured while choosing), so a pause closes the li
 duplicate of each listening socket's descriptor, so closing the server's copy leaves the kernel
 socket listening, with its accept queue intact (connections queued meanwhile are accepted on
 resume, none is reset).  Nothing is done per connection.
+
+Closing a server is not immediate everywhere: asyncio's selector loop accepts a batch of
+connections at once and attaches each to its server one loop turn later, so a server closed in
+between would drop the rest of the batch (accepted, never answered, their sockets left
+unclosed).  There a pause only stops the server reading its listening socket, and the server is
+closed on resume, when every connection of the batch has attached.  uvloop accepts and
+attaches the whole batch in one callback, so its servers are closed right after it.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class AcceptPause:
         self.accepting.set()
         self.pauses = 0
         self._resuming: asyncio.Task[None] | None = None
+        self._stopped: list[asyncio.Server] = []  # paused, to be closed on resume (_stop)
         self._closed = False
 
     def add(self, server: asyncio.Server, factory: Callable[[], asyncio.Protocol], backlog: int) -> None:
@@ -65,11 +73,11 @@ class AcceptPause:
         if crowded and self.accepting.is_set():
             self.accepting.clear()
             self.pauses += 1
-            closed = {id(server): server for server in self.servers}
+            paused = {id(server): server for server in self.servers}
             for listener in self._listeners:
                 listener.server = None
-            for server in closed.values():
-                server.close()  # its own descriptor only: the kept one keeps the socket listening
+            for server in paused.values():
+                self._stop(server)
             log.warning(
                 "too many logins waiting for the broker: not accepting new connections until they"
                 " drain (they wait in the accept queue) (adapter.max_logins_in_flight)"
@@ -79,7 +87,27 @@ class AcceptPause:
             self._resuming = asyncio.get_running_loop().create_task(self._resume())
             log.info("logins have drained: accepting new connections again")
 
+    def _stop(self, server: asyncio.Server) -> None:
+        """Stop ``server`` accepting: closed at once where that is safe, else closed on resume.
+        Closing closes its own descriptors only: the kept ones keep the sockets listening."""
+        loop = asyncio.get_running_loop()
+        if isinstance(loop, asyncio.SelectorEventLoop):
+            for sock in server.sockets:
+                loop.remove_reader(sock.fileno())
+            self._stopped.append(server)
+        else:
+            # uvloop: closed after the callback that accepts (a pause from inside it, by a
+            # protocol factory, would otherwise fail the rest of its batch the same way)
+            loop.call_soon(server.close)
+
+    def _close_stopped(self) -> None:
+        stopped, self._stopped = self._stopped, []
+        for server in stopped:
+            server.close()
+
     async def _resume(self) -> None:
+        # runs as a task, after the loop turn that attached the last accepted batch
+        self._close_stopped()
         loop = asyncio.get_running_loop()
         for listener in self._listeners:
             if listener.server is not None or self._closed or not self.accepting.is_set():
@@ -114,6 +142,7 @@ class AcceptPause:
                 await self._resuming
         for server in {id(server): server for server in self.servers}.values():
             server.close()
+        self._close_stopped()
         for listener in self._listeners:
             listener.server = None
             listener.kept.close()

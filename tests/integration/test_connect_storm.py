@@ -57,13 +57,6 @@ def _first_frames(sockets: list[socket.socket], timeout: float) -> dict[socket.s
     return first
 
 
-@pytest.mark.xfail(
-    run=False,
-    reason="known bug (#27, open): pausing the listener (accept_pause.py closes the asyncio Server)"
-    " resets some connections accepted around the pause and leaves their sockets unclosed, to be"
-    " collected (ResourceWarning) during later tests; seen in about 1 run in 4 on an idle machine."
-    " Not run until fixed: run it with --runxfail",
-)
 @pytest.mark.parametrize("in_flight", [4, 1])
 def test_a_connect_storm_and_slow_clients_leave_an_established_client_served(
     in_flight, start_adapter, broker, caplog
@@ -109,7 +102,7 @@ def test_a_connect_storm_and_slow_clients_leave_an_established_client_served(
         for sock in storm + slow:
             sock.close()
         bystander.close()
-        # the sockets the bug above leaves unclosed are collected here, within this test (the
-        # adapter stopped first: its loop holds them), not in whichever test comes next
+        # a socket the adapter left unclosed is collected here, within this test (the adapter
+        # stopped first: its loop holds them), not in whichever test comes next
         adapter.stop()
         gc.collect()

@@ -5,14 +5,17 @@ and accepts the queued ones when it resumes.  Real sockets on 127.0.0.1, no brok
 from __future__ import annotations
 
 import asyncio
+import gc
+import socket
+import warnings
+from collections.abc import Callable, Coroutine
 
 from adapter.server.accept_pause import AcceptPause
 
 
 class Greeter(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(b"hi")
+        transport.write(b"hi")  # type: ignore[attr-defined]  # uvloop's are not asyncio's classes
 
 
 async def greeting(reader: asyncio.StreamReader) -> bytes | None:
@@ -100,3 +103,60 @@ async def test_a_resume_that_finds_no_free_descriptor_tries_again() -> None:
         accept_pause.os.dup = real_dup
         queued_writer.close()
         await pause.close()
+
+
+class _PausingGreeter(Greeter):
+    """The first connection's protocol pauses the listener while it is being set up, as a login
+    that crowds the queue does: the connections the loop accepted in the same batch are then
+    accepted but not yet attached to the listener's server."""
+
+    pause: AcceptPause
+    pauses_left = 1
+
+    def __init__(self) -> None:
+        if _PausingGreeter.pauses_left:
+            _PausingGreeter.pauses_left -= 1
+            self.pause.crowded(True)
+
+
+def _storm_paused_mid_batch(run: Callable[[Coroutine[object, object, int]], int]) -> None:
+    """Connections accepted in the batch during which the listener pauses are served, none
+    reset or left unclosed: closing the asyncio Server at once made the rest of the batch fail
+    to attach to it (their sockets dropped unclosed, the clients never answered)."""
+
+    async def storm() -> int:
+        loop = asyncio.get_running_loop()
+        pause = AcceptPause()
+        _PausingGreeter.pause = pause
+        _PausingGreeter.pauses_left = 1
+        server = await loop.create_server(_PausingGreeter, "127.0.0.1", 0, backlog=64)
+        pause.add(server, _PausingGreeter, 64)
+        port = server.sockets[0].getsockname()[1]
+        # completed by the kernel before the loop runs again: one accept batch
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+        await asyncio.sleep(0.2)
+        assert not pause.accepting.is_set()
+        pause.crowded(False)
+        greeted = 0
+        for client in clients:
+            reader, writer = await asyncio.open_connection(sock=client)
+            if await asyncio.wait_for(reader.read(2), 5) == b"hi":
+                greeted += 1
+            writer.close()
+        await pause.close()
+        return greeted
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        assert run(storm()) == 8
+        gc.collect()
+
+
+def test_a_pause_in_the_middle_of_an_accept_batch_loses_no_connection_asyncio() -> None:
+    _storm_paused_mid_batch(asyncio.run)
+
+
+def test_a_pause_in_the_middle_of_an_accept_batch_loses_no_connection_uvloop() -> None:
+    import uvloop
+
+    _storm_paused_mid_batch(uvloop.run)
