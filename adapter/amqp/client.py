@@ -605,6 +605,12 @@ class AmqpClient:
             self._open_channel()
         self._out.append(wire.basic_nack(self.channel, delivery_tag, multiple, requeue))
 
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None:
+        """Hand back what basic.get took (``RequeueGot``): one nack each, never ``multiple``,
+        which would also cover the deliveries of the channel's subscriptions."""
+        for delivery_tag in delivery_tags:
+            self.nack(delivery_tag, False, True)
+
     def declare_nowait(self, op: QueueDeclare) -> None:
         """queue.declare with nowait (a /queue on SEND): buffered like a publish, no reply."""
         if op.exclusive or op.auto_delete:

@@ -25,9 +25,13 @@ What differs, and why:
   A prefetch (``prefetch-count``) bounds it earlier for acknowledged subscriptions.
 * A session that ends closes only its channel, without waiting when a call is still pending;
   a channel the session never used costs nothing, neither at login nor at the end.
+* The calls a client can make the broker answer with a connection error (an exchange type the
+  broker has no plugin for, a basic.get on a stream) run on a probe connection of the
+  session's own (adapter/amqp/probe.py), never on the shared one; their failure ends that
+  session only, with the ERROR it gets without multiplexing.
 
-Imports: the AMQP link and client of this package, the byte budget of the mapping layer, the
-heart-beat monitor (the carrier's, shared by its channels).
+Imports: the AMQP link and client of this package, the probe, the byte budget of the mapping
+layer, the heart-beat monitor (the carrier's, shared by its channels).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from ..mapping.operations import Delivery, QueueDeclare
 from . import wire
 from .client import AmqpClient, BrokerCall, UnexpectedMethod
 from .connection import AmqpConnection, AmqpError, BrokerEvents
+from .probe import Probe, needs_probe
 
 log = logging.getLogger(__name__)
 _method_id: Final = struct.Struct(">HH").unpack_from
@@ -336,6 +341,9 @@ class ChannelLink(AmqpConnection):
         # connection until the connection closes: the registry then retires the connection
         self.left_connection_queue = False
         self.on_left: Callable[[ChannelLink], None] | None = None  # the registry's
+        # the calls the shared connection must not carry run on a probe of the session's own
+        # (adapter/amqp/probe.py); the registry's, None without one (they then run here)
+        self.probe: Probe | None = None
 
     # ------------------------------------------------------------------ calls in
     def _operation_call(self, op: BrokerCall) -> tuple[bytes, tuple[int, int]]:
@@ -351,7 +359,30 @@ class ChannelLink(AmqpConnection):
     async def execute(self, op: BrokerCall) -> str | Delivery | None:
         if self._channel_gone or self._transport is None:
             raise AmqpError(504, "AMQP channel is closed", channel_only=True)
+        probe = self.probe
+        if probe is not None and needs_probe(op):
+            try:
+                return await probe.execute(op)
+            except AmqpError as error:
+                raise self._probe_failed(error) from None
         return await super().execute(op)
+
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None:
+        if self.probe is not None:
+            self.probe.requeue_got(delivery_tags)  # the gets ran there: never on this channel
+        else:
+            super().requeue_got(delivery_tags)
+
+    def _probe_failed(self, error: AmqpError) -> AmqpError:
+        """A call on the probe failed (the broker closed the probe's channel or connection, or
+        refused its login): the session ends as it would with a connection of its own, with
+        the probe's reply code and text, and only this channel of the shared connection closes
+        (so its number is free again only after its close-ok)."""
+        mine = AmqpError(error.code, error.text, channel_only=True, from_broker=error.from_broker)
+        if not self._closing:
+            self._send_channel_close()
+            self._fail(mine)
+        return mine
 
     # ------------------------------------------------------------------ writing
     def flush(self) -> None:
@@ -445,6 +476,8 @@ class ChannelLink(AmqpConnection):
         if error.channel_only and not self._channel_gone:
             self.flush()  # the close-ok client._on_method queued (and what came before it)
             self._channel_gone = True
+        if self.probe is not None:
+            self.probe.end()  # the session is over: the broker requeues what a probe held
         super()._failed(error)
 
     def connection_failed(self, error: AmqpError) -> None:
@@ -512,6 +545,8 @@ class ChannelLink(AmqpConnection):
 
     def _leave(self, *, close_ok_due: bool) -> None:
         self._left = True
+        if self.probe is not None:
+            self.probe.end()
         self.resume_reading()  # gives back what it held of the paused-bytes bounds
         rpc, self._rpc = self._rpc, None
         if rpc is not None and not rpc.done():

@@ -161,6 +161,17 @@ class BasicNack:
     requeue: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RequeueGot:
+    """Hand back the messages ``BasicGet`` took (a queue browser's): basic.nack with requeue,
+    one by one (the channel may hold other subscriptions' deliveries), on the connection the
+    gets ran on, so the broker puts each back in its place.  That is the session's own channel,
+    or, on a shared AMQP connection, the probe connection its gets ran on
+    (adapter/amqp/probe.py), which closes after them."""
+
+    delivery_tags: tuple[int, ...]
+
+
 # --- towards the STOMP client ---------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class SendFrame:
@@ -324,6 +335,7 @@ Operation = (
     | BasicPublish
     | BasicAck
     | BasicNack
+    | RequeueGot
     | SendFrame
     | CloseClient
     | Established

@@ -16,7 +16,7 @@ with a consumer and an auto-delete queue takes it milliseconds), and a flood of 
 every other client of the broker, those of other adapters included.
 
 Owns ``Gate`` (pure: a count and a queue of tickets) and ``turn``, the async shell a paced piece
-of work runs inside.
+of work runs inside (``enter`` and ``leave`` when the place outlives one block).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 
-__all__ = ["AMQP_CLOSES_AT_ONCE", "LOGINS_WAITING_PER_PLACE", "Gate", "turn"]
+__all__ = ["AMQP_CLOSES_AT_ONCE", "LOGINS_WAITING_PER_PLACE", "Gate", "enter", "leave", "turn"]
 
 # AMQP connections closing at once (connection.close sent, close-ok awaited) in one process
 AMQP_CLOSES_AT_ONCE = 256
@@ -103,28 +103,27 @@ class Gate:
             self._check()
 
 
-@contextlib.asynccontextmanager
-async def turn(gate: Gate) -> AsyncIterator[None]:
-    """Wait for a place in flight, hold it for the ``async with`` body, and pass it on."""
+async def enter(gate: Gate) -> None:
+    """Wait for a place in flight (first come, first served); ``leave`` passes it on.  For a
+    place held across several calls (a probe connection's life: adapter/server/amqp_probe.py);
+    a place held for one block is ``turn``."""
     # the usual case, room at once, costs no future
-    if not gate.try_enter():
-        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        gate.enter(ticket)
-        try:
-            await ticket
-        except BaseException:
-            if ticket.done() and not ticket.cancelled():
-                _pass_on(gate)  # the place came to us as we were cancelled: pass it on
-            else:
-                gate.withdraw(ticket)
-            raise
+    if gate.try_enter():
+        return
+    ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    gate.enter(ticket)
     try:
-        yield
-    finally:
-        _pass_on(gate)
+        await ticket
+    except BaseException:
+        if ticket.done() and not ticket.cancelled():
+            leave(gate)  # the place came to us as we were cancelled: pass it on
+        else:
+            gate.withdraw(ticket)
+        raise
 
 
-def _pass_on(gate: Gate) -> None:
+def leave(gate: Gate) -> None:
+    """Give back the place ``enter`` took: to the next in line, if one waits."""
     while True:
         following = gate.leave()
         if not isinstance(following, asyncio.Future):
@@ -133,3 +132,13 @@ def _pass_on(gate: Gate) -> None:
             following.set_result(None)
             return
         # cancelled while in line, before it withdrew: the place goes to the one after it
+
+
+@contextlib.asynccontextmanager
+async def turn(gate: Gate) -> AsyncIterator[None]:
+    """Wait for a place in flight, hold it for the ``async with`` body, and pass it on."""
+    await enter(gate)
+    try:
+        yield
+    finally:
+        leave(gate)

@@ -16,8 +16,10 @@ most ``adapter.amqp_connection_pool_size`` such idle connections per process): t
 ``adapter.amqp_connection_reuse`` is this one while multiplexing is on.
 
 A failure of the connection reaches every session on it (the shared connection tells each
-``ChannelLink``); this registry only forgets the connection.  docs/configuration.md says what
-the setting changes for the broker and for security.
+``ChannelLink``); this registry only forgets the connection.  The calls a client could make the
+broker answer with a connection error run on a probe of the session's own instead
+(adapter/amqp/probe.py): each link gets its ``Probe`` here, with the session's credentials.
+docs/configuration.md says what the setting changes for the broker and for security.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterable
 from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents
 from ..amqp.multiplex import SharedConnections
 from ..amqp.pool import PasscodeCheck
+from ..amqp.probe import Probe, ProbeOpener
 from ..amqp.shared import ChannelLink, PausedBytes, SharedConnection
 from ..mapping.operations import Delivery
 
@@ -93,6 +96,11 @@ class AmqpMultiplex:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._closing: set[SharedConnection] = set()  # closed during shutdown
+        # where a session's calls that the shared connection must not carry run (a probe of its
+        # own: adapter/amqp/probe.py); set by the server when its sessions can make such calls
+        # (adapter.declare_exchanges, the activemq profile), None otherwise: then no session's
+        # passcode is kept after its login
+        self.probes: ProbeOpener | None = None
         self.joined = 0  # logins that joined a shared connection
         self.opened = 0  # logins that opened one
 
@@ -116,6 +124,8 @@ class AmqpMultiplex:
                 self._close(self.shared.left(connection, now))
                 continue
             link.on_left = self._left
+            if self.probes is not None:
+                link.probe = Probe(self.probes, user, passcode, vhost)
             self.joined += 1
             return link
         return None
@@ -144,6 +154,8 @@ class AmqpMultiplex:
         self._close(stale)
         link = connection.new_link(events)
         link.on_left = self._left
+        if self.probes is not None:
+            link.probe = Probe(self.probes, user, passcode, vhost)
         self.opened += 1
         return link
 

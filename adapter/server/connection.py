@@ -561,6 +561,11 @@ class ClientConnection(asyncio.Protocol):
         self._amqp.nack(op.delivery_tag, op.multiple, op.requeue)
         self.nacks += 1
 
+    def _op_requeue_got(self, op: ops.RequeueGot, in_frame: bool) -> None:
+        assert self._amqp is not None
+        self._amqp.requeue_got(op.delivery_tags)  # on the link the gets ran on (the probe's)
+        self.nacks += len(op.delivery_tags)
+
     def _op_declare(self, op: ops.QueueDeclare, in_frame: bool) -> None:
         if not op.nowait:
             self._start_call(_amqp_call, op, in_frame)
@@ -1159,6 +1164,7 @@ INTERPRETER: dict[type, _Entry] = {
     ops.SendFrame: ClientConnection._op_send_frame,
     ops.BasicAck: ClientConnection._op_ack,
     ops.BasicNack: ClientConnection._op_nack,
+    ops.RequeueGot: ClientConnection._op_requeue_got,
     ops.Established: ClientConnection._op_established,
     ops.CloseClient: ClientConnection._op_close_client,
     ops.DeleteQueueOnClose: ClientConnection._op_delete_on_close,

@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ..mapping.profile import Profile
 from ..session import SessionSettings
 from .accept_pause import AcceptPause
 from .admission import AMQP_CLOSES_AT_ONCE, LOGINS_WAITING_PER_PLACE, Gate
+from .amqp_probe import Probes
 from .connection import ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
@@ -91,6 +93,14 @@ class Server:
         self.amqp_reuse = link.reuse
         # adapter.amqp_sessions_per_connection above 1: this process's shared connections, or None
         self.amqp_mux = link.mux
+        if self.amqp_mux is not None and (
+            session_settings.declare_exchanges
+            or session_settings.profile == Profile.ACTIVEMQ
+            or listening.activemq
+        ):
+            # its sessions can make calls the broker answers with a connection error (an
+            # exchange type it lacks, a browse of a stream): they run on probes of their own
+            self.amqp_mux.probes = Probes(self)
         # adapter.shared_subscriptions: the process's shared groups (the metrics read them)
         self.shared_subscriptions = session_settings.shared
         # every accepted socket until its transport reports connection_lost (also while a closed

@@ -68,6 +68,56 @@ class LoginServices(Protocol):
     logins: Gate  # adapter.max_logins_in_flight
 
 
+class OwnLoginServices(Protocol):
+    """What a login of the adapter's own uses of the server (``own_login``)."""
+
+    broker: BrokerSettings
+    nodes: BrokerNodes
+    login_timeout: float
+    descriptors: DescriptorWatch
+    stats: ServerStats
+    logins: Gate  # it takes its turn like a client's (adapter.max_logins_in_flight)
+
+
+@dataclass(slots=True)
+class _OwnLoginView:
+    """The server as such a login sees it: without the reuse pool or the shared connections."""
+
+    broker: BrokerSettings
+    nodes: BrokerNodes
+    login_timeout: float
+    descriptors: DescriptorWatch
+    stats: ServerStats
+    logins: Gate
+    amqp_reuse: AmqpReuse | None = None
+    amqp_mux: AmqpMultiplex | None = None
+
+
+def own_login(services: OwnLoginServices, loop: asyncio.AbstractEventLoop) -> BrokerLogin:
+    """The login of a connection the adapter opens on a logged-in session's behalf, with its
+    credentials (a shared subscription's: adapter/server/sharing.py; a probe:
+    adapter/server/amqp_probe.py): a connection of its own, never pooled, taken from the pool
+    nor multiplexed."""
+    return BrokerLogin(
+        _OwnLoginView(
+            services.broker,
+            services.nodes,
+            services.login_timeout,
+            services.descriptors,
+            services.stats,
+            services.logins,
+        ),
+        loop,
+    )
+
+
+def login_refused(result: ops.LoginResult) -> AmqpError:
+    """A refused ``own_login`` as the error the session's call meets: the session logged in
+    with these credentials before, so they changed since (or the broker is unreachable)."""
+    code = 403 if result.failure == "auth" else 530 if result.failure == "vhost" else 0
+    return AmqpError(code, f"ACCESS_REFUSED - {result.detail}" if code == 403 else result.detail)
+
+
 class BrokerLogin:
     """The AMQP side of one client's CONNECT (and of its connection's release at the end)."""
 

@@ -31,22 +31,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ..amqp.connection import AmqpConnection, AmqpError
 from ..amqp.pool import PasscodeCheck
 from ..mapping import operations as ops
 from ..session.fanout import Eviction, Member, Registry, SharedGroup
-from .login import BrokerLogin, BrokerSettings
+from .login import BrokerSettings, login_refused, own_login
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
     from .admission import Gate
-    from .amqp_mux import AmqpMultiplex
-    from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
@@ -86,21 +83,6 @@ class HubServices(Protocol):
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
 
-@dataclass(slots=True)
-class _LoginView:
-    """The server as a hub's login sees it: without the reuse pool or the shared connections (a
-    hub's connection is its own, never pooled, taken from the pool nor multiplexed)."""
-
-    broker: BrokerSettings
-    nodes: BrokerNodes
-    login_timeout: float
-    descriptors: DescriptorWatch
-    stats: ServerStats
-    logins: Gate
-    amqp_reuse: AmqpReuse | None = None
-    amqp_mux: AmqpMultiplex | None = None
-
-
 class SharedHub:
     """One shared group's AMQP connection (see the module docstring)."""
 
@@ -124,17 +106,7 @@ class SharedHub:
         """Log in with the first member's credentials, declare, consume, bind; ``ready`` says
         how it went (the members waiting for it raise its error, as a plain SUBSCRIBE would)."""
         services = self._services
-        login = BrokerLogin(
-            _LoginView(
-                services.broker,
-                services.nodes,
-                services.login_timeout,
-                services.descriptors,
-                services.stats,
-                services.logins,
-            ),
-            self._loop,
-        )
+        login = own_login(services, self._loop)
         try:
             result = await login.open(
                 ops.OpenConnection(user, password, vhost),
@@ -144,8 +116,7 @@ class SharedHub:
             )
             if isinstance(result, ops.LoginResult):
                 # the member logged in with these credentials moments ago: changed since
-                code = 403 if result.failure == "auth" else 530 if result.failure == "vhost" else 0
-                raise AmqpError(code, f"ACCESS_REFUSED - {result.detail}" if code == 403 else result.detail)
+                raise login_refused(result)
             self._amqp = result
             if self.closed:  # every waiting member left meanwhile
                 raise AmqpError(0, "shared subscription ended")

@@ -36,7 +36,6 @@ from ..mapping.operations import (
     BasicCancel,
     BasicConsume,
     BasicGet,
-    BasicNack,
     BasicPublish,
     BasicQos,
     Delivery,
@@ -46,6 +45,7 @@ from ..mapping.operations import (
     Operation,
     QueueBind,
     QueueDeclare,
+    RequeueGot,
     SendFrame,
 )
 from ..mapping.profile import BROWSE_BYTES, BROWSE_LIMIT, browses, dead_letter_copy, selector_lookup
@@ -187,8 +187,8 @@ class ActiveMQExtension(ProfileExtension):
         them, then a MESSAGE with ``browser:end``.  AMQP reads a queue only by taking its
         messages, so the browse takes them one by one with basic.get (unacknowledged: they stay
         the queue's), sends each matching one as a MESSAGE of the subscription, and then hands
-        them all back (basic.nack, requeue, one by one: the channel may hold other
-        subscriptions' deliveries), so RabbitMQ puts each back in its place; the queue's other
+        them all back (``RequeueGot``: basic.nack, requeue, one by one, where the gets ran),
+        so RabbitMQ puts each back in its place; the queue's other
         consumers see them again marked redelivered, and not while the browse lasts.  Bounded:
         at most ``BROWSE_LIMIT`` messages and ``BROWSE_BYTES`` of bodies (ActiveMQ's browser
         stops at its page size too); the adapter keeps only their delivery tags.  The
@@ -212,9 +212,9 @@ class ActiveMQExtension(ProfileExtension):
             data = host._frames.deliver(got)
             if data:  # b"": the selector does not match it
                 yield SendFrame(data)
-        # if the connection closes before this, the broker requeues them with the channel
-        for delivery_tag in taken:
-            yield BasicNack(delivery_tag, False, True)
+        # if the connection closes before this, the broker requeues them with the channel;
+        # also when none was taken (a probe that carried the gets closes: adapter/amqp/probe.py)
+        yield RequeueGot(tuple(taken))
         headers = [("destination", dest.raw), ("message-id", f"{tag}@@browser-end"), ("browser", "end")]
         if sub_id is not None:
             headers.insert(0, ("subscription", sub_id))

@@ -451,3 +451,161 @@ def test_an_undecodable_delivery_ends_only_the_session_it_was_for(
     assert got and got[-1][0] == "ERROR", got
     neighbour.round_trip(queue)
     neighbour.disconnect()
+
+
+# ------------------------------------------- requests the broker answers with a connection error
+# Two requests a client can make on purpose are answered by RabbitMQ with a connection error, not
+# a channel error: exchange.declare of a type it has no plugin for (503 command_invalid) and
+# basic.get on a stream (540 not_implemented).  They run on a probe connection of the session's
+# own (adapter/amqp/probe.py), so only the requester gets its ERROR, the one it gets without
+# multiplexing, and every other session on the shared connection stays served.
+
+
+class Pair:
+    """A bystander and a requester of the same user on one shared AMQP connection, both served
+    (each has sent and received a message on its own channel)."""
+
+    def __init__(self, adapter: AdapterProcess, broker: BrokerProbe) -> None:
+        self.before = amqp_client_ports()
+        self.bystander = Session(adapter.port)
+        self.requester = Session(adapter.port)
+        self.queue, own = unique("mux-by"), unique("mux-req")
+        broker.track_queue(self.queue, own)
+        self.bystander.round_trip(self.queue)
+        self.requester.round_trip(own)
+        self.shared = amqp_client_ports() - self.before
+        assert len(self.shared) == 1, self.shared
+
+    def bystander_served(self) -> None:
+        self.bystander.round_trip(self.queue)
+        assert self.shared <= amqp_client_ports()  # on the very connection the two shared
+
+    def only_the_shared_connection_left(self) -> bool:
+        return wait_for(lambda: amqp_client_ports() - self.before == self.shared, 10)
+
+
+def error_alone(adapter: AdapterProcess, frame: str) -> tuple[str, bytes]:
+    """The ERROR (message header, body) ``frame`` gets from an adapter without multiplexing."""
+    session = Session(adapter.port)
+    session.sock.sendall(frame.encode() + b"\0")
+    got = session.frames_until(("ERROR",))
+    assert got and got[-1][0] == "ERROR", got
+    return got[-1][1]["message"], got[-1][2]
+
+
+def probes_opened(adapter: AdapterProcess) -> int:
+    async def count() -> int:
+        mux = adapter.server.amqp_mux
+        assert mux is not None and mux.probes is not None
+        return mux.probes.opened
+
+    return int(adapter.run(count()))
+
+
+def test_declaring_an_exchange_type_the_broker_does_not_have_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    adapter = mux_adapter(start_adapter, declare_exchanges=True)
+    pair = Pair(adapter, broker)
+    name = unique("mux-decl")
+    broker.track_exchange(name)
+    frame = (
+        f"SEND\ndestination:/exchange/{name}/k\ndeclare-exchange:true\nexchange-type:x-no-such-type\n"
+        "receipt:r\n\nx"
+    )
+    got = pair.requester.send(frame)
+    command, headers, body = got[-1]
+    assert (command, headers.get("message")) == ("ERROR", "command_invalid"), got
+    assert b"x-no-such-type" in body
+    pair.bystander_served()
+    assert broker.management(f"/api/exchanges/%2F/{name}") is None
+    # exactly the ERROR a session with a connection of its own gets for the same frame
+    alone = start_adapter(declare_exchanges=True, amqp_sessions_per_connection=1)
+    assert (headers["message"], body) == error_alone(alone, frame)
+    assert pair.only_the_shared_connection_left()  # the probe is gone
+    pair.bystander_served()
+    pair.bystander.disconnect()
+
+
+def test_declaring_a_built_in_exchange_type_stays_on_the_shared_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """A built-in type cannot draw a connection error: it is declared on the session's own
+    channel, without a probe, and the SEND is published after it."""
+    adapter = mux_adapter(start_adapter, declare_exchanges=True)
+    pair = Pair(adapter, broker)
+    name, bound = unique("mux-decl"), unique("mux-bound")
+    broker.track_exchange(name)
+    declare = f"SEND\ndestination:/exchange/{name}/k\ndeclare-exchange:true\nexchange-type:direct\n"
+    got = pair.requester.send(declare + "receipt:r1\n\nx")
+    assert got[-1][0] == "RECEIPT", got
+    assert broker.management(f"/api/exchanges/%2F/{name}")["type"] == "direct"
+    broker.declare_queue(bound)
+    broker.bind(bound, name, "k")
+    got = pair.requester.send(declare + "receipt:r2\n\ny")
+    assert got[-1][0] == "RECEIPT", got
+    assert broker.wait_depth(bound, 1) == 1
+    assert probes_opened(adapter) == 0
+    pair.bystander_served()
+    pair.requester.disconnect()
+    pair.bystander.disconnect()
+
+
+def test_browsing_a_stream_ends_only_its_session(start_adapter: Any, broker: BrokerProbe) -> None:
+    adapter = mux_adapter(start_adapter, profile="activemq")
+    stream = unique("mux-stream")
+    broker.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
+    broker.publish("", stream, b"in the stream")
+    pair = Pair(adapter, broker)
+    frame = f"SUBSCRIBE\nid:b\ndestination:/amq/queue/{stream}\nbrowser:true\nreceipt:s\n\n"
+    pair.requester.sock.sendall(frame.encode() + b"\0")
+    got = pair.requester.frames_until(("ERROR",))
+    assert got and got[-1][0] == "ERROR" and got[-1][1].get("message") == "not_implemented", got
+    pair.bystander_served()
+    # exactly the ERROR a session with a connection of its own gets for the same frame
+    alone = start_adapter(profile="activemq", amqp_sessions_per_connection=1)
+    assert (got[-1][1]["message"], got[-1][2]) == error_alone(alone, frame)
+    assert pair.only_the_shared_connection_left()  # the probe is gone
+    pair.bystander_served()
+    pair.bystander.disconnect()
+
+
+def test_a_browse_runs_on_a_probe_and_leaves_every_message_in_order(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """A browse of a plain queue with multiplexing: the queue's messages, then browser:end; the
+    probe connection closes after the browse, every message is still on the queue, in order,
+    and both sessions go on."""
+    adapter = mux_adapter(start_adapter, profile="activemq")
+    pair = Pair(adapter, broker)
+    browsed = unique("mux-browse")
+    broker.track_queue(browsed)
+    for n in range(3):  # as the adapter declares a /queue/
+        got = pair.requester.send(f"SEND\ndestination:/queue/{browsed}\nreceipt:p{n}\n\nm{n}")
+        assert got[-1][0] == "RECEIPT", got
+    got = pair.requester.send(f"SUBSCRIBE\nid:b\ndestination:/queue/{browsed}\nbrowser:true\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    bodies = []
+    while True:
+        frames = pair.requester.frames_until(("MESSAGE",))
+        assert frames, "closed during the browse"
+        _command, headers, body = frames[-1]
+        if headers.get("browser") == "end":
+            break
+        bodies.append(body)
+    assert bodies == [b"m0", b"m1", b"m2"]
+    assert probes_opened(adapter) == 1
+    assert pair.only_the_shared_connection_left()  # the probe closed, handing them back
+    assert broker.wait_depth(browsed, 3) == 3
+    again = unique("mux-req")
+    broker.track_queue(again)
+    pair.requester.round_trip(again)  # the requester is still served
+    pair.bystander_served()
+    got = pair.bystander.send(f"SUBSCRIBE\nid:r\ndestination:/queue/{browsed}\nreceipt:r\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    seen = [f[2] for f in got if f[0] == "MESSAGE"]
+    while len(seen) < 3:
+        seen += [f[2] for f in pair.bystander.frames_until(("MESSAGE",)) if f[0] == "MESSAGE"]
+    assert seen == [b"m0", b"m1", b"m2"]
+    pair.requester.disconnect()
+    pair.bystander.disconnect()
