@@ -17,9 +17,10 @@ whatever else runs on the machine: its memory figure is as noisy as that is.
 Timings under load say so: this runs next to the broker on the same cores.
 
 ``--private-node`` runs every target against a RabbitMQ node of its own (the machine's
-RabbitMQ, started as the ``rabbitmq`` user with its own name, ports and directory through
-tests/cluster/rabbit.py, with the STOMP and management plugins), for when the machine's broker
-cannot take N more connections (its socket limit, or other users' connections).
+RabbitMQ, started as the ``rabbitmq`` user with its own name, ports and directory by
+tests/cluster/rabbit.py ``private_node``, as bench/scale.py starts its nodes, with the STOMP and
+management plugins), for when the machine's broker cannot take N more connections (its socket
+limit, or other users' connections).
 """
 
 from __future__ import annotations
@@ -29,45 +30,37 @@ import asyncio
 import base64
 import json
 import os
-import shutil
 import statistics
 import time
 import urllib.request
 import uuid
 from typing import Any
 
+from tests.cluster.rabbit import RabbitNode, private_node, remove_private_node
+
 from .services import AdapterProcess, raise_own_nofile
 from .stomp import StompClient, connect, frame
 
 MANAGEMENT = "http://127.0.0.1:15672"
+NODE_LABEL = "bench-fanout"  # the private node is bench-fanout-<pid>-1@localhost
 
 
-def private_node() -> Any:
-    """Start a node of our own with the STOMP and management plugins; returns (node, the STOMP
-    port, the management URL)."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    from tests.cluster import rabbit
-
-    scripts, prefix = rabbit._scripts_dir(), rabbit._as_rabbitmq()  # noqa: SLF001 - the test helper's
-    # runuser gives the node a soft file limit of 1024 (about 830 sockets): raise it to the hard one
-    prefix = [*prefix, "prlimit", "--nofile=20000:20000"]
-    amqp, dist, stomp_port, management = rabbit._free_ports(4)  # noqa: SLF001
-    base = Path(tempfile.mkdtemp(prefix="bench-fanout-"))
-    base.chmod(0o755)
-    node = rabbit.RabbitNode(f"bench-fanout-{amqp}@localhost", amqp, dist, base / "node", scripts, prefix)
+def start_private_node() -> tuple[RabbitNode, int, str]:
+    """Start a node of our own with the STOMP and management plugins, its soft file limit
+    raised to 20,000 (runuser's 1024 would allow about 830 sockets); returns (the node, its
+    STOMP port, its management URL).  ``remove_private_node`` stops and removes it."""
+    node, (stomp_port, management) = private_node(
+        NODE_LABEL, extra_ports=2, plugins=("rabbitmq_management", "rabbitmq_stomp"), nofile=20_000
+    )
+    node.config_lines = (
+        f"stomp.listeners.tcp.1 = 127.0.0.1:{stomp_port}",
+        f"management.tcp.port = {management}",
+        "management.tcp.ip = 127.0.0.1",
+    )
     node.write_files()
-    with (node.directory / "rabbitmq.conf").open("a") as conf:
-        conf.write(f"stomp.listeners.tcp.1 = 127.0.0.1:{stomp_port}\nmanagement.tcp.port = {management}\n")
-        conf.write("management.tcp.ip = 127.0.0.1\n")
-    (node.directory / "enabled_plugins").write_text("[rabbitmq_management,rabbitmq_stomp].\n")
-    for path in node.directory.iterdir():
-        shutil.chown(path, rabbit.USER, rabbit.USER)
     node.start()
     node.wait_started()
-    return node, stomp_port, f"http://127.0.0.1:{management}", base
+    return node, stomp_port, f"http://127.0.0.1:{management}"
 
 
 # the broker's memory categories that grow with connections, channels, queues and consumers (and
@@ -176,17 +169,16 @@ async def run_target(
 async def main_async(args: argparse.Namespace) -> int:
     global MANAGEMENT
     raise_own_nofile()
-    node = base = None
+    node = None
     if args.private_node:
-        node, args.plugin_port, MANAGEMENT, base = private_node()
+        node, args.plugin_port, MANAGEMENT = start_private_node()
         os.environ["STOMP_ADAPTER_AMQP_URL"] = node.url  # the adapters the bench starts
         print(f"private node {node.name}: AMQP {node.amqp_port}, STOMP {args.plugin_port}, {MANAGEMENT}")
     try:
         return await _run(args)
     finally:
         if node is not None:
-            node.stop()
-            shutil.rmtree(base, ignore_errors=True)
+            remove_private_node(node)
 
 
 async def _run(args: argparse.Namespace) -> int:

@@ -39,44 +39,12 @@ from adapter.config import Settings
 from adapter.mapping.properties import MessageProperties
 from adapter.server.connection import ClientConnection
 
+from .sinks import CountingSink
+
 BODY = b"x" * 1024
 
 
-class Sink:
-    """A transport that keeps nothing: counts the bytes and writes it is given."""
-
-    def __init__(self, peer: tuple[str, int] = ("127.0.0.1", 40000)) -> None:
-        self.bytes = 0
-        self.writes = 0
-        self._peer = peer
-
-    def write(self, data: bytes) -> None:
-        self.bytes += len(data)
-        self.writes += 1
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return self._peer if name == "peername" else default
-
-    def is_closing(self) -> bool:
-        return False
-
-    def can_write_eof(self) -> bool:
-        return False  # the adapter then closes at once instead of half-closing
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-class Recorder(Sink):
+class Recorder(CountingSink):
     """The client side during set-up: keeps the frames so the harness can wait for replies."""
 
     def __init__(self) -> None:
@@ -176,9 +144,9 @@ async def measure(
     assert amqp is not None
     real_amqp_transport = amqp._transport  # noqa: SLF001
     temp_queue = conn.session._temp_queues["micro"]  # type: ignore[union-attr]  # noqa: SLF001
-    amqp_sink = Sink()
+    amqp_sink = CountingSink()
     amqp._transport = amqp_sink  # type: ignore[assignment]  # noqa: SLF001
-    client_sink = Sink()
+    client_sink = CountingSink()
     conn.transport = client_sink  # type: ignore[assignment]
 
     send = f"SEND\ndestination:/queue/{queue}\ncontent-length:1024\n\n".encode() + BODY + b"\0"

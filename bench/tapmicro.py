@@ -23,6 +23,8 @@ from pathlib import Path
 from adapter.tap.proxy import Link, Tap, TapSettings
 from adapter.tap.writer import RecordWriter
 
+from .sinks import Sink
+
 BODY = b"x" * 1024
 DESTINATION = b"/queue/bench-7c5f8e-queue-adapter-r1-q"
 SEND = b"SEND\ndestination:" + DESTINATION + b"\ncontent-length:1024\n\n" + BODY + b"\0"
@@ -38,34 +40,6 @@ def message(n: int) -> bytes:
         + BODY
         + b"\0\n"
     )
-
-
-class Sink:
-    """A transport that keeps nothing."""
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def is_closing(self) -> bool:
-        return False
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 async def run(per_read: int, messages: int, mode: str) -> str:

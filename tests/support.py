@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import stomp
 
@@ -225,6 +225,93 @@ def frame_headers(raw: bytes) -> tuple[str, dict[str, str], bytes]:
         name, _, value = line.partition(":")
         headers.setdefault(name, value)
     return lines[0], headers, body
+
+
+Frame = tuple[str, dict[str, str], bytes]  # frame_headers' (command, headers, body)
+
+
+class RawSession:
+    """One STOMP 1.2 session on a raw socket, CONNECTed at once: ``command``, ``headers`` and
+    ``body`` are the adapter's answer, ``closed`` whether it closed the socket after it.  Later
+    frames are read as they come and handed out in order (the reuse and multiplexing tests).
+    Every socket it opens is in ``opened``, and closed after each integration test
+    (tests/integration/conftest.py); a test may add its own."""
+
+    opened: ClassVar[list[socket.socket]] = []
+
+    def __init__(self, port: int, login: str = "guest", passcode: str = "guest") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.opened.append(self.sock)
+        self.sock.sendall(
+            f"CONNECT\naccept-version:1.2\nhost:/\nlogin:{login}\npasscode:{passcode}\n\n\0".encode()
+        )
+        frames, self.closed = read_frames(self.sock, timeout=5, count=1)
+        assert frames, "no answer to CONNECT"
+        self.command, self.headers, self.body = frame_headers(frames[0])
+        self._data = b""
+        self._pending: list[Frame] = []
+
+    @classmethod
+    def close_opened(cls) -> None:
+        for sock in cls.opened:
+            sock.close()
+        cls.opened.clear()
+
+    def _more(self, deadline: float) -> bool:
+        self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            return False
+        self._data += chunk
+        *whole, self._data = self._data.split(b"\0")
+        self._pending += [frame_headers(raw.lstrip(b"\r\n")) for raw in whole if raw.strip(b"\r\n")]
+        return True
+
+    def frames_until(self, commands: tuple[str, ...], timeout: float = 5) -> list[Frame]:
+        """The frames received up to the first of ``commands`` (included); later ones wait.  If
+        the adapter closes the socket first: what came until then."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for index, frame in enumerate(self._pending):
+                if frame[0] in commands:
+                    got, self._pending = self._pending[: index + 1], self._pending[index + 1 :]
+                    return got
+            assert time.monotonic() < deadline, f"none of {commands} came: {self._pending}"
+            if not self._more(deadline):
+                got, self._pending = self._pending, []
+                return got
+
+    def send(self, frame: str) -> list[Frame]:
+        """Send ``frame`` (it must ask for a receipt) and return what came up to the RECEIPT (or
+        an ERROR)."""
+        self.sock.sendall(frame.encode() + b"\0")
+        return self.frames_until(("RECEIPT", "ERROR"))
+
+    def round_trip(self, queue: str) -> None:
+        """This session is served: a message it sends to ``queue`` comes back to it."""
+        body = unique("body").encode()
+        got = self.send(f"SUBSCRIBE\nid:{unique('rt')}\ndestination:/queue/{queue}\nreceipt:s\n\n")
+        assert got[-1][0] == "RECEIPT", got
+        got = self.send(f"SEND\ndestination:/queue/{queue}\nreceipt:p\n\n{body.decode()}")
+        assert got[-1][0] == "RECEIPT", got
+        while not any(frame[0] == "MESSAGE" and frame[2] == body for frame in got):
+            got = self.frames_until(("MESSAGE",))
+            assert got, "closed before the message came back"
+
+    def disconnect(self) -> None:
+        got = self.send("DISCONNECT\nreceipt:bye\n\n")
+        assert got[-1][0] == "RECEIPT", got
+        self.sock.close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` every 50 ms until it holds (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def run_amqp(amqp_url: str, work: Callable[[Any], Any]) -> Any:

@@ -51,6 +51,7 @@ __all__ = [
     "AmqpError",
     "BrokerCall",
     "BrokerEvents",
+    "DropChannelEvents",
     "HandshakeTimeout",
     "Phase",
     "client_properties_table",
@@ -89,6 +90,26 @@ class BrokerEvents(Protocol):
     def on_broker_backpressure(self, paused: bool) -> None: ...
 
     def on_read_done(self) -> None: ...
+
+
+class DropChannelEvents:
+    """The ``BrokerEvents`` of a connection that no session reads from (an idle pooled one, or
+    a shared one, whose channels' events go to their sessions): deliveries, confirms, cancels and
+    the end of a read are dropped; a subclass says what a close and a block mean to its owner."""
+
+    __slots__ = ()
+
+    def on_deliver(self, delivery: Delivery) -> None:
+        pass
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        pass
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        pass
+
+    def on_read_done(self) -> None:
+        pass
 
 
 class AmqpConnection(AmqpClient, asyncio.Protocol):

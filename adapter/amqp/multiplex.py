@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .pool import PasscodeCheck, PoolKey
+from .pool import Lifetime, PasscodeCheck, PoolKey
 
 Connection = TypeVar("Connection")
 
@@ -54,8 +54,7 @@ class SharedConnections(Generic[Connection]):
         if per_connection < 2:
             raise ValueError("multiplexing needs at least 2 sessions per connection")
         self.per_connection = per_connection
-        self.max_age_seconds = max_age_seconds
-        self.idle_seconds = idle_seconds
+        self.lifetime = Lifetime(idle_seconds, max_age_seconds)  # the pool's rule (pool.py)
         self.max_idle = max_idle
         self._by_key: dict[PoolKey, list[Shared[Connection]]] = {}
         self._entries: dict[int, Shared[Connection]] = {}  # by id(connection)
@@ -85,7 +84,7 @@ class SharedConnections(Generic[Connection]):
             matches = PasscodeCheck.same(entry.passcode_digest, passcode_digest)
             if entry.retired:
                 continue
-            if now - entry.authenticated_at >= self.max_age_seconds:
+            if self.lifetime.too_old(entry.authenticated_at, now):
                 entry.retired = True
                 continue
             has_room = entry.sessions < entry.capacity
@@ -167,7 +166,7 @@ class SharedConnections(Generic[Connection]):
         entry = self._entries.get(id(connection))
         if entry is None or entry.idle_since is None:
             return None
-        return min(entry.idle_since + self.idle_seconds, entry.authenticated_at + self.max_age_seconds)
+        return self.lifetime.expiry(entry.authenticated_at, entry.idle_since)
 
     def expired(self, now: float) -> list[Connection]:
         """Take out and return the idle connections whose time is up."""
@@ -175,10 +174,7 @@ class SharedConnections(Generic[Connection]):
             entry
             for entry in self._entries.values()
             if entry.idle_since is not None
-            and (
-                now - entry.idle_since >= self.idle_seconds
-                or now - entry.authenticated_at >= self.max_age_seconds
-            )
+            and self.lifetime.expired(entry.authenticated_at, entry.idle_since, now)
         ]
         for entry in gone:
             self._remove(entry)
@@ -186,7 +182,7 @@ class SharedConnections(Generic[Connection]):
 
     def next_expiry(self) -> float | None:
         deadlines = [
-            min(e.idle_since + self.idle_seconds, e.authenticated_at + self.max_age_seconds)
+            self.lifetime.expiry(e.authenticated_at, e.idle_since)
             for e in self._entries.values()
             if e.idle_since is not None
         ]

@@ -13,8 +13,9 @@ Two clocks bound what a pooled connection can outlive: ``idle_seconds`` since a 
 back, and ``max_age_seconds`` since the broker last authenticated the user on it, so that a
 password change reaches every new session within ``max_age_seconds`` even when sessions keep
 the connection busy (RabbitMQ closes a deleted user's connections itself).  ``max_size``
-bounds the idle connections of the pool (the oldest idle one goes first).  The asyncio side
-(adapter/server/amqp_pool.py) owns the connections, the timer and the closing.
+bounds the idle connections of the pool (the oldest idle one goes first).  The two clocks are
+``Lifetime``, the one rule for pooled connections and for idle shared ones (adapter/amqp/multiplex.py).
+The asyncio side (adapter/server/amqp_pool.py) owns the connections, the timer and the closing.
 """
 
 from __future__ import annotations
@@ -48,6 +49,29 @@ class PasscodeCheck:
         return hmac.compare_digest(left, right)
 
 
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """How long a connection kept for later logins may live, by two clocks: ``idle_seconds``
+    since its last session left, ``max_age_seconds`` since the broker last authenticated the
+    user on it.  Every time is the caller's clock."""
+
+    idle_seconds: float
+    max_age_seconds: float
+
+    def too_old(self, authenticated_at: float, now: float) -> bool:
+        """Authenticated ``max_age_seconds`` ago or more: no new session may use it, so that the
+        broker checks the password again."""
+        return now - authenticated_at >= self.max_age_seconds
+
+    def expired(self, authenticated_at: float, idle_since: float, now: float) -> bool:
+        """An idle connection must close: idle for ``idle_seconds``, or too old."""
+        return now - idle_since >= self.idle_seconds or self.too_old(authenticated_at, now)
+
+    def expiry(self, authenticated_at: float, idle_since: float) -> float:
+        """When an idle connection expires."""
+        return min(idle_since + self.idle_seconds, authenticated_at + self.max_age_seconds)
+
+
 @dataclass(slots=True)
 class Pooled(Generic[Connection]):
     connection: Connection
@@ -61,8 +85,7 @@ class ConnectionPool(Generic[Connection]):
     """Idle connections by key.  Every method takes ``now`` from the caller's clock."""
 
     def __init__(self, *, idle_seconds: float, max_age_seconds: float, max_size: int) -> None:
-        self.idle_seconds = idle_seconds
-        self.max_age_seconds = max_age_seconds
+        self.lifetime = Lifetime(idle_seconds, max_age_seconds)
         self.max_size = max_size
         self._idle: dict[PoolKey, list[Pooled[Connection]]] = {}
         self._count = 0
@@ -71,9 +94,7 @@ class ConnectionPool(Generic[Connection]):
         return self._count
 
     def _fresh(self, entry: Pooled[Connection], now: float) -> bool:
-        return (
-            now - entry.idle_since < self.idle_seconds and now - entry.authenticated_at < self.max_age_seconds
-        )
+        return not self.lifetime.expired(entry.authenticated_at, entry.idle_since, now)
 
     def take(self, key: PoolKey, passcode_digest: bytes, now: float) -> Pooled[Connection] | None:
         """The most recently returned idle connection of ``key`` whose passcode matches and that
@@ -136,7 +157,7 @@ class ConnectionPool(Generic[Connection]):
 
     def expiry_of(self, entry: Pooled[Connection]) -> float:
         """When ``entry`` expires (the caller's clock)."""
-        return min(entry.idle_since + self.idle_seconds, entry.authenticated_at + self.max_age_seconds)
+        return self.lifetime.expiry(entry.authenticated_at, entry.idle_since)
 
     def next_expiry(self) -> float | None:
         """When the next idle connection expires (the caller's clock), None with an empty pool."""

@@ -29,37 +29,24 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents
+from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents, DropChannelEvents
 from ..amqp.multiplex import SharedConnections
 from ..amqp.pool import PasscodeCheck
 from ..amqp.probe import Probe, ProbeOpener
 from ..amqp.shared import ChannelLink, PausedBytes, SharedConnection
-from ..mapping.operations import Delivery
 
 log = logging.getLogger(__name__)
 
 
-class _ConnectionEvents:
+class _ConnectionEvents(DropChannelEvents):
     """What a shared connection reports about itself (its channels' events go to their
-    sessions): a failure or a close forgets it; a block retires it."""
+    sessions; channel 0 carries none): a failure or a close forgets it; a block retires it."""
 
     __slots__ = ("_connection", "_mux")
 
     def __init__(self, mux: AmqpMultiplex, connection: SharedConnection) -> None:
         self._mux = mux
         self._connection = connection
-
-    def on_deliver(self, delivery: Delivery) -> None:
-        pass  # channel 0 carries none
-
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        pass
-
-    def on_server_cancel(self, consumer_tag: str) -> None:
-        pass
-
-    def on_read_done(self) -> None:
-        pass
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         self._mux.forget(self._connection)

@@ -303,43 +303,39 @@ class ServerCollector(Collector):
         yield brokers
         reuse = server.amqp_reuse  # adapter.amqp_connection_reuse (adapter/server/amqp_pool.py)
         if reuse is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_amqp_connections_pooled",
-                "idle AMQP connections in the reuse pool",
-                len(reuse.pool),
+            yield _gauge(
+                "amqp_connections_pooled", "idle AMQP connections in the reuse pool", len(reuse.pool)
             )
             yield _counter(
                 "amqp_connections_reused", "logins served by a pooled AMQP connection", reuse.reused
             )
         mux = server.amqp_mux  # adapter.amqp_sessions_per_connection (adapter/server/amqp_mux.py)
         if mux is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_amqp_connections_shared",
+            yield _gauge(
+                "amqp_connections_shared",
                 "AMQP connections that STOMP sessions share (idle ones included)",
                 len(mux.shared),
             )
-            yield GaugeMetricFamily(
-                f"{PREFIX}_amqp_shared_sessions",
-                "STOMP sessions on shared AMQP connections",
-                mux.shared.sessions,
+            yield _gauge(
+                "amqp_shared_sessions", "STOMP sessions on shared AMQP connections", mux.shared.sessions
             )
             yield _counter(
                 "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined
             )
         shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/session/fanout.py)
         if shared is not None:
-            yield GaugeMetricFamily(
-                f"{PREFIX}_shared_subscriptions",
+            yield _gauge(
+                "shared_subscriptions",
                 "shared topic subscriptions now (each one AMQP connection, queue and consumer)",
                 len(shared.groups),
             )
-            yield GaugeMetricFamily(
-                f"{PREFIX}_shared_subscribers",
+            yield _gauge(
+                "shared_subscribers",
                 "STOMP subscriptions served by a shared topic subscription now",
                 shared.members,
             )
-            yield GaugeMetricFamily(
-                f"{PREFIX}_shared_lag_bytes",
+            yield _gauge(
+                "shared_lag_bytes",
                 "bytes of shared subscriptions' MESSAGE frames waiting for their clients to read them, "
                 "as last measured (bounded by adapter.shared_subscription_lag_budget)",
                 shared.total_lag,
@@ -359,6 +355,10 @@ class ServerCollector(Collector):
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
 
 
 def _by_label(

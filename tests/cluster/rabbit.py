@@ -1,5 +1,6 @@
 """A private three-node RabbitMQ cluster on this machine, for tests/cluster (and one stand-alone
-private node with the STOMP plugins, for bench/scale.py: ``private_node``).
+private node with the STOMP plugins, for bench/scale.py and bench/fanout.py: ``private_node``;
+the benches import this module, so it must not import pytest).
 
 Owns starting, clustering, killing, restarting and removing the nodes.  Each node is the
 machine's own RabbitMQ (the ``rabbitmq-server`` on the PATH) run with its own node name
@@ -119,9 +120,9 @@ class RabbitNode:
     scripts: Path
     prefix: list[str]
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    # what a node of another user (bench/scale.py) needs beyond a cluster node: plugins, more
-    # rabbitmq.conf lines (their listeners), and the soft file limit the VM starts with (RabbitMQ
-    # sizes its socket limit from it)
+    # what a node of another user (bench/scale.py, bench/fanout.py) needs beyond a cluster node:
+    # plugins, more rabbitmq.conf lines (their listeners), and the soft file limit the VM starts
+    # with (RabbitMQ sizes its socket limit from it)
     plugins: tuple[str, ...] = ()
     config_lines: tuple[str, ...] = ()
     nofile: int | None = None
@@ -168,7 +169,7 @@ class RabbitNode:
             f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}\n"
             + "".join(f"{line}\n" for line in self.config_lines)
         )
-        # tests/cluster needs no plugin; bench/scale.py asks for the STOMP ones
+        # tests/cluster needs no plugin; the benches ask for the STOMP ones
         (d / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
         (d / "rabbitmq-env.conf").write_text("")
         for path in (d, *d.iterdir()):

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import BrokerProbe
+from tests.support import BrokerProbe, RawSession
 
 
 @pytest.fixture
@@ -15,3 +15,10 @@ def broker(amqp_url: str) -> Iterator[BrokerProbe]:
     probe = BrokerProbe(amqp_url)
     yield probe
     probe.close()
+
+
+@pytest.fixture(autouse=True)
+def close_raw_sessions() -> Iterator[None]:
+    """No RawSession outlives its test: the sockets they opened are closed after it."""
+    yield
+    RawSession.close_opened()

@@ -9,12 +9,20 @@ from __future__ import annotations
 import socket
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.support import AdapterProcess, BrokerProbe, amqp_client_ports, frame_headers, read_frames, unique
+from tests.support import (
+    AdapterProcess,
+    BrokerProbe,
+    RawSession,
+    amqp_client_ports,
+    read_frames,
+    unique,
+    wait_until,
+)
 
 IDLE_SECONDS = 1.5
 # the reuse pool itself: with --amqp-sessions-per-connection the shared connections replace it
@@ -24,50 +32,6 @@ pytestmark = pytest.mark.own_amqp_connection
 
 def reuse_adapter(start_adapter: Callable[..., AdapterProcess]) -> AdapterProcess:
     return start_adapter(amqp_connection_reuse=True, amqp_connection_idle_seconds=IDLE_SECONDS)
-
-
-class Session:
-    """One STOMP 1.2 session on a raw socket (closed at the end of the test)."""
-
-    opened: list[socket.socket] = []
-
-    def __init__(self, port: int, login: str = "guest", passcode: str = "guest") -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.opened.append(self.sock)
-        self.sock.sendall(
-            f"CONNECT\naccept-version:1.2\nhost:/\nlogin:{login}\npasscode:{passcode}\n\n\0".encode()
-        )
-        frames, self.closed = read_frames(self.sock, timeout=5, count=1)
-        assert frames, "no answer to CONNECT"
-        self.command, self.headers, self.body = frame_headers(frames[0])
-
-    def send(self, frame: str) -> list[tuple[str, dict[str, str], bytes]]:
-        """Send ``frame`` (it must ask for a receipt) and return what came up to the RECEIPT."""
-        self.sock.sendall(frame.encode() + b"\0")
-        got: list[tuple[str, dict[str, str], bytes]] = []
-        data = b""
-        deadline = time.monotonic() + 5
-        while not any(command in ("RECEIPT", "ERROR") for command, _, _ in got):
-            assert time.monotonic() < deadline, f"no RECEIPT for {frame!r}: {got}"
-            chunk = self.sock.recv(65536)
-            assert chunk, f"closed before the RECEIPT for {frame!r}: {got}"
-            data += chunk
-            *whole, data = data.split(b"\0")
-            got += [frame_headers(raw.lstrip(b"\r\n")) for raw in whole if raw.strip(b"\r\n")]
-        return got
-
-    def disconnect(self) -> None:
-        got = self.send("DISCONNECT\nreceipt:bye\n\n")
-        assert got[-1][0] == "RECEIPT", got
-        self.sock.close()
-
-
-@pytest.fixture(autouse=True)
-def close_sessions() -> Iterator[None]:
-    yield
-    for sock in Session.opened:
-        sock.close()
-    Session.opened.clear()
 
 
 def pooled(adapter: AdapterProcess) -> int:
@@ -95,32 +59,23 @@ def scrape(adapter: AdapterProcess) -> str:
     return str(adapter.run(text()))
 
 
-def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_a_second_connect_of_the_same_user_reuses_the_amqp_connection(start_adapter: Any) -> None:
     adapter = reuse_adapter(start_adapter)
     before = amqp_client_ports()
-    first = Session(adapter.port)
+    first = RawSession(adapter.port)
     assert first.command == "CONNECTED"
     ports = amqp_client_ports() - before
     assert len(ports) == 1
     first.disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     assert amqp_client_ports() - before == ports  # kept open, with no session
 
-    second = Session(adapter.port)
+    second = RawSession(adapter.port)
     assert second.command == "CONNECTED"
     assert amqp_client_ports() - before == ports  # the same AMQP connection, no new one
     assert reused(adapter) == 1 and pooled(adapter) == 0
     second.disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     series = scrape(adapter)
     assert "stomp_adapter_amqp_connections_reused_total 1.0" in series
     assert "stomp_adapter_amqp_connections_pooled 1.0" in series
@@ -128,9 +83,9 @@ def test_a_second_connect_of_the_same_user_reuses_the_amqp_connection(start_adap
 
 def test_a_wrong_passcode_on_a_pooled_user_is_refused_as_without_reuse(start_adapter: Any) -> None:
     adapter = reuse_adapter(start_adapter)
-    Session(adapter.port).disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
-    refused = Session(adapter.port, passcode="wrong")
+    RawSession(adapter.port).disconnect()
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
+    refused = RawSession(adapter.port, passcode="wrong")
     assert refused.command == "ERROR"
     assert refused.headers["message"] == "Bad CONNECT"
     assert refused.body == b"Access refused for user 'guest'\n"
@@ -145,10 +100,10 @@ def test_another_user_with_the_same_passcode_never_gets_the_pooled_connection(
     adapter = reuse_adapter(start_adapter)
     other = broker.create_user("guest", "reuse")  # the same passcode as guest
     before = amqp_client_ports()
-    Session(adapter.port).disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    RawSession(adapter.port).disconnect()
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     guest_port = amqp_client_ports() - before
-    session = Session(adapter.port, login=other, passcode="guest")
+    session = RawSession(adapter.port, login=other, passcode="guest")
     assert session.command == "CONNECTED"
     assert reused(adapter) == 0
     assert len(amqp_client_ports() - before - guest_port) == 1  # a connection of its own
@@ -161,24 +116,25 @@ def test_a_reused_connection_starts_clean(start_adapter: Any, broker: BrokerProb
     queue = unique("reuse")
     broker.declare_queue(queue, durable=True)
     broker.publish("", queue, b"one")
-    first = Session(adapter.port)
+    first = RawSession(adapter.port)
     got = first.send(
         f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:client\nprefetch-count:1\nreceipt:sub\n\n"
     )
     if not any(command == "MESSAGE" for command, _, _ in got):
-        got += [frame_headers(raw) for raw in read_frames(first.sock, timeout=5, count=1)[0]]
+        got += first.frames_until(("MESSAGE",))
     assert [command for command, _, _ in got].count("MESSAGE") == 1
     first.disconnect()  # the message was never acknowledged
     assert broker.wait_depth(queue, 1) == 1  # requeued: the channel and its consumer are gone
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
 
     broker.publish("", queue, b"two")
-    second = Session(adapter.port)
+    second = RawSession(adapter.port)
     assert reused(adapter) == 1
     got = second.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:auto\nreceipt:sub\n\n")
-    deadline = time.monotonic() + 5
-    while [command for command, _, _ in got].count("MESSAGE") < 2 and time.monotonic() < deadline:
-        got += [frame_headers(raw) for raw in read_frames(second.sock, timeout=1, count=1)[0]]
+    while [command for command, _, _ in got].count("MESSAGE") < 2:
+        more = second.frames_until(("MESSAGE",))
+        assert more, f"closed before both messages came: {got}"
+        got += more
     # no prefetch limit of 1 and no unacknowledged message left from the first session
     assert sorted(body for command, _, body in got if command == "MESSAGE") == [b"one", b"two"]
     second.disconnect()
@@ -191,7 +147,7 @@ def test_a_session_with_a_temp_queue_leaves_nothing_and_is_not_pooled(
     queue = unique("reuse")
     broker.declare_queue(queue, durable=True)
     before = amqp_client_ports()
-    session = Session(adapter.port)
+    session = RawSession(adapter.port)
     got = session.send(f"SEND\ndestination:/queue/{queue}\nreply-to:/temp-queue/r\nreceipt:s\n\nrequest")
     assert got[-1][0] == "RECEIPT", got
     message = broker.get(queue)
@@ -201,7 +157,7 @@ def test_a_session_with_a_temp_queue_leaves_nothing_and_is_not_pooled(
     session.disconnect()
     assert broker.wait_gone(temp_queue)
     assert pooled(adapter) == 0
-    assert wait_for(lambda: not amqp_client_ports() - before, 5)  # closed, not pooled
+    assert wait_until(lambda: not amqp_client_ports() - before, 5)  # closed, not pooled
 
 
 def test_a_session_with_a_topic_subscription_leaves_nothing_and_is_not_pooled(
@@ -210,7 +166,7 @@ def test_a_session_with_a_topic_subscription_leaves_nothing_and_is_not_pooled(
     adapter = reuse_adapter(start_adapter)
     key = unique("reuse")
     before = amqp_client_ports()
-    session = Session(adapter.port)
+    session = RawSession(adapter.port)
     got = session.send(f"SUBSCRIBE\nid:t\ndestination:/topic/{key}\nreceipt:sub\n\n")
     assert got[-1][0] == "RECEIPT", got
     queues = [b["destination"] for b in broker.exchange_bindings("amq.topic") if b["routing_key"] == key]
@@ -218,27 +174,27 @@ def test_a_session_with_a_topic_subscription_leaves_nothing_and_is_not_pooled(
     session.disconnect()
     assert broker.wait_gone(queues[0])
     assert pooled(adapter) == 0
-    assert wait_for(lambda: not amqp_client_ports() - before, 5)
+    assert wait_until(lambda: not amqp_client_ports() - before, 5)
 
 
 def test_a_session_whose_channel_failed_is_not_pooled(start_adapter: Any) -> None:
     adapter = reuse_adapter(start_adapter)
     before = amqp_client_ports()
-    session = Session(adapter.port)
+    session = RawSession(adapter.port)
     got = session.send(f"SUBSCRIBE\nid:x\ndestination:/amq/queue/{unique('missing')}\nreceipt:sub\n\n")
     assert got[0][0] == "ERROR", got  # the broker closed the channel (404)
     session.sock.close()
-    assert wait_for(lambda: not amqp_client_ports() - before, 5)
+    assert wait_until(lambda: not amqp_client_ports() - before, 5)
     assert pooled(adapter) == 0
 
 
 def test_idle_pooled_connections_close_after_the_idle_expiry(start_adapter: Any) -> None:
     adapter = reuse_adapter(start_adapter)
     before = amqp_client_ports()
-    Session(adapter.port).disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    RawSession(adapter.port).disconnect()
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     assert amqp_client_ports() - before
-    assert wait_for(lambda: pooled(adapter) == 0 and not amqp_client_ports() - before, IDLE_SECONDS + 5)
+    assert wait_until(lambda: pooled(adapter) == 0 and not amqp_client_ports() - before, IDLE_SECONDS + 5)
 
 
 def test_a_password_change_takes_effect_once_the_pooled_connection_expired(
@@ -246,13 +202,13 @@ def test_a_password_change_takes_effect_once_the_pooled_connection_expired(
 ) -> None:
     adapter = reuse_adapter(start_adapter)
     user = broker.create_user("old-secret", "reuse")
-    Session(adapter.port, login=user, passcode="old-secret").disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    RawSession(adapter.port, login=user, passcode="old-secret").disconnect()
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     broker.set_password(user, "new-secret")
-    assert wait_for(lambda: pooled(adapter) == 0, IDLE_SECONDS + 5)
-    refused = Session(adapter.port, login=user, passcode="old-secret")
+    assert wait_until(lambda: pooled(adapter) == 0, IDLE_SECONDS + 5)
+    refused = RawSession(adapter.port, login=user, passcode="old-secret")
     assert (refused.command, refused.body) == ("ERROR", f"Access refused for user '{user}'\n".encode())
-    accepted = Session(adapter.port, login=user, passcode="new-secret")
+    accepted = RawSession(adapter.port, login=user, passcode="new-secret")
     assert accepted.command == "CONNECTED"
     accepted.disconnect()
     assert reused(adapter) == 0
@@ -263,15 +219,15 @@ def test_a_new_passcode_accepted_by_the_broker_drops_the_old_pooled_connection(
 ) -> None:
     adapter = start_adapter(amqp_connection_reuse=True, amqp_connection_idle_seconds=60)
     user = broker.create_user("old-secret", "reuse")
-    Session(adapter.port, login=user, passcode="old-secret").disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    RawSession(adapter.port, login=user, passcode="old-secret").disconnect()
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     broker.set_password(user, "new-secret")
-    accepted = Session(adapter.port, login=user, passcode="new-secret")  # a fresh login
+    accepted = RawSession(adapter.port, login=user, passcode="new-secret")  # a fresh login
     assert accepted.command == "CONNECTED"
     assert reused(adapter) == 0
     assert pooled(adapter) == 0  # the old passcode's connection is gone at once, not after 60 s
     accepted.disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
 
 
 def test_a_deleted_user_is_refused_once_the_pooled_connection_is_gone(
@@ -281,21 +237,21 @@ def test_a_deleted_user_is_refused_once_the_pooled_connection_is_gone(
     at the latest the idle expiry closes it."""
     adapter = reuse_adapter(start_adapter)
     user = broker.create_user("secret", "reuse")
-    Session(adapter.port, login=user, passcode="secret").disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    RawSession(adapter.port, login=user, passcode="secret").disconnect()
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     broker.delete_user(user)
-    assert wait_for(lambda: pooled(adapter) == 0, IDLE_SECONDS + 5)
-    refused = Session(adapter.port, login=user, passcode="secret")
+    assert wait_until(lambda: pooled(adapter) == 0, IDLE_SECONDS + 5)
+    refused = RawSession(adapter.port, login=user, passcode="secret")
     assert refused.command == "ERROR" and refused.headers["message"] == "Bad CONNECT"
 
 
 def test_a_session_that_got_an_error_frame_is_not_pooled(start_adapter: Any) -> None:
     adapter = reuse_adapter(start_adapter)
     before = amqp_client_ports()
-    session = Session(adapter.port)
+    session = RawSession(adapter.port)
     got = session.send("SEND\ndestination:/queue/a/b\nreceipt:s\n\nx")  # not a valid destination
     assert got[0][0] == "ERROR", got
-    assert wait_for(lambda: not amqp_client_ports() - before, 5)
+    assert wait_until(lambda: not amqp_client_ports() - before, 5)
     assert pooled(adapter) == 0
 
 
@@ -303,10 +259,10 @@ def test_a_client_that_just_closes_its_socket_leaves_a_pooled_connection(start_a
     """Scripts that exit without DISCONNECT are the case reuse is for: the channel is closed
     and the connection pooled as after a DISCONNECT."""
     adapter = reuse_adapter(start_adapter)
-    session = Session(adapter.port)
+    session = RawSession(adapter.port)
     session.sock.close()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
-    again = Session(adapter.port)
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
+    again = RawSession(adapter.port)
     assert again.command == "CONNECTED" and reused(adapter) == 1
     again.disconnect()
 
@@ -320,7 +276,7 @@ def test_a_slow_reader_that_wrote_nothing_on_its_channel_leaves_no_paused_connec
     RECEIPT)."""
     adapter = reuse_adapter(start_adapter)
     slow = socket.socket()
-    Session.opened.append(slow)
+    RawSession.opened.append(slow)
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     slow.connect(("127.0.0.1", adapter.port))
     slow.settimeout(5)
@@ -350,7 +306,7 @@ def test_a_slow_reader_that_wrote_nothing_on_its_channel_leaves_no_paused_connec
     slow.close()
     queue = unique("reuse-after-pause")
     broker.track_queue(queue)
-    next_session = Session(adapter.port)
+    next_session = RawSession(adapter.port)
     assert next_session.command == "CONNECTED"
     got = next_session.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nreceipt:sub\n\n")
     assert got[-1][0] == "RECEIPT", got
@@ -366,10 +322,10 @@ def pooled_after_a_send(
     user = broker.create_user("pw", prefix="reuse-revoke")
     queue = unique("reuse-revoke")
     broker.track_queue(queue)
-    first = Session(adapter.port, user, "pw")
+    first = RawSession(adapter.port, user, "pw")
     assert first.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s1\n\nx")[-1][0] == "RECEIPT"
     first.disconnect()
-    assert wait_for(lambda: pooled(adapter) == 1, 5)
+    assert wait_until(lambda: pooled(adapter) == 1, 5)
     return adapter, user, queue
 
 
@@ -384,7 +340,7 @@ def test_revoked_write_permission_applies_to_the_next_session_on_a_pooled_connec
         "PUT",
         {"configure": ".*", "write": "^$", "read": ".*"},
     )
-    second = Session(adapter.port, user, "pw")
+    second = RawSession(adapter.port, user, "pw")
     assert second.command == "CONNECTED" and reused(adapter) == 1
     command, headers, body = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
     assert (command, headers["message"]) == ("ERROR", "access_refused")
@@ -399,9 +355,9 @@ def test_revoked_vhost_access_connects_on_a_pooled_connection_and_refuses_its_fi
     ERROR access_refused (a fresh login would get the CONNECT refused)."""
     adapter, user, queue = pooled_after_a_send(start_adapter, broker)
     broker.management(f"/api/permissions/%2F/{urllib.parse.quote(user, safe='')}", "DELETE")
-    second = Session(adapter.port, user, "pw")
+    second = RawSession(adapter.port, user, "pw")
     assert second.command == "CONNECTED" and reused(adapter) == 1
     command, headers, _ = second.send(f"SEND\ndestination:/queue/{queue}\nreceipt:s2\n\ny")[-1]
     assert (command, headers["message"]) == ("ERROR", "access_refused")
-    fresh = Session(adapter.port, user, "pw")  # the failed session's connection was not pooled
+    fresh = RawSession(adapter.port, user, "pw")  # the failed session's connection was not pooled
     assert fresh.command == "ERROR"

@@ -1,5 +1,6 @@
 """The pure rules of AMQP connection reuse (adapter/amqp/pool.py): keying, the passcode check,
-expiry and the cap, with an injected clock and plain strings standing in for connections."""
+expiry (``Lifetime``, shared with multiplexing's idle connections) and the cap, with an injected
+clock and plain strings standing in for connections."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from adapter.amqp import wire
 from adapter.amqp.connection import client_properties_table, server_properties
-from adapter.amqp.pool import ConnectionPool, PasscodeCheck, Pooled, may_return
+from adapter.amqp.pool import ConnectionPool, Lifetime, PasscodeCheck, Pooled, may_return
 
 NODE = "amqp://127.0.0.1:5672"
 SECRET = b"k" * 32
@@ -69,6 +70,25 @@ def test_the_most_recently_returned_matching_one_is_taken() -> None:
     connections.put(entry("new", at=2.0))
     taken = connections.take((NODE, "/", "alice"), digest("secret"), now=3.0)
     assert taken is not None and taken.connection == "new"
+
+
+def test_lifetime_ends_at_the_first_of_its_two_clocks() -> None:
+    life = Lifetime(idle_seconds=5.0, max_age_seconds=20.0)
+    # idle clock first: authenticated at 0, idle since 10, so 15 < 20
+    assert life.expiry(authenticated_at=0.0, idle_since=10.0) == 15.0
+    assert not life.expired(0.0, 10.0, now=14.9)
+    assert life.expired(0.0, 10.0, now=15.0)  # at the deadline itself, not after it
+    # age clock first: idle since 18, but authenticated at 0, so 20 < 23
+    assert life.expiry(authenticated_at=0.0, idle_since=18.0) == 20.0
+    assert not life.expired(0.0, 18.0, now=19.9)
+    assert life.expired(0.0, 18.0, now=20.0)
+
+
+def test_lifetime_too_old_counts_from_the_login_only() -> None:
+    life = Lifetime(idle_seconds=5.0, max_age_seconds=20.0)
+    assert not life.too_old(authenticated_at=3.0, now=22.9)
+    assert life.too_old(authenticated_at=3.0, now=23.0)
+    assert life.too_old(authenticated_at=3.0, now=100.0)
 
 
 def test_idle_connections_expire() -> None:
