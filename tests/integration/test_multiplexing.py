@@ -390,8 +390,8 @@ class Pair:
 
     def __init__(self, adapter: AdapterProcess, broker: BrokerProbe) -> None:
         self.before = amqp_client_ports()
-        self.bystander = Session(adapter.port)
-        self.requester = Session(adapter.port)
+        self.bystander = RawSession(adapter.port)
+        self.requester = RawSession(adapter.port)
         self.queue, own = unique("mux-by"), unique("mux-req")
         broker.track_queue(self.queue, own)
         self.bystander.round_trip(self.queue)
@@ -404,12 +404,12 @@ class Pair:
         assert self.shared <= amqp_client_ports()  # on the very connection the two shared
 
     def only_the_shared_connection_left(self) -> bool:
-        return wait_for(lambda: amqp_client_ports() - self.before == self.shared, 10)
+        return wait_until(lambda: amqp_client_ports() - self.before == self.shared, 10)
 
 
 def error_alone(adapter: AdapterProcess, frame: str) -> tuple[str, bytes]:
     """The ERROR (message header, body) ``frame`` gets from an adapter without multiplexing."""
-    session = Session(adapter.port)
+    session = RawSession(adapter.port)
     session.sock.sendall(frame.encode() + b"\0")
     got = session.frames_until(("ERROR",))
     assert got and got[-1][0] == "ERROR", got
