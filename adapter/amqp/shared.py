@@ -158,9 +158,16 @@ class SharedConnection(AmqpConnection):
             return
         self._closed_channel_method(channel, payload)
 
+    # A delivery may be completed by its content frames alone, in a read after its method's
+    # (a body larger than one read, TCP segments split anywhere): the content routes mark
+    # their link as having had frames in this read too, or its MESSAGE would wait for the
+    # next method of its channel.
     def _route_header(self, payload: bytes) -> None:
         link = self.links.get(self._reader.channel)
         if link is not None:
+            if not link.in_read:
+                link.in_read = True
+                self._touched.append(link)
             link.header_bytes = len(payload)  # what the properties cost, should the link be paused
             try:
                 link._on_content_header(payload)  # noqa: SLF001
@@ -170,6 +177,9 @@ class SharedConnection(AmqpConnection):
     def _route_body(self, payload: bytes | memoryview) -> None:
         link = self.links.get(self._reader.channel)
         if link is not None:
+            if not link.in_read:
+                link.in_read = True
+                self._touched.append(link)
             try:
                 link._on_body(payload)  # noqa: SLF001
             except Exception as error:  # noqa: BLE001

@@ -107,6 +107,33 @@ def test_closing_the_shared_connection_reaches_every_session(start_adapter: Any,
     fresh.disconnect()
 
 
+def test_a_message_larger_than_one_read_reaches_its_subscriber(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """A delivery whose last frames come in a read without any method of its channel (here a
+    body of 1 MiB: the adapter reads at most 256 KiB at a time, so the read that completes the
+    delivery holds body frames only; the same happens to a small message whose frames TCP
+    splits) is written to its client in that read, not held until the next method of its
+    channel.  The subscriber's channel sees nothing else: the publisher is another session, its
+    SEND without a receipt (no confirm)."""
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    subscriber, publisher = Session(adapter.port), Session(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    got = subscriber.send(f"SUBSCRIBE\nid:big\ndestination:/queue/{queue}\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    body = b"b" * (1024 * 1024)
+    publisher.sock.sendall(
+        f"SEND\ndestination:/queue/{queue}\ncontent-length:{len(body)}\n\n".encode() + body + b"\0"
+    )
+    assert len(amqp_client_ports() - before) == 1  # both on one shared connection
+    got = subscriber.frames_until(("MESSAGE", "ERROR"))
+    assert got and got[-1][0] == "MESSAGE" and got[-1][2] == body, [frame[:2] for frame in got]
+    subscriber.disconnect()
+    publisher.disconnect()
+
+
 def test_a_wrong_passcode_is_refused_by_the_broker(start_adapter: Any, broker: BrokerProbe) -> None:
     adapter = mux_adapter(start_adapter)
     password = unique("pw")

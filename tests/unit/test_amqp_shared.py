@@ -81,6 +81,43 @@ async def test_deliveries_and_confirms_reach_the_session_of_their_channel_even_i
     assert events_one.reads == 2 and events_two.reads == 3
 
 
+class FlushingEvents(Events):
+    """A session as ``ClientConnection`` is one: it writes the MESSAGEs of its deliveries to
+    its client only at ``on_read_done``; ``written`` is what reached the client so far."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+
+    def on_read_done(self) -> None:
+        super().on_read_done()
+        self.written = [d.body for d in self.deliveries]
+
+
+async def test_a_delivery_completed_by_content_frames_alone_reaches_the_client_in_that_read() -> None:
+    """A delivery's frames may arrive over several reads (a body larger than one read, or TCP
+    segments split anywhere): the read that completes it may hold only its content frames, no
+    method of its channel.  Its session must still be told the read is done (and write the
+    MESSAGE then), not only when the next method of its channel comes, which may be never."""
+    connection, _transport = await open_shared()
+    events = FlushingEvents()
+    link = connection.new_link(events)  # type: ignore[arg-type]
+    link.publish("", "q", MessageProperties(), b"hi")  # opens the channel
+    link.flush()
+    connection.data_received(broker((commands.Channel.OpenOk(), link.channel)))
+    connection.data_received(broker(deliver(link.channel, 1, b"")[0]))  # the method alone
+    connection.data_received(broker((header.ContentHeader(0, 6, commands.Basic.Properties()), link.channel)))
+    connection.data_received(broker((body.ContentBody(b"one "), link.channel)))
+    assert events.written == []  # not complete yet
+    connection.data_received(broker((body.ContentBody(b"go"), link.channel)))
+    assert events.written == [b"one go"]
+    # a delivery with an empty body is completed by its content header
+    method, content_header, _ = deliver(link.channel, 2, b"")
+    connection.data_received(broker(method))
+    connection.data_received(broker(content_header))
+    assert events.written == [b"one go", b""]
+
+
 async def test_a_channel_error_ends_only_its_session() -> None:
     connection, transport, (victim, neighbour), (victim_events, neighbour_events) = await two_sessions()
     call = asyncio.ensure_future(victim.execute(BasicQos(prefetch_count=1)))
