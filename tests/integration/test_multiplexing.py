@@ -118,7 +118,7 @@ def test_a_message_larger_than_one_read_reaches_its_subscriber(
     SEND without a receipt (no confirm)."""
     adapter = mux_adapter(start_adapter)
     before = amqp_client_ports()
-    subscriber, publisher = RawSession(adapter.port), Session(adapter.port)
+    subscriber, publisher = RawSession(adapter.port), RawSession(adapter.port)
     queue = unique("mux")
     broker.track_queue(queue)
     got = subscriber.send(f"SUBSCRIBE\nid:big\ndestination:/queue/{queue}\nreceipt:s\n\n")
