@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents
+from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents, SessionLink
 from ..amqp.multiplex import SharedConnections
 from ..amqp.pool import PasscodeCheck
 from ..amqp.shared import ChannelLink, PausedBytes, SharedConnection
@@ -128,7 +128,7 @@ class AmqpMultiplex:
         vhost: str,
         passcode: str,
         events: BrokerEvents,
-    ) -> AmqpConnection:
+    ) -> SessionLink:
         """A fresh login succeeded: share its connection; returns the session's channel."""
         if not isinstance(connection, SharedConnection):
             return connection  # a test's opener

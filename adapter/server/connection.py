@@ -34,7 +34,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp import wire
-from ..amqp.connection import AmqpConnection, AmqpError
+from ..amqp.connection import AmqpError, SessionLink
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
@@ -222,7 +222,7 @@ class ClientConnection(asyncio.Protocol):
             self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=False
         )
         self._parser = FrameParser(self._settings.unauthenticated_limits)
-        self._amqp: AmqpConnection | None = None
+        self._amqp: SessionLink | None = None
         self._out: list[bytes] = []
         self._out_large = False  # _out holds a large MESSAGE: write with writelines, unjoined
         self._flush_handle: asyncio.Handle | None = None
@@ -375,7 +375,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _pump_batch(self) -> None:
         """Handle the frames available now, then write what they produced: publishes and acks
-        to the broker (AmqpConnection only buffers them), then RECEIPTs and ERRORs to the
+        to the broker (the AMQP link only buffers them), then RECEIPTs and ERRORs to the
         client, one write per socket."""
         self._in_read = True
         try:
@@ -657,7 +657,7 @@ class ClientConnection(asyncio.Protocol):
             return result
         return self._logged_in(result)
 
-    def _logged_in(self, amqp: AmqpConnection) -> ops.LoginResult:
+    def _logged_in(self, amqp: SessionLink) -> ops.LoginResult:
         if self._closed:  # by the login timeout, while the broker answered
             if not self._login.reusing:
                 amqp.close_nowait()
@@ -750,7 +750,7 @@ class ClientConnection(asyncio.Protocol):
             # with the plugin, which finishes a frame before it handles deliveries.
             self._held.append(data)
             return
-        # called from AmqpConnection.data_received, whose on_read_done flushes: no scheduling
+        # called within a read of the broker's socket, whose on_read_done flushes: no scheduling
         self._out.append(data)
         if len(delivery.body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
@@ -1097,7 +1097,7 @@ class ClientConnection(asyncio.Protocol):
         else:
             self._set_done()
 
-    async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
+    async def _close_amqp(self, amqp: SessionLink, delete_queues: list[str]) -> None:
         """Close (or pool) the AMQP connection, in its turn (at most AMQP_CLOSES_AT_ONCE at
         once: adapter/server/admission.py); cancelled (the shutdown's deadline), drop it."""
         try:
@@ -1114,7 +1114,7 @@ class ClientConnection(asyncio.Protocol):
             amqp.drop()
             raise
 
-    async def _release_amqp(self, amqp: AmqpConnection, *, queues_to_delete: bool) -> None:
+    async def _release_amqp(self, amqp: SessionLink, *, queues_to_delete: bool) -> None:
         await self._login.release(
             amqp, queues_to_delete=queues_to_delete, session_failed=bool(self.session.errors_sent)
         )

@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..amqp.connection import AmqpConnection, AmqpError
+from ..amqp.connection import AmqpError, SessionLink
 from ..amqp.pool import PasscodeCheck
 from ..mapping import operations as ops
 from ..session.fanout import Eviction, Member, Registry, SharedGroup
@@ -114,7 +114,7 @@ class SharedHub:
         self._registry = registry
         self._services = services
         self._loop = loop
-        self._amqp: AmqpConnection | None = None
+        self._amqp: SessionLink | None = None
         self._queue = ""
         self.ready: asyncio.Future[None] = loop.create_future()
         self.closed = False
@@ -261,7 +261,7 @@ class SharedHub:
             return
         self._services.spawn(self._close_amqp(amqp, self._queue if self.error is None else ""))
 
-    async def _close_amqp(self, amqp: AmqpConnection, queue: str) -> None:
+    async def _close_amqp(self, amqp: SessionLink, queue: str) -> None:
         try:
             if queue and amqp.is_open:
                 async with asyncio.timeout(_CLOSE_TIMEOUT):
