@@ -68,12 +68,10 @@ class AmqpLinkGlue:
             amqp, queues_to_delete=bool(self.delete_on_close), session_failed=session_failed
         )
 
-    def close(
-        self, amqp: SessionLink | None, peer: str, *, session_failed: bool, done: Callable[[], None]
-    ) -> None:
+    def close(self, amqp: SessionLink, peer: str, *, session_failed: bool, done: Callable[[], None]) -> None:
         """The connection has ended: delete its queues and give its link back in the
-        background, then call ``done`` (at once if there is no open link)."""
-        if amqp is None or not amqp.is_open:
+        background, then call ``done`` (at once if the link is closed already)."""
+        if not amqp.is_open:
             done()
             return
         task = self._server.spawn(self._close(amqp, peer, session_failed))

@@ -1022,7 +1022,6 @@ class ClientConnection(asyncio.Protocol):
         self._heartbeats.stop()
         self._guard.release()
         self.session.on_closed()  # activemq profile: frees its client-id
-        amqp = self._let_go()
         if self._steps is not None:
             self._steps.close()
             self._steps = None
@@ -1030,19 +1029,24 @@ class ClientConnection(asyncio.Protocol):
             self._confirm_waiter.cancel()
         if self._finished:
             return
+        amqp = self._let_go()
         self._enter(Lifecycle.FINISHED)
         for reason in list(self.paused_since):
             self._end_pause_clock(reason)
         self._server.add_finished(self)
         connection_log.closed(self)
-        session_failed = bool(self.session.errors_sent)
-        self._link_glue.close(amqp, self.peer, session_failed=session_failed, done=self._set_done)
+        if amqp is None:
+            self._set_done()
+        else:
+            failed = bool(self.session.errors_sent)
+            self._link_glue.close(amqp, self.peer, session_failed=failed, done=self._set_done)
 
     def _let_go(self) -> SessionLink | None:
         """The session is done with its AMQP link: leave the queue dispatchers (before the
         channel closes, so its unacknowledged messages requeue) and the shared groups; the link,
         if any, is the caller's to give back."""
-        self._leave_dispatchers()
+        if self._dispatch is not None:
+            self._leave_dispatchers()
         if self._shared is not None:
             self._shared.leave_all()
         amqp, self._amqp = self._amqp, None

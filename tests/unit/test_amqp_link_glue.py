@@ -78,14 +78,13 @@ async def test_closes_take_their_turn_and_a_shutdown_drops_the_one_waiting() -> 
     assert link.dropped and not link.closed and done == [True]
 
 
-async def test_without_an_open_link_it_is_done_at_once() -> None:
+async def test_a_link_closed_already_is_done_at_once() -> None:
     glue, services = make()
     done: list[bool] = []
-    glue.close(None, "peer", session_failed=False, done=lambda: done.append(True))
     closed = FakeAmqp(None)
-    closed.is_open = False
+    closed.is_open = False  # the broker closed it
     glue.close(closed, "peer", session_failed=False, done=lambda: done.append(True))  # type: ignore[arg-type]
-    assert done == [True, True] and services.tasks == [] and not closed.closed
+    assert done == [True] and services.tasks == [] and not closed.closed
 
 
 async def test_a_link_that_came_after_its_client_left_is_closed_or_given_back() -> None:
