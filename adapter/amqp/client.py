@@ -5,9 +5,11 @@ Owns everything about an AMQP connection that is not a socket or a clock: the ha
 password forgotten at open-ok), the connection's phases and the one table of their transitions,
 the lazily opened channel, the one synchronous call at a time, delivery assembly (method,
 content header, body frames), publisher confirms, the broker's closes and cancels, and the
-publish / ack / nack / declare encoding.  Two thin shells drive it: the server's asyncio link
-(``connection.AmqpConnection``: socket, futures, heart-beat timer, flow control, reuse) and the
-Spark reader's blocking client (``adapter/spark/broker.py``: a blocking socket and deadlines).
+publish / ack / nack / declare encoding.  Thin shells drive it: the server's asyncio links
+(``link.AsyncClient``, the future of the one call; ``connection.AmqpConnection``: socket,
+handshake future, heart-beat timer, flow control, reuse; ``shared.ChannelLink``: one channel on a
+shared connection) and the Spark reader's blocking client (``adapter/spark/broker.py``: a
+blocking socket and deadlines).
 
 Bytes in: a shell hands what it read to ``self._reader.feed`` (the ``FrameReader``, one call
 per read); bytes out: everything to send is appended to ``self._out``, which the shell writes
@@ -656,7 +658,7 @@ class AmqpClient:
             if isinstance(op, ConfirmSelect):
                 return wire.confirm_select(channel), wire.CONFIRM_SELECT_OK
             if isinstance(op, BasicGet):
-                # the reply is get-ok (this one) or get-empty (AmqpConnection.execute waits for both)
+                # the reply is get-ok (this one) or get-empty (AsyncClient.execute waits for both)
                 self._get_tag = op.consumer_tag
                 return wire.basic_get(channel, op.queue), wire.BASIC_GET_OK
             assert_never(op)

@@ -1,13 +1,16 @@
-"""The broker link of one STOMP client: the asyncio shell over the sans-IO AMQP client.
+"""The broker link of one STOMP client with an AMQP connection of its own: the asyncio shell
+over the sans-IO AMQP client.
 
 Owns the socket to RabbitMQ and everything that needs the event loop: ``open()`` with its
 timeout and the contract with the login's node loop (which failures are the broker refusing and
-which a node failing, TLS included), the futures of the handshake and of the one synchronous
-call, the flush of the output buffer (once per event-loop iteration, so a burst of publishes or
-acks costs one ``send()``), flow control in both directions, the heart-beat timer, channel
-recycling for connection reuse, and closing.  What the bytes mean (handshake, phases, deliveries,
-confirms, closes, encoding) is ``client.AmqpClient``'s, which this class extends: the
-per-message methods the shell calls (``publish``, ``ack``, ``nack``) are the core's own.
+which a node failing, TLS included), the future of the handshake, the flush of the output buffer
+(once per event-loop iteration, so a burst of publishes or acks costs one ``send()``), flow
+control in both directions, the heart-beat timer, channel recycling for connection reuse, and
+closing.  What the bytes mean (handshake, phases, deliveries, confirms, closes, encoding) is
+``client.AmqpClient``'s, and the one synchronous call's future ``link.AsyncClient``'s, which this
+class extends: the per-message methods the shell calls (``publish``, ``ack``, ``nack``) are the
+core's own.  It is one of the two kinds of ``link.SessionLink``; the other is a channel on a
+shared connection (adapter/amqp/shared.py).
 
 Why not aio-pika's connection here: it costs ~115 µs of CPU and one socket write per message
 (docs/performance.md); and a robust (reconnecting) connection is the wrong tool for a per-client
@@ -25,22 +28,22 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import Protocol, cast
+from typing import cast
 
 from ..liveness import Liveness
-from ..mapping.operations import BasicGet, Delivery, QueueDeclare
+from ..mapping.operations import Delivery
 from . import wire
 from .client import (
     CHANNEL,
     CLIENT_CAPABILITIES,
-    AmqpClient,
     BrokerCall,
     Phase,
     UnexpectedMethod,
     client_properties_table,
     server_properties,
 )
-from .errors import REPLY_CODE_NAMES, AmqpError, stomp_error
+from .errors import REPLY_CODE_NAMES, AmqpError
+from .link import AsyncClient, BrokerEvents, SessionLink
 from .pool import PoolKey
 
 __all__ = [
@@ -54,6 +57,7 @@ __all__ = [
     "DropChannelEvents",
     "HandshakeTimeout",
     "Phase",
+    "SessionLink",
     "client_properties_table",
     "monotonic",
     "server_properties",
@@ -78,20 +82,6 @@ class HandshakeTimeout(TimeoutError):
         self.step = step
 
 
-class BrokerEvents(Protocol):
-    def on_deliver(self, delivery: Delivery) -> None: ...
-
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None: ...
-
-    def on_server_cancel(self, consumer_tag: str) -> None: ...
-
-    def on_amqp_closed(self, error: AmqpError) -> None: ...
-
-    def on_broker_backpressure(self, paused: bool) -> None: ...
-
-    def on_read_done(self) -> None: ...
-
-
 class DropChannelEvents:
     """The ``BrokerEvents`` of a connection that no session reads from (an idle pooled one, or
     a shared one, whose channels' events go to their sessions): deliveries, confirms, cancels and
@@ -112,14 +102,16 @@ class DropChannelEvents:
         pass
 
 
-class AmqpConnection(AmqpClient, asyncio.Protocol):
-    _events: BrokerEvents
+class AmqpConnection(AsyncClient, asyncio.Protocol):
+    """A session's link with a connection of its own (``SessionLink``; the shared connection
+    extends it, adapter/amqp/shared.py)."""
 
     def __init__(
         self, events: BrokerEvents, *, heartbeat: int, connection_name: str, reusable: bool = False
     ) -> None:
         super().__init__(
             events,
+            asyncio.get_running_loop(),
             heartbeat=heartbeat,
             client_properties=client_properties_table(connection_name),
             reusable=reusable,
@@ -128,16 +120,10 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
         # authenticated this connection with (adapter/server/amqp_pool.py)
         self.pool_identity: tuple[PoolKey, bytes, float] | None = None
         self._connection_name = connection_name
-        self._loop = asyncio.get_running_loop()
-        self._transport: asyncio.Transport | None = None
-        self._flush_handle: asyncio.Handle | None = None
-        # the call waiting for its reply: a str or None, or a basic.get's Delivery
-        self._rpc: asyncio.Future[object] | None = None
         self._handshake: asyncio.Future[None] = self._loop.create_future()
         # open() handed this link to its caller; until then no failure is the session's news
         self._opened = False
         self._failed_before_handover: AmqpError | None = None
-        self._closing = False  # the session has been told the link failed, or we are closing
         self._reading_paused = False
         self._paused_writing = False
         self._closed: asyncio.Future[None] = self._loop.create_future()
@@ -250,18 +236,7 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
     def _close_ok_received(self) -> None:
         self._close_transport()
 
-    def _encode_failed(self, error: wire.EncodeError) -> Exception:
-        return stomp_error(error)
-
     # --------------------------------------------------------------------- writing
-    def _schedule_flush(self) -> None:
-        if self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_handle = None
-        self.flush()
-
     def flush(self) -> None:
         """Write what is buffered now (see ClientConnection.flush)."""
         out = self._out
@@ -295,55 +270,7 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
             self._transport.resume_reading()
 
     # --------------------------------------------------------------------- synchronous calls
-    # publish, ack, nack and declare_nowait are the core's: they only buffer, and the client
-    # connection that owns this link calls flush() after every batch of STOMP frames it
-    # handles.  Scheduling a flush per call instead would cost an extra event-loop turn (a
-    # zero-timeout poll) for every read.
-    async def execute(self, op: BrokerCall) -> str | Delivery | None:
-        """One of the session's synchronous operations as its AMQP method, waiting for the
-        reply: the queue name for a QueueDeclare (the server-named one when asked), the message
-        of a BasicGet (None: the queue was empty), else None.
-        Raises AmqpError (ProcessingError for a value AMQP cannot carry)."""
-        frame, reply = self._operation_call(op)
-        if isinstance(op, BasicGet):
-            got = await self._call(frame, (reply, wire.BASIC_GET_EMPTY))
-            assert got is None or isinstance(got, Delivery)
-            return got
-        result = await self.call(frame, reply)
-        if isinstance(op, QueueDeclare):
-            return result if result is not None else op.queue
-        return None
-
-    async def call(self, frame: bytes, *replies: tuple[int, int]) -> str | None:
-        """Send a synchronous method and wait for one of ``replies``; returns what
-        ``wire.decode_reply`` makes of it (a declared queue's name).  Raises AmqpError."""
-        result = await self._call(frame, replies)
-        assert result is None or isinstance(result, str)
-        return result
-
-    async def _call(self, frame: bytes, replies: tuple[tuple[int, int], ...]) -> object:
-        if self._transport is None:
-            raise AmqpError(504, "AMQP connection is closed")
-        assert self._rpc is None, "synchronous AMQP calls must not overlap"
-        future: asyncio.Future[object] = self._loop.create_future()
-        self._start_call(frame, replies)
-        self._rpc = future
-        self._schedule_flush()
-        return await future
-
-    def _got(self, delivery: Delivery) -> None:
-        future, self._rpc = self._rpc, None
-        if future is not None and not future.done():
-            future.set_result(delivery)
-
-    def _replied(self, method: tuple[int, int], payload: bytes) -> None:
-        # decode before taking the call off: a reply that does not decode fails the link
-        # (data_received), and _failed then rejects the call still waiting for it
-        result = wire.decode_reply(method, payload)
-        future, self._rpc = self._rpc, None
-        if future is not None and not future.done():
-            future.set_result(result)
-
+    # execute and call are AsyncClient's (adapter/amqp/link.py)
     async def delete_queue_on_fresh_channel(self, queue: str) -> None:
         """After the broker closed the session's channel: open another one and delete ``queue``
         there."""
@@ -429,13 +356,7 @@ class AmqpConnection(AmqpClient, asyncio.Protocol):
             if self._failed_before_handover is None:
                 self._failed_before_handover = error
             return
-        rpc, self._rpc = self._rpc, None
-        self._call_replies = None
-        if rpc is not None and not rpc.done():
-            rpc.set_exception(error)
-        if not self._closing:
-            self._closing = True
-            self._events.on_amqp_closed(error)
+        super()._failed(error)
 
     def _node_failed(self, message: str) -> None:
         """End the handshake as a failure of this node (an OSError for open()'s caller, which

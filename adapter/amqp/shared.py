@@ -6,10 +6,11 @@ adapter/amqp/multiplex.py's business, the registry adapter/server/amqp_mux.py's)
 connection, as AMQP has them), connection.close, connection.blocked, the write side's back-
 pressure, and the routing of every frame the broker sends to the channel it names.
 ``ChannelLink`` is what one session holds: the same interface as a connection of its own
-(``AmqpConnection``: publish, ack, nack, execute, flush, close ...), with the per-channel state
-the sans-IO client keeps (its lazily opened channel, its one synchronous call, its delivery
-being assembled, its confirms), writing into the shared socket.  So the session, the dispatcher
-and the login's callers cannot tell a shared link from a connection of their own.
+(``link.SessionLink``: publish, ack, nack, execute, flush, close ...), made of the same parts
+(``link.AsyncClient``: the per-channel state the sans-IO client keeps, its lazily opened
+channel, its one synchronous call, its delivery being assembled, its confirms), writing into the
+shared socket.  So the session, the dispatcher and the login's callers cannot tell a shared link
+from a connection of their own.
 
 What differs, and why:
 
@@ -30,7 +31,7 @@ What differs, and why:
   session's own (adapter/amqp/probe.py), never on the shared one; their failure ends that
   session only, with the ERROR it gets without multiplexing.
 
-Imports: the AMQP link and client of this package, the probe, the byte budget of the mapping
+Imports: the AMQP connection, link and client of this package, the probe, the byte budget of the mapping
 layer, the heart-beat monitor (the carrier's, shared by its channels).
 """
 
@@ -46,8 +47,9 @@ from ..liveness import Liveness
 from ..mapping.budget import Account, BudgetExceeded, Pool
 from ..mapping.operations import Delivery, QueueDeclare
 from . import wire
-from .client import AmqpClient, BrokerCall, UnexpectedMethod
-from .connection import AmqpConnection, AmqpError, BrokerEvents
+from .client import BrokerCall, UnexpectedMethod
+from .connection import AmqpConnection, AmqpError
+from .link import AsyncClient, BrokerEvents
 from .probe import Probe, needs_probe
 
 log = logging.getLogger(__name__)
@@ -242,17 +244,8 @@ class SharedConnection(AmqpConnection):
         return self._loop
 
     @property
-    def opened_future(self) -> asyncio.Future[None]:
-        """A future that is done (the handshake's): what a channel has instead of its own."""
-        return self._handshake
-
-    @property
     def liveness(self) -> Liveness:
         return self._liveness
-
-    @property
-    def vhost(self) -> str:
-        return self._credentials[2]
 
     @property
     def blocked(self) -> bool:
@@ -301,32 +294,32 @@ class _WhilePaused:
         self.events.on_read_done()
 
 
-class ChannelLink(AmqpConnection):
-    """One session's channel on a ``SharedConnection``: the session's AMQP link.  The
-    per-message methods (publish, ack, nack) and the calls are the sans-IO client's own, on
-    this channel's number; what they buffer goes to the shared socket at ``flush``."""
+class ChannelLink(AsyncClient):
+    """One session's channel on a ``SharedConnection``: the session's AMQP link (a
+    ``link.SessionLink``, as a connection of its own is).  The per-message methods (publish,
+    ack, nack) and the calls are the sans-IO client's own, on this channel's number; what they
+    buffer goes to the shared socket at ``flush``.  A channel has no handshake, socket,
+    heart-beat or client properties of its own, so a login that joins a shared connection costs
+    this one object (docs/performance.md)."""
+
+    __slots__ = (
+        "_channel_gone",
+        "_close_ok_pending",
+        "_left",
+        "_liveness",
+        "_reading_paused",
+        "carrier",
+        "header_bytes",
+        "in_read",
+        "left_connection_queue",
+        "on_left",
+    )
 
     def __init__(self, carrier: SharedConnection, events: BrokerEvents, channel: int) -> None:
-        # Not AmqpConnection.__init__: a channel has no handshake, socket, heart-beat or client
-        # properties of its own, and a login that joins a shared connection should cost little
-        # more than this object (docs/performance.md).  So the sans-IO client's state, then the
-        # link's attributes as a handed-over connection has them, the carrier's where shared.
-        AmqpClient.__init__(self, events, heartbeat=0, client_properties=b"")
-        self.pool_identity = None
-        self._connection_name = carrier.name
-        self._loop = carrier.loop
-        self._transport = carrier.transport
-        self._flush_handle = None
-        self._rpc = None
-        self._handshake = self._closed = carrier.opened_future  # done: nothing to wait for
-        self._opened = True
-        self._failed_before_handover = None
-        self._closing = False
-        self._reading_paused = False
-        self._paused_writing = False
-        self._liveness = carrier.liveness
-        self._heartbeat_handle = None
+        super().__init__(events, carrier.loop, transport=carrier.transport)
         self.carrier = carrier
+        self._liveness = carrier.liveness  # the carrier's: a write on a channel is one on the socket
+        self._reading_paused = False
         self.in_read = False  # had frames in the carrier's current read
         self.header_bytes = 0  # the size of the last content header's properties (the carrier's)
         # the handshake is the carrier's: this channel starts where its open-ok left a client
@@ -339,7 +332,6 @@ class ChannelLink(AmqpConnection):
         self.server_properties = carrier.server_properties
         self.broker_version = carrier.broker_version
         self.broker_generation = carrier.broker_generation
-        self._credentials = ("", "", carrier.vhost)
         self._blocked = carrier.blocked
         self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
         self._left = False  # the session gave the link back
@@ -443,7 +435,7 @@ class ChannelLink(AmqpConnection):
         what it had not acknowledged) and end the session with an ERROR naming the bound."""
         if self._channel_gone:
             return
-        log.warning("%s channel %d: %s", self._connection_name, self.channel, error.detail.rstrip("\n"))
+        log.warning("%s channel %d: %s", self.carrier.name, self.channel, error.detail.rstrip("\n"))
         self._send_channel_close()
         self.resume_reading()
         self._fail(AmqpError(406, error.detail.rstrip("\n"), channel_only=True))
@@ -451,6 +443,11 @@ class ChannelLink(AmqpConnection):
     def backpressure(self, paused: bool) -> None:
         self._blocked = self.carrier.blocked
         self._events.on_broker_backpressure(paused)
+
+    def _blocked_changed(self) -> None:
+        # connection.blocked on this channel's number instead of channel 0 (the broker's
+        # mistake): the session pauses as a connection of its own would
+        self._events.on_broker_backpressure(self._blocked)
 
     # ------------------------------------------------------------------ failures
     def refuse_channel_input(self, error: Exception) -> None:
@@ -472,7 +469,7 @@ class ChannelLink(AmqpConnection):
                 text,
                 self.delivery_context(),
                 self.channel,
-                self._connection_name,
+                self.carrier.name,
             )
         self._delivery = None
         self._delivery_props = None
@@ -495,9 +492,6 @@ class ChannelLink(AmqpConnection):
         self._transport = None
         self._channel_gone = True
         self._fail(AmqpError(error.code, error.text, phase=error.phase, from_broker=error.from_broker))
-
-    def _schedule_heartbeat(self) -> None:
-        pass  # the carrier's
 
     # ------------------------------------------------------------------ the end
     async def delete_queue_on_fresh_channel(self, queue: str) -> None:
@@ -565,15 +559,10 @@ class ChannelLink(AmqpConnection):
         if self.on_left is not None:
             self.on_left(self)
 
-    def _abort(self) -> None:
+    def drop(self) -> None:
+        """The end of a shutdown whose deadline came first: close the channel without waiting
+        (the carrier's socket is its neighbours' too, and closes with its last session)."""
         self.close_nowait()
-
-    def _close_transport(self) -> None:
-        self.close_nowait()
-
-    @property
-    def reusable(self) -> bool:
-        return False  # a channel is never pooled; its connection is shared instead
 
     @property
     def is_open(self) -> bool:

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents, DropChannelEvents
+from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents, DropChannelEvents, SessionLink
 from ..amqp.multiplex import SharedConnections
 from ..amqp.pool import PasscodeCheck
 from ..amqp.probe import Probe, ProbeOpener
@@ -125,7 +125,7 @@ class AmqpMultiplex:
         vhost: str,
         passcode: str,
         events: BrokerEvents,
-    ) -> AmqpConnection:
+    ) -> SessionLink:
         """A fresh login succeeded: share its connection; returns the session's channel."""
         if not isinstance(connection, SharedConnection):
             return connection  # a test's opener

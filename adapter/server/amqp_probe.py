@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from ..amqp.connection import AmqpConnection, AmqpError
 from ..mapping import operations as ops
@@ -87,7 +87,7 @@ class Probes:
             leave(self.gate)
             raise login_refused(result)
         self.opened += 1
-        return result
+        return cast(AmqpConnection, result)  # a login of its own: never a shared channel
 
     def done(self, connection: AmqpConnection) -> None:
         self._services.spawn(self._close(connection))

@@ -5,11 +5,14 @@ generators, the write buffer (flushed once per read or loop iteration), the flow
 the two sockets, and the close (half-close and linger).  Everything else a connection needs is
 an object of its own, which the shell only calls:
 
-* ``login.BrokerLogin``: the AMQP login over the broker nodes, the pool, TLS diagnosis;
+* ``amqp_link.AmqpLinkGlue``: the way to the AMQP link and back (its ``login.BrokerLogin``:
+  the login over the broker nodes, the pool, the shared connections, TLS diagnosis; the queues
+  to delete and the release at the end);
 * ``input_guard.InputGuard``: the incomplete-input budget and the frame timeout;
 * ``heartbeats.HeartBeats`` (over ``adapter.liveness.Liveness``): STOMP heart-beats;
 * ``latency.LatencyClocks``: the confirm and receipt latency histograms;
-* ``dispatching.DispatchGlue``: the queue dispatchers of the activemq profile.
+* ``dispatching.DispatchGlue``: the queue dispatchers of the activemq profile;
+* ``sharing.SharedLink``: the shared topic subscriptions (``adapter.shared_subscriptions``).
 
 The session's operations are interpreted by one table, ``INTERPRETER``, keyed by operation type.
 No protocol decisions are made here: they are in ``adapter/session.py``.
@@ -34,7 +37,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp import wire
-from ..amqp.connection import AmqpConnection, AmqpError
+from ..amqp.connection import AmqpError, SessionLink
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
@@ -42,19 +45,20 @@ from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from . import connection_log
-from .admission import Gate, turn
+from .admission import Gate
+from .amqp_link import AmqpLinkGlue
 from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import InputGuard
 from .latency import LatencyClocks
-from .login import BrokerLogin, BrokerSettings, logged_in, tls_failure
+from .login import BrokerSettings, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 from .sharing import SharedLink
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from ..session.fanout import Eviction, Member
+    from ..session.fanout import Member
     from .amqp_mux import AmqpMultiplex
     from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
@@ -222,7 +226,7 @@ class ClientConnection(asyncio.Protocol):
             self._settings, session_id=new_session_id(os.urandom(16)), peer_is_loopback=False
         )
         self._parser = FrameParser(self._settings.unauthenticated_limits)
-        self._amqp: AmqpConnection | None = None
+        self._amqp: SessionLink | None = None  # the session's link (AmqpLinkGlue: how it comes and goes)
         self._out: list[bytes] = []
         self._out_large = False  # _out holds a large MESSAGE: write with writelines, unjoined
         self._flush_handle: asyncio.Handle | None = None
@@ -233,7 +237,6 @@ class ClientConnection(asyncio.Protocol):
         self._busy = False  # a task is waiting for the broker
         self._in_read = False  # handling a batch of input: whoever runs it flushes at the end
         self._held: list[bytes] = []  # MESSAGE frames waiting for the current frame to finish
-        self._delete_on_close: list[str] = []  # queues to delete before the AMQP link closes
         self._confirm_waiter: asyncio.Future[None] | None = None  # DISCONNECT's AwaitConfirms
         self.lifecycle = Lifecycle.NEW
         self._closed = False  # lifecycle is CLOSED or FINISHED
@@ -245,7 +248,7 @@ class ClientConnection(asyncio.Protocol):
         self._login_timer: asyncio.TimerHandle | None = None
         # the parts (see the module docstring); liveness is the heart-beat monitor's flags,
         # set on every read and flush
-        self._login = BrokerLogin(server, loop)
+        self._link_glue = AmqpLinkGlue(server, loop)
         self._guard = InputGuard(server, loop, self._fail_input, lambda: self.peer)
         self._heartbeats = HeartBeats(self, loop)
         self._liveness = self._heartbeats.liveness
@@ -265,6 +268,7 @@ class ClientConnection(asyncio.Protocol):
         self.messages_published = 0
         self.acks = 0
         self.nacks = 0
+        self.shared_messages = 0  # MESSAGE frames of shared subscriptions (adapter.shared_subscriptions)
         self.bytes_received = 0
         self.bytes_sent = 0
         self.paused_seconds: dict[str, float] = {}
@@ -375,7 +379,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _pump_batch(self) -> None:
         """Handle the frames available now, then write what they produced: publishes and acks
-        to the broker (AmqpConnection only buffers them), then RECEIPTs and ERRORs to the
+        to the broker (the AMQP link only buffers them), then RECEIPTs and ERRORs to the
         client, one write per socket."""
         self._in_read = True
         try:
@@ -580,17 +584,14 @@ class ClientConnection(asyncio.Protocol):
         self._close(op.reason)
 
     def _op_delete_on_close(self, op: ops.DeleteQueueOnClose, in_frame: bool) -> None:
-        self._delete_on_close.append(op.queue)  # deleted before the AMQP link closes
+        self._link_glue.delete_on_close.append(op.queue)  # deleted before the AMQP link goes
 
     def _op_dispatch(self, op: ops.DispatchOp, in_frame: bool) -> None:
         self._dispatch_op(op)
 
     def _op_open(self, op: ops.OpenConnection, in_frame: bool) -> ops.LoginResult | None:
-        registry = self._settings.shared
-        if registry is not None:
-            # the credentials a shared group this session joins first is opened with
-            self._shared = SharedLink(registry, self._server, self._loop, op.user, op.password, op.vhost)
-        pooled = self._login.pooled(op, self)
+        self._shared = SharedLink.at_login(self._settings.shared, self._server, self._loop, self, op)
+        pooled = self._link_glue.login.pooled(op, self)
         if pooled is not None:
             return self._logged_in(pooled)  # no broker call: the pump goes on, no task
         self._start_call(_open_connection, op, in_frame)
@@ -647,27 +648,20 @@ class ClientConnection(asyncio.Protocol):
         return True
 
     async def _close_amqp_link(self, op: ops.CloseAmqp) -> None:
-        amqp = self._amqp
+        amqp = self._let_go()  # DISCONNECT
         assert amqp is not None
-        self._leave_dispatchers()  # before the channel closes (its unacked messages requeue)
-        if self._shared is not None:
-            self._shared.leave_all()  # DISCONNECT: its shared subscriptions end with the others
-        self._amqp = None
-        await self._release_amqp(amqp, queues_to_delete=bool(self._delete_on_close))
+        await self._link_glue.release(amqp, session_failed=bool(self.session.errors_sent))
 
     async def _open_amqp(self, op: ops.OpenConnection) -> ops.LoginResult:
         """Log in (``BrokerLogin.open``: the node loop, within the login timeout)."""
-        result = await self._login.open(op, self, self.peer, lambda: self._closed)
+        result = await self._link_glue.login.open(op, self, self.peer, lambda: self._closed)
         if isinstance(result, ops.LoginResult):
             return result
         return self._logged_in(result)
 
-    def _logged_in(self, amqp: AmqpConnection) -> ops.LoginResult:
+    def _logged_in(self, amqp: SessionLink) -> ops.LoginResult:
         if self._closed:  # by the login timeout, while the broker answered
-            if not self._login.reusing:
-                amqp.close_nowait()
-            else:
-                self._server.spawn(self._release_amqp(amqp, queues_to_delete=False))
+            self._link_glue.came_too_late(amqp, session_failed=bool(self.session.errors_sent))
             return ops.LoginResult(False, "other", "closed")
         self._amqp = amqp
         return logged_in(amqp)
@@ -711,12 +705,8 @@ class ClientConnection(asyncio.Protocol):
         return bool(self._pause_reasons)
 
     def heartbeat_timed_out(self, interval: float) -> None:
-        if self._closed:
-            return
-        self._run_all(
-            self.session.close_with_error(
-                "Heart-beat timeout", f"No data received from the client for {interval:.1f} s\n"
-            )
+        self.close_with_error(
+            "Heart-beat timeout", f"No data received from the client for {interval:.1f} s\n"
         )
 
     def _login_timed_out(self) -> None:
@@ -755,7 +745,7 @@ class ClientConnection(asyncio.Protocol):
             # with the plugin, which finishes a frame before it handles deliveries.
             self._held.append(data)
             return
-        # called from AmqpConnection.data_received, whose on_read_done flushes: no scheduling
+        # called within a read of the broker's socket, whose on_read_done flushes: no scheduling
         self._out.append(data)
         if len(delivery.body) >= wire.ZERO_COPY_MIN:
             self._out_large = True
@@ -766,7 +756,7 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         log.warning("peer=%s: %s", self.peer, error.detail.rstrip("\n"))
-        self._run_all(self.session.close_with_error(error.message, error.detail))
+        self.close_with_error(error.message, error.detail)
 
     def _count_delivered(self, consumer_tag: str) -> None:
         """Per-destination series: a MESSAGE for the subscription behind ``consumer_tag``."""
@@ -812,13 +802,9 @@ class ClientConnection(asyncio.Protocol):
             # the link died without one (network, broker crash)
             reason = "closed_by_broker" if error.code else "connection_lost"
             self._server.stats.amqp_connection_failures[reason] += 1
-        if error.code:
-            # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close
-            # (docs/behaviour.md#error-handling)
-            frame = self._frame if self._busy else None
-            self._run_all(self.session.on_broker_error(error.name, error.text, frame))
-        else:
-            self._run_all(self.session.on_connection_lost(error.text))
+        # a synchronous call of the current frame was waiting: ERROR, RECEIPT, close
+        # (docs/behaviour.md#error-handling)
+        self.broker_failed(error, of_frame=self._busy)
 
     def on_read_done(self) -> None:
         self.flush()
@@ -878,28 +864,16 @@ class ClientConnection(asyncio.Protocol):
             glue.leave()
 
     # ------------------------------------------------------------------ shared subscriptions
-    # the Subscriber side of adapter/server/sharing.py
+    # the SharingHost side of adapter/server/sharing.py (its SharedLink is the hubs' Subscriber)
     def _op_leave_shared(self, op: ops.LeaveShared, in_frame: bool) -> None:
         if self._shared is not None:
             self._shared.leave(op.consumer_tag)
-
-    async def _join_shared(self, op: ops.JoinShared) -> bool:
-        link = self._shared
-        assert link is not None
-        try:
-            return await link.join(op, self, lambda: self._closed)
-        except AmqpError as error:
-            # as a plain SUBSCRIBE whose declare, consume or bind the broker refused
-            if not self._closed:
-                self._broker_failed(error, self._frame)
-            raise
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None:
         """One MESSAGE of a shared group: the member's own bytes around the delivery's."""
         if self._closed:
             return
-        assert self._shared is not None
-        self._shared.delivered += 1
+        self.shared_messages += 1
         if self._destinations is not None:
             self._count_delivered(member.consumer_tag)
         if self._steps is not None or self.frame_per_write:
@@ -927,48 +901,22 @@ class ClientConnection(asyncio.Protocol):
             unsent += sum(map(len, self._held))
         return unsent
 
-    def shared_evicted(self, eviction: Eviction) -> None:
+    def close_with_error(self, message: str, detail: str) -> None:
+        """ERROR, then close (a timeout, a bound passed)."""
+        if not self._closed:
+            self._run_all(self.session.close_with_error(message, detail))
+
+    def broker_failed(self, error: AmqpError, *, of_frame: bool) -> None:
+        """The broker refused or ended something of this session: ERROR (with the RECEIPT of the
+        frame being handled, ``of_frame``), then close."""
         if self._closed:
             return
-        setting = eviction.setting
-        what = "this subscriber" if setting.endswith("max_lag") else "all shared subscribers together"
-        log.warning(
-            "peer=%s: %d bytes of shared subscription messages waiting, over %s = %d: closed",
-            self.peer,
-            eviction.lag,
-            setting,
-            eviction.limit,
-        )
-        self._run_all(
-            self.session.close_with_error(
-                "Slow consumer",
-                f"{eviction.lag} bytes of MESSAGE frames of a shared subscription were waiting for "
-                f"this client to read them, over the {eviction.limit} bytes {what} may have "
-                f"waiting ({setting}); the connection is closed\n",
-            )
-        )
-
-    def shared_lost(self, member: Member, error: AmqpError | None) -> None:
-        """The broker ended the group ``member`` is in: what a plain subscription would get."""
-        if self._shared is not None:
-            self._shared.forget(member)
-        if self._closed:
-            return
-        if error is None:
-            self._write(self.session.on_server_cancel(member.consumer_tag))
-        else:
-            self._broker_failed(error, None)
-
-    def _broker_failed(self, error: AmqpError, frame: Frame | None) -> None:
         if error.code:
-            self._run_all(self.session.on_broker_error(error.name, error.text, frame))
+            self._run_all(
+                self.session.on_broker_error(error.name, error.text, self._frame if of_frame else None)
+            )
         else:
             self._run_all(self.session.on_connection_lost(error.text))
-
-    @property
-    def shared_messages(self) -> int:
-        """MESSAGE frames its shared subscriptions sent it (the metrics add them)."""
-        return self._shared.delivered if self._shared is not None else 0
 
     # ------------------------------------------------------------------ output
     def _write(self, data: bytes) -> None:
@@ -1079,50 +1027,35 @@ class ClientConnection(asyncio.Protocol):
         self._heartbeats.stop()
         self._guard.release()
         self.session.on_closed()  # activemq profile: frees its client-id
-        if self._dispatch is not None:
-            self._leave_dispatchers()
-        if self._shared is not None:
-            self._shared.leave_all()
         if self._steps is not None:
             self._steps.close()
             self._steps = None
-        amqp, self._amqp = self._amqp, None
         if self._confirm_waiter is not None and not self._confirm_waiter.done():
             self._confirm_waiter.cancel()
         if self._finished:
             return
+        amqp = self._let_go()
         self._enter(Lifecycle.FINISHED)
         for reason in list(self.paused_since):
             self._end_pause_clock(reason)
         self._server.add_finished(self)
         connection_log.closed(self)
-        if amqp is not None and amqp.is_open:
-            task = self._server.spawn(self._close_amqp(amqp, self._delete_on_close))
-            task.add_done_callback(lambda _t: self._set_done())
-        else:
+        if amqp is None:
             self._set_done()
+        else:
+            failed = bool(self.session.errors_sent)
+            self._link_glue.close(amqp, self.peer, session_failed=failed, done=self._set_done)
 
-    async def _close_amqp(self, amqp: AmqpConnection, delete_queues: list[str]) -> None:
-        """Close (or pool) the AMQP connection, in its turn (at most AMQP_CLOSES_AT_ONCE at
-        once: adapter/server/admission.py); cancelled (the shutdown's deadline), drop it."""
-        try:
-            async with turn(self._server.amqp_closes):
-                for queue in delete_queues:
-                    try:
-                        await asyncio.wait_for(amqp.delete_queue_on_fresh_channel(queue), 5.0)
-                    except (AmqpError, TimeoutError) as error:
-                        log.info(
-                            "peer=%s: could not delete subscription queue %r: %s", self.peer, queue, error
-                        )
-                await self._release_amqp(amqp, queues_to_delete=bool(delete_queues))
-        except asyncio.CancelledError:
-            amqp.drop()
-            raise
-
-    async def _release_amqp(self, amqp: AmqpConnection, *, queues_to_delete: bool) -> None:
-        await self._login.release(
-            amqp, queues_to_delete=queues_to_delete, session_failed=bool(self.session.errors_sent)
-        )
+    def _let_go(self) -> SessionLink | None:
+        """The session is done with its AMQP link: leave the queue dispatchers (before the
+        channel closes, so its unacknowledged messages requeue) and the shared groups; the link,
+        if any, is the caller's to give back."""
+        if self._dispatch is not None:
+            self._leave_dispatchers()
+        if self._shared is not None:
+            self._shared.leave_all()
+        amqp, self._amqp = self._amqp, None
+        return amqp
 
     def _set_done(self) -> None:
         self._server.connections.discard(self)
@@ -1145,6 +1078,12 @@ async def _amqp_call(connection: ClientConnection, op: Any) -> object:
 
 async def _open_connection(connection: ClientConnection, op: ops.OpenConnection) -> object:
     return await connection._open_amqp(op)  # noqa: SLF001
+
+
+async def _join_shared(connection: ClientConnection, op: ops.JoinShared) -> object:
+    shared = connection._shared  # noqa: SLF001
+    assert shared is not None
+    return await shared.join(op)
 
 
 def _broker_call(call: _Call) -> _Entry:
@@ -1174,6 +1113,6 @@ INTERPRETER: dict[type, _Entry] = {
     **{kind: _broker_call(_amqp_call) for kind in ops.BROKER_CALLS if kind is not ops.QueueDeclare},
     ops.AwaitConfirms: _broker_call(ClientConnection._await_confirms),
     ops.CloseAmqp: _broker_call(ClientConnection._close_amqp_link),
-    ops.JoinShared: _broker_call(ClientConnection._join_shared),
+    ops.JoinShared: _broker_call(_join_shared),
     ops.LeaveShared: ClientConnection._op_leave_shared,
 }

@@ -60,7 +60,7 @@ def _release(dispatcher: QueueDispatcher, loop: asyncio.AbstractEventLoop) -> No
 
 
 class Channel(Protocol):
-    """The AMQP channel acks and nacks are written to (AmqpConnection)."""
+    """The AMQP channel acks and nacks are written to (the session's ``SessionLink``)."""
 
     def ack(self, delivery_tag: int, multiple: bool) -> None: ...
 
@@ -68,7 +68,7 @@ class Channel(Protocol):
 
 
 class FlushableChannel(Channel, Protocol):
-    """A channel whose writes are buffered until ``flush`` (AmqpConnection)."""
+    """A channel whose writes are buffered until ``flush`` (the session's ``SessionLink``)."""
 
     def flush(self) -> None: ...
 

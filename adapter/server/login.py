@@ -2,8 +2,9 @@
 
 ``BrokerLogin.open`` tries the broker nodes in the order ``BrokerNodes`` gives, all within the
 login timeout: a refusing, unreachable or timing-out node is skipped (and rested), a login the
-broker refuses is final (docs/behaviour.md, "Broker nodes").  What it returns is either the open
-``AmqpConnection`` or the ``LoginResult`` of a failure, whose text never names a node, address,
+broker refuses is final (docs/behaviour.md, "Broker nodes").  What it returns is either the
+session's link (``SessionLink``: the open ``AmqpConnection``, or with multiplexing a channel on
+it) or the ``LoginResult`` of a failure, whose text never names a node, address,
 certificate problem or setting (the log has those; the client has not logged in).
 ``BrokerLogin.pooled`` takes a connection from adapter.amqp_connection_reuse's pool instead, or,
 with adapter.amqp_sessions_per_connection above 1, a channel on a shared connection
@@ -21,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout
+from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout, SessionLink
 from ..amqp.shared import ChannelLink, SharedConnection
 from ..mapping import operations as ops
 from .admission import Gate, turn
@@ -134,7 +135,7 @@ class BrokerLogin:
         """adapter.amqp_connection_reuse or multiplexing is on (a link is released, not closed)."""
         return self._services.amqp_reuse is not None or self._services.amqp_mux is not None
 
-    def pooled(self, op: ops.OpenConnection, events: BrokerEvents) -> AmqpConnection | None:
+    def pooled(self, op: ops.OpenConnection, events: BrokerEvents) -> SessionLink | None:
         """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
         passcode, with a fresh channel number (adapter/server/amqp_pool.py); with
         adapter.amqp_sessions_per_connection above 1, a channel on a shared connection of theirs
@@ -152,7 +153,7 @@ class BrokerLogin:
 
     async def open(
         self, op: ops.OpenConnection, events: BrokerEvents, peer: str, closed: Callable[[], bool]
-    ) -> AmqpConnection | ops.LoginResult:
+    ) -> SessionLink | ops.LoginResult:
         """Log in on the first node that answers, once the login's turn has come (at most
         adapter.max_logins_in_flight at once: adapter/server/admission.py).  ``closed``: the
         client went away meanwhile (the login timeout closed it), so stop trying."""
@@ -161,7 +162,7 @@ class BrokerLogin:
 
     async def _open(
         self, op: ops.OpenConnection, events: BrokerEvents, peer: str, closed: Callable[[], bool]
-    ) -> AmqpConnection | ops.LoginResult:
+    ) -> SessionLink | ops.LoginResult:
         services = self._services
         broker = services.broker
         nodes = services.nodes
@@ -244,19 +245,20 @@ class BrokerLogin:
         # setting (the log above has them all), only what an unreachable broker tells it
         return ops.LoginResult(False, "other", "The broker is unreachable, try again later")
 
-    async def release(self, amqp: AmqpConnection, *, queues_to_delete: bool, session_failed: bool) -> None:
-        """The session is done with its AMQP connection: close it, or, with
+    async def release(self, amqp: SessionLink, *, queues_to_delete: bool, session_failed: bool) -> None:
+        """The session is done with its AMQP link: close it, or, with
         adapter.amqp_connection_reuse, give it back to the pool if nothing of the session can
-        outlive its channel (adapter/server/amqp_pool.py decides)."""
+        outlive its channel (adapter/server/amqp_pool.py decides), or, with multiplexing, close
+        its channel on the shared connection (adapter/server/amqp_mux.py)."""
         mux = self._services.amqp_mux
         if mux is not None and isinstance(amqp, ChannelLink):
             await mux.release(amqp)
             return
         reuse = self._services.amqp_reuse
-        if reuse is None:
-            await amqp.close()
-        else:
+        if reuse is not None and isinstance(amqp, AmqpConnection):
             await reuse.release(amqp, queues_to_delete=queues_to_delete, session_failed=session_failed)
+        else:
+            await amqp.close()
 
 
 def node_failure(error: OSError | TimeoutError) -> tuple[str, str]:
@@ -295,7 +297,7 @@ def node_failure(error: OSError | TimeoutError) -> tuple[str, str]:
     return "unreachable", f"is unreachable: {text}"
 
 
-def logged_in(amqp: AmqpConnection) -> ops.LoginResult:
+def logged_in(amqp: SessionLink) -> ops.LoginResult:
     """The successful result: the broker's product/version (the CONNECTED frame's ``server``)
     and its generation (which queue arguments it takes)."""
     props = amqp.server_properties

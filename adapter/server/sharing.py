@@ -14,7 +14,12 @@ accounts; this module owns what has sockets:
   every member written to is flushed and measured, and one too far behind is evicted (ERROR
   naming the limit, then closed) without the hub ever pausing for it.
 * ``SharedLink``: one per client connection (made at its CONNECT when the setting is on): the
-  credentials its groups are keyed by and opened with, and its members by consumer tag.
+  credentials its groups are keyed by and opened with, its members by consumer tag, and what
+  the hubs tell them (it is their ``Subscriber``): a join the broker refused, a group the broker
+  ended, a member evicted for lag each become what the session answers (ERROR, or the
+  cancellation of a plain subscription), through its ``SharingHost``, the connection.  The
+  MESSAGE bytes go straight to the connection's output: the hubs' per-delivery call is the
+  connection's own method, bound once.
 
 A group is keyed by (vhost, user, passcode digest, destination): a session only ever joins a
 group whose connection the broker opened for the same user with the same passcode, and the
@@ -33,7 +38,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from ..amqp.connection import AmqpConnection, AmqpError
+from ..amqp.connection import AmqpError, SessionLink
 from ..amqp.pool import PasscodeCheck
 from ..mapping import operations as ops
 from ..session.fanout import Eviction, Member, Registry, SharedGroup
@@ -49,6 +54,8 @@ if TYPE_CHECKING:
     from .stats import ServerStats
 
 log = logging.getLogger("adapter.sharing")
+# lines about one client connection, under the shell's logger
+connection_log = logging.getLogger("adapter.connection")
 
 # the hub's consumer tag on its own channel (no client ever sees it)
 _HUB_TAG = "stomp-adapter-shared"
@@ -57,7 +64,7 @@ _CLOSE_TIMEOUT = 5.0
 
 
 class Subscriber(Protocol):
-    """What a hub needs of a member's client connection (ClientConnection)."""
+    """What a hub needs of a member's connection (its ``SharedLink``)."""
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None: ...
 
@@ -96,7 +103,7 @@ class SharedHub:
         self._registry = registry
         self._services = services
         self._loop = loop
-        self._amqp: AmqpConnection | None = None
+        self._amqp: SessionLink | None = None
         self._queue = ""
         self.ready: asyncio.Future[None] = loop.create_future()
         self.closed = False
@@ -232,7 +239,7 @@ class SharedHub:
             return
         self._services.spawn(self._close_amqp(amqp, self._queue if self.error is None else ""))
 
-    async def _close_amqp(self, amqp: AmqpConnection, queue: str) -> None:
+    async def _close_amqp(self, amqp: SessionLink, queue: str) -> None:
         try:
             if queue and amqp.is_open:
                 async with asyncio.timeout(_CLOSE_TIMEOUT):
@@ -247,11 +254,36 @@ class SharedHub:
 _PASSCODES = PasscodeCheck()
 
 
+class SharingHost(Protocol):
+    """What a ``SharedLink`` needs of its client connection (``ClientConnection``)."""
+
+    peer: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    # the output, which the hubs reach through the link without a call in between
+    def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def shared_lag(self) -> int: ...
+
+    # the session's answers
+    def close_with_error(self, message: str, detail: str) -> None: ...
+
+    def broker_failed(self, error: AmqpError, *, of_frame: bool) -> None: ...
+
+    def on_server_cancel(self, consumer_tag: str) -> None: ...
+
+
 class SharedLink:
-    """A client connection's side of the shared groups: its credentials and its members."""
+    """A client connection's side of the shared groups: its credentials, its members, and the
+    ``Subscriber`` its members' hubs talk to (see the module docstring)."""
 
     __slots__ = (
         "_digest",
+        "_host",
         "_loop",
         "_members",
         "_opened",
@@ -260,7 +292,9 @@ class SharedLink:
         "_services",
         "_user",
         "_vhost",
-        "delivered",
+        "deliver_shared",
+        "flush",
+        "shared_lag",
     )
 
     def __init__(
@@ -268,6 +302,7 @@ class SharedLink:
         registry: Registry,
         services: HubServices,
         loop: asyncio.AbstractEventLoop,
+        host: SharingHost,
         user: str,
         password: str,
         vhost: str,
@@ -275,18 +310,45 @@ class SharedLink:
         self._registry = registry
         self._services = services
         self._loop = loop
+        self._host = host
         self._user = user
         self._password = password
         self._vhost = vhost
         self._digest = _PASSCODES.digest(password)
         self._members: dict[str, Member] = {}
         self._opened: list[SharedHub] = []  # the groups this connection opened (the bound)
-        self.delivered = 0  # MESSAGE frames written to this connection by its groups
+        # the hubs call these per delivery and per broker read: the connection's own methods,
+        # bound once, so that the fan-out pays no call in between
+        self.deliver_shared: Callable[[Member, tuple[bytes, ...]], None] = host.deliver_shared
+        self.flush: Callable[[], None] = host.flush
+        self.shared_lag: Callable[[], int] = host.shared_lag
 
-    async def join(self, op: ops.JoinShared, subscriber: Subscriber, closed: Callable[[], bool]) -> bool:
+    @classmethod
+    def at_login(
+        cls,
+        registry: Registry | None,
+        services: HubServices,
+        loop: asyncio.AbstractEventLoop,
+        host: SharingHost,
+        op: ops.OpenConnection,
+    ) -> SharedLink | None:
+        """The link of a session that logs in with ``op``'s credentials (a group it opens is
+        opened with them); None with ``adapter.shared_subscriptions`` off (no registry)."""
+        if registry is None:
+            return None
+        return cls(registry, services, loop, host, op.user, op.password, op.vhost)
+
+    async def join(self, op: ops.JoinShared) -> bool:
         """Join (opening the group if it is new); False: a new group would pass the bounds
-        (adapter/session/fanout.py).  Raises the group's error as a plain SUBSCRIBE's broker
-        call would raise it."""
+        (adapter/session/fanout.py).  The group's error is answered as a plain SUBSCRIBE's
+        broker call would be (ERROR with the frame's receipt, then close) and raised."""
+        try:
+            return await self._join(op)
+        except AmqpError as error:
+            self._host.broker_failed(error, of_frame=True)
+            raise
+
+    async def _join(self, op: ops.JoinShared) -> bool:
         registry = self._registry
         opened = self._opened = [hub for hub in self._opened if not hub.closed]
         group, new = registry.group((self._vhost, self._user, self._digest, op.destination), len(opened))
@@ -302,13 +364,13 @@ class SharedLink:
             await asyncio.shield(hub.ready)  # a waiter that goes away must not cancel the open
         if hub.closed and hub.error is not None:
             raise hub.error
-        if closed():
+        if self._host.closed:
             if not group.members:
                 hub.close()
             return True  # nothing more happens on this connection
         if hub.closed:  # ended without an error of its own (its members all left): a new one
-            return await self.join(op, subscriber, closed)
-        member = Member(subscriber, op.consumer_tag, op.head, op.id_prefix)
+            return await self._join(op)
+        member = Member(self, op.consumer_tag, op.head, op.id_prefix)
         group.join(member)
         self._members[op.consumer_tag] = member
         return True
@@ -317,10 +379,6 @@ class SharedLink:
         member = self._members.pop(consumer_tag, None)
         if member is not None:
             self._leave(member)
-
-    def forget(self, member: Member) -> None:
-        """The hub ended: ``member`` is no longer this connection's."""
-        self._members.pop(member.consumer_tag, None)
 
     def leave_all(self) -> None:
         members, self._members = list(self._members.values()), {}
@@ -333,3 +391,38 @@ class SharedLink:
             hub = emptied.link
             assert isinstance(hub, SharedHub)
             hub.close()
+
+    # ------------------------------------------------------------------ Subscriber (the hubs')
+    def shared_evicted(self, eviction: Eviction) -> None:
+        """``eviction.member`` fell too far behind: ERROR naming the bound, then close (which
+        leaves every group, ``leave_all``)."""
+        host = self._host
+        if host.closed:
+            return
+        setting = eviction.setting
+        what = "this subscriber" if setting.endswith("max_lag") else "all shared subscribers together"
+        connection_log.warning(
+            "peer=%s: %d bytes of shared subscription messages waiting, over %s = %d: closed",
+            host.peer,
+            eviction.lag,
+            setting,
+            eviction.limit,
+        )
+        host.close_with_error(
+            "Slow consumer",
+            f"{eviction.lag} bytes of MESSAGE frames of a shared subscription were waiting for "
+            f"this client to read them, over the {eviction.limit} bytes {what} may have "
+            f"waiting ({setting}); the connection is closed\n",
+        )
+
+    def shared_lost(self, member: Member, error: AmqpError | None) -> None:
+        """The broker ended the group ``member`` is in: what a plain subscription would get (a
+        cancelled consumer: the server's cancellation; a closed channel or connection: ERROR)."""
+        self._members.pop(member.consumer_tag, None)
+        host = self._host
+        if host.closed:
+            return
+        if error is None:
+            host.on_server_cancel(member.consumer_tag)
+        else:
+            host.broker_failed(error, of_frame=False)

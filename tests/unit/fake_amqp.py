@@ -1,6 +1,7 @@
-"""An in-memory stand-in for ``AmqpConnection`` for the shell's unit tests: it records what the
-shell asks of the broker (publishes, acks, calls, pauses) and answers calls at once, or when a
-test opens its ``gate``.  Only the methods the shell and BrokerLogin use are here."""
+"""An in-memory stand-in for a session's AMQP link (``SessionLink``, adapter/amqp/link.py) for
+the shell's unit tests: it records what the shell asks of the broker (publishes, acks, calls,
+pauses) and answers calls at once, or when a test opens its ``gate``.  It offers the whole
+interface (tests/unit/test_amqp_link.py checks), plus what BrokerLogin reads of a fresh login."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class FakeAmqp:
         self.reading = True
         self.is_open = True
         self.closed = False
+        self.dropped = False
         self.gate: asyncio.Future[None] | None = None  # set: calls wait for it
         self.fail_with: Exception | None = None  # set: the next call raises it
         self.publish_error: Exception | None = None
@@ -44,6 +46,10 @@ class FakeAmqp:
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
         self.nacks.append((delivery_tag, multiple, requeue))
+
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None:
+        for delivery_tag in delivery_tags:
+            self.nack(delivery_tag, False, True)
 
     def declare_nowait(self, op: ops.QueueDeclare) -> None:
         self.declared_nowait.append(op)
@@ -77,6 +83,10 @@ class FakeAmqp:
 
     def close_nowait(self) -> None:
         self.closed = True
+        self.is_open = False
+
+    def drop(self) -> None:
+        self.dropped = True
         self.is_open = False
 
     def broker_closes(self, code: int, text: str, *, channel_only: bool = False) -> None:

@@ -172,8 +172,9 @@ async def test_plain_get_on_the_websocket_path_gets_426() -> None:
 
 
 # ---------------------------------------------------------------------- with an in-memory AMQP link
-# BrokerLogin's opener is replaced by one that hands out FakeAmqp links (tests/unit/fake_amqp.py),
-# so these tests run the whole shell (pump, interpreter, login, heart-beats, close) with no broker.
+# BrokerLogin's opener (the AmqpLinkGlue's login) is replaced by one that hands out FakeAmqp
+# links (tests/unit/fake_amqp.py), so these tests run the whole shell (pump, interpreter, login,
+# heart-beats, close) with no broker.
 
 
 async def settle(rounds: int = 20) -> None:
@@ -188,7 +189,7 @@ async def logged_in(
     server = server or make_server()
     client, transport = connect_client(server, **kwargs)
     opener = Opener()
-    client._login.opener = opener  # noqa: SLF001
+    client._link_glue.login.opener = opener  # noqa: SLF001
     client.data_received(
         b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:%s\n\n\0"
         % heart_beat.encode()
@@ -227,7 +228,7 @@ async def test_connect_logs_in_and_names_the_broker() -> None:
     server = make_server()
     client, transport = connect_client(server)
     opener = Opener(version="3.13.7")
-    client._login.opener = opener  # noqa: SLF001
+    client._link_glue.login.opener = opener  # noqa: SLF001
     client.data_received(CONNECT)
     assert not transport.reading  # reading stops while the login waits for the broker
     await settle()

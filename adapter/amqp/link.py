@@ -1,0 +1,199 @@
+"""A session's AMQP link: what the server uses of it, and the code its two kinds share.
+
+A STOMP session reaches the broker through one link, of one of two kinds:
+
+* a connection of its own (``connection.AmqpConnection``, the default: one session per AMQP
+  connection, the socket and the handshake its own);
+* a channel on a connection it shares with other sessions (``shared.ChannelLink``, with
+  ``adapter.amqp_sessions_per_connection`` above 1: the socket and the handshake are the
+  ``SharedConnection``'s).
+
+``SessionLink`` is the interface the server (the shell, the login, the queue dispatchers, the
+shared subscriptions) talks to: the per-message methods, the session's synchronous calls, the
+flush, flow control, closing, and what the handshake learnt of the broker.  Nothing on the
+server asks which kind it holds, except the login, which gives each back where it came from.
+``tests/unit/test_amqp_link.py`` checks that both kinds (and the shell tests' in-memory
+stand-in) offer all of it, methods with the same parameters; mypy checks the types wherever a
+link is handed on.
+
+``AsyncClient`` is what both kinds are made of: the sans-IO client (``client.AmqpClient``: the
+channel's state, the per-message methods, the frame callbacks) and the asyncio half of one
+session's channel: the future of its one synchronous call (``execute``, ``call``), the flush
+scheduled for that call, and the failure told to the session once.  Each kind extends it and
+calls its ``__init__``; how bytes reach the socket (``flush``) is each kind's own.
+
+``BrokerEvents`` is what a link reports to whoever holds it (a session's shell, the reuse pool,
+the shared connections' registry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from ..mapping.destinations import BrokerGeneration
+from ..mapping.operations import BasicGet, Delivery, QueueDeclare
+from ..mapping.properties import MessageProperties
+from . import wire
+from .client import AmqpClient, BrokerCall
+from .errors import AmqpError, stomp_error
+
+
+class BrokerEvents(Protocol):
+    def on_deliver(self, delivery: Delivery) -> None: ...
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None: ...
+
+    def on_server_cancel(self, consumer_tag: str) -> None: ...
+
+    def on_amqp_closed(self, error: AmqpError) -> None: ...
+
+    def on_broker_backpressure(self, paused: bool) -> None: ...
+
+    def on_read_done(self) -> None: ...
+
+
+class SessionLink(Protocol):
+    """One session's AMQP link, as the server uses it (see the module docstring)."""
+
+    # what connection.start said of the broker (the CONNECTED frame's server header, the
+    # generation whose queue flags the session declares with)
+    server_properties: dict[str, object]
+    broker_version: str | None
+    broker_generation: BrokerGeneration
+
+    # per message: only buffered, written by flush (once per batch of frames)
+    def publish(
+        self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes
+    ) -> None: ...
+
+    def ack(self, delivery_tag: int, multiple: bool) -> None: ...
+
+    def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None: ...
+
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None: ...
+
+    def declare_nowait(self, op: QueueDeclare) -> None: ...
+
+    def flush(self) -> None: ...
+
+    # the session's synchronous operations
+    async def execute(self, op: BrokerCall) -> str | Delivery | None: ...
+
+    # flow control: the session's client does not read (or reads again)
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    # the end
+    @property
+    def is_open(self) -> bool: ...
+
+    async def delete_queue_on_fresh_channel(self, queue: str) -> None: ...
+
+    async def close(self, timeout: float = 5.0) -> None: ...
+
+    def close_nowait(self) -> None: ...
+
+    def drop(self) -> None: ...
+
+
+class AsyncClient(AmqpClient):
+    """The sans-IO client with the asyncio half of one session's channel (see the module
+    docstring).  ``transport`` is the socket its bytes go to (None until there is one)."""
+
+    _events: BrokerEvents
+
+    def __init__(
+        self,
+        events: BrokerEvents,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        transport: asyncio.Transport | None = None,
+        heartbeat: int = 0,
+        client_properties: bytes = b"",
+        reusable: bool = False,
+    ) -> None:
+        super().__init__(events, heartbeat=heartbeat, client_properties=client_properties, reusable=reusable)
+        self._loop = loop
+        self._transport = transport
+        self._flush_handle: asyncio.Handle | None = None
+        # the call waiting for its reply: a str or None, or a basic.get's Delivery
+        self._rpc: asyncio.Future[object] | None = None
+        self._closing = False  # the session has been told the link failed, or it is closing
+
+    def flush(self) -> None:
+        """Write what is buffered now (each kind of link to its socket)."""
+        raise NotImplementedError
+
+    def _schedule_flush(self) -> None:
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        self.flush()
+
+    def _encode_failed(self, error: wire.EncodeError) -> Exception:
+        return stomp_error(error)
+
+    # --------------------------------------------------------------------- synchronous calls
+    # publish, ack, nack and declare_nowait are the core's: they only buffer, and the client
+    # connection that owns this link calls flush() after every batch of STOMP frames it
+    # handles.  Scheduling a flush per call instead would cost an extra event-loop turn (a
+    # zero-timeout poll) for every read.
+    async def execute(self, op: BrokerCall) -> str | Delivery | None:
+        """One of the session's synchronous operations as its AMQP method, waiting for the
+        reply: the queue name for a QueueDeclare (the server-named one when asked), the message
+        of a BasicGet (None: the queue was empty), else None.
+        Raises AmqpError (ProcessingError for a value AMQP cannot carry)."""
+        frame, reply = self._operation_call(op)
+        if isinstance(op, BasicGet):
+            got = await self._call(frame, (reply, wire.BASIC_GET_EMPTY))
+            assert got is None or isinstance(got, Delivery)
+            return got
+        result = await self.call(frame, reply)
+        if isinstance(op, QueueDeclare):
+            return result if result is not None else op.queue
+        return None
+
+    async def call(self, frame: bytes, *replies: tuple[int, int]) -> str | None:
+        """Send a synchronous method and wait for one of ``replies``; returns what
+        ``wire.decode_reply`` makes of it (a declared queue's name).  Raises AmqpError."""
+        result = await self._call(frame, replies)
+        assert result is None or isinstance(result, str)
+        return result
+
+    async def _call(self, frame: bytes, replies: tuple[tuple[int, int], ...]) -> object:
+        if self._transport is None:
+            raise AmqpError(504, "AMQP connection is closed")
+        assert self._rpc is None, "synchronous AMQP calls must not overlap"
+        future: asyncio.Future[object] = self._loop.create_future()
+        self._start_call(frame, replies)
+        self._rpc = future
+        self._schedule_flush()
+        return await future
+
+    def _got(self, delivery: Delivery) -> None:
+        future, self._rpc = self._rpc, None
+        if future is not None and not future.done():
+            future.set_result(delivery)
+
+    def _replied(self, method: tuple[int, int], payload: bytes) -> None:
+        # decode before taking the call off: a reply that does not decode fails the link
+        # (data_received), and _failed then rejects the call still waiting for it
+        result = wire.decode_reply(method, payload)
+        future, self._rpc = self._rpc, None
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    # --------------------------------------------------------------------- failing
+    def _failed(self, error: AmqpError) -> None:
+        """The link is unusable: reject the pending call and tell the session once."""
+        rpc, self._rpc = self._rpc, None
+        self._call_replies = None
+        if rpc is not None and not rpc.done():
+            rpc.set_exception(error)
+        if not self._closing:
+            self._closing = True
+            self._events.on_amqp_closed(error)
