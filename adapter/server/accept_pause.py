@@ -17,6 +17,10 @@ between would drop the rest of the batch (accepted, never answered, their socket
 unclosed).  There a pause only stops the server reading its listening socket, and the server is
 closed on resume, when every connection of the batch has attached.  uvloop accepts and
 attaches the whole batch in one callback, so its servers are closed right after it.
+
+A resume runs as a task and may meet a pause, another resume or the shutdown while it starts a
+server (asyncio's create_server yields a loop turn once serving): it creates the server without
+serving, makes it the listener's, and only then starts it, so whoever comes next sees it.
 """
 
 from __future__ import annotations
@@ -121,12 +125,24 @@ class AcceptPause:
                 self._resuming = loop.create_task(self._resume_later())
                 return
             try:
-                listener.server = await loop.create_server(
-                    listener.factory, sock=copy, backlog=listener.backlog
+                # not serving yet: asyncio's create_server yields a loop turn once it serves,
+                # and a pause, a second resume or the shutdown in that turn would not see a
+                # server that is not the listener's yet (left accepting, never closed)
+                server = await loop.create_server(
+                    listener.factory, sock=copy, backlog=listener.backlog, start_serving=False
                 )
             except OSError as error:  # pragma: no cover - the socket was closed by shutdown
                 copy.close()
                 log.warning("could not accept again on %s: %s", listener.kept, error)
+                continue
+            except BaseException:
+                copy.close()
+                raise
+            if listener.server is not None or self._closed or not self.accepting.is_set():
+                server.close()  # another resume served it, or a pause or the shutdown came
+                continue
+            listener.server = server  # the listener's before it serves: a pause now stops it
+            await server.start_serving()
 
     async def _resume_later(self) -> None:
         await asyncio.sleep(_RESUME_RETRY_SECONDS)
