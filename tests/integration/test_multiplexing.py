@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from adapter.mapping.profile import BROWSE_LIMIT
-
 from tests.support import (
     AdapterProcess,
     BrokerProbe,
