@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Final, Protocol, assert_never
 
@@ -607,11 +607,14 @@ class AmqpClient:
             self._open_channel()
         self._out.append(wire.basic_nack(self.channel, delivery_tag, multiple, requeue))
 
-    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None:
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> Awaitable[None] | None:
         """Hand back what basic.get took (``RequeueGot``): one nack each, never ``multiple``,
-        which would also cover the deliveries of the channel's subscriptions."""
+        which would also cover the deliveries of the channel's subscriptions.  Returns what the
+        session must wait for before its next call: nothing here (the nacks precede it on this
+        channel); a probe's close on a shared connection (adapter/amqp/probe.py)."""
         for delivery_tag in delivery_tags:
             self.nack(delivery_tag, False, True)
+        return None
 
     def declare_nowait(self, op: QueueDeclare) -> None:
         """queue.declare with nowait (a /queue on SEND): buffered like a publish, no reply."""

@@ -36,7 +36,7 @@ Imports: the AMQP link and the mapping layer's operations and exchange rules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ..mapping.exchanges import BUILT_IN_TYPES
@@ -66,8 +66,9 @@ class ProbeOpener(Protocol):
         the session is over, stop trying."""
         ...
 
-    def done(self, connection: AmqpConnection) -> None:
-        """Close ``connection`` (in the background) and give its place to the next probe."""
+    def done(self, connection: AmqpConnection) -> Awaitable[None] | None:
+        """Close ``connection`` (in the background) and give its place to the next probe;
+        returns the close, for a caller that must know it is over (``requeue_got``)."""
         ...
 
 
@@ -112,20 +113,28 @@ class Probe:
             self.close()
         return result
 
-    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None:
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> Awaitable[None] | None:
         """Hand back what the probe's gets took, there, and close it.  Without a probe (it failed,
         or its first get found the queue empty) there is nothing to hand back: its close
-        requeued what it held."""
+        requeued what it held.
+
+        Returns the probe's close (None: nothing to wait for).  The session waits for it before
+        its next call: the nacks go on another connection than the session's channel, so a
+        basic.consume of the same queue right after the browse could otherwise reach the queue
+        before them, and its consumer get the messages the browse did not take before the ones
+        it did (without a probe the nacks precede it on the channel).  The broker answers the
+        close (close-ok) once the probe's channel is gone, after it handled the nacks."""
         connection = self._connection
         if connection is not None:
             connection.requeue_got(delivery_tags)  # written before the connection.close
-        self.close()
+        return self.close()
 
-    def close(self) -> None:
+    def close(self) -> Awaitable[None] | None:
         connection, self._connection = self._connection, None
         self._holding = False
         if connection is not None:
-            self._opener.done(connection)
+            return self._opener.done(connection)
+        return None
 
     def end(self) -> None:
         """The session is over (or failed): close the probe, open none again, forget the

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final
 
 from ..liveness import Liveness
@@ -369,11 +369,11 @@ class ChannelLink(AsyncClient):
                 raise self._probe_failed(error) from None
         return await super().execute(op)
 
-    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None:
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> Awaitable[None] | None:
         if self.probe is not None:
-            self.probe.requeue_got(delivery_tags)  # the gets ran there: never on this channel
-        else:
-            super().requeue_got(delivery_tags)
+            # the gets ran there, never on this channel; the session waits for the probe's close
+            return self.probe.requeue_got(delivery_tags)
+        return super().requeue_got(delivery_tags)
 
     def _probe_failed(self, error: AmqpError) -> AmqpError:
         """A call on the probe failed (the broker closed the probe's channel or connection, or

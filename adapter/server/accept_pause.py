@@ -14,9 +14,18 @@ resume, none is reset).  Nothing is done per connection.
 Closing a server is not immediate everywhere: asyncio's selector loop accepts a batch of
 connections at once and attaches each to its server one loop turn later, so a server closed in
 between would drop the rest of the batch (accepted, never answered, their sockets left
-unclosed).  There a pause only stops the server reading its listening socket, and the server is
-closed on resume, when every connection of the batch has attached.  uvloop accepts and
-attaches the whole batch in one callback, so its servers are closed right after it.
+unclosed).  There a pause stops the server reading its listening socket at once (an accept
+due in the same loop turn is cancelled with it) and closes the server one loop turn later,
+after the batch's connections have attached (their tasks' first steps come first).  uvloop
+accepts and attaches the whole batch in one callback, so its servers are closed right after it.
+The server is not kept open until the resume: asyncio's loop meets EMFILE in accept() by
+registering the listening socket again a second later, which would make a paused server that
+is still open accept through the pause (on a closed one that retry fails harmlessly, logged by
+the loop).
+
+A resume runs as a task and may meet a pause, another resume or the shutdown while it starts a
+server (asyncio's create_server yields a loop turn once serving): it creates the server without
+serving, makes it the listener's, and only then starts it, so whoever comes next sees it.
 """
 
 from __future__ import annotations
@@ -54,7 +63,6 @@ class AcceptPause:
         self.accepting.set()
         self.pauses = 0
         self._resuming: asyncio.Task[None] | None = None
-        self._stopped: list[asyncio.Server] = []  # paused, to be closed on resume (_stop)
         self._closed = False
 
     def add(self, server: asyncio.Server, factory: Callable[[], asyncio.Protocol], backlog: int) -> None:
@@ -88,26 +96,18 @@ class AcceptPause:
             log.info("logins have drained: accepting new connections again")
 
     def _stop(self, server: asyncio.Server) -> None:
-        """Stop ``server`` accepting: closed at once where that is safe, else closed on resume.
-        Closing closes its own descriptors only: the kept ones keep the sockets listening."""
+        """Stop ``server`` accepting now and close it one loop turn later, once the connections
+        accepted with the last batch have attached to it (see the module's text).  Closing
+        closes its own descriptors only: the kept ones keep the sockets listening."""
         loop = asyncio.get_running_loop()
         if isinstance(loop, asyncio.SelectorEventLoop):
             for sock in server.sockets:
-                loop.remove_reader(sock.fileno())
-            self._stopped.append(server)
-        else:
-            # uvloop: closed after the callback that accepts (a pause from inside it, by a
-            # protocol factory, would otherwise fail the rest of its batch the same way)
-            loop.call_soon(server.close)
-
-    def _close_stopped(self) -> None:
-        stopped, self._stopped = self._stopped, []
-        for server in stopped:
-            server.close()
+                loop.remove_reader(sock.fileno())  # also cancels an accept due this loop turn
+        # uvloop: closed after the callback that accepts (a pause from inside it, by a protocol
+        # factory, would otherwise fail the rest of its batch the same way)
+        loop.call_soon(server.close)
 
     async def _resume(self) -> None:
-        # runs as a task, after the loop turn that attached the last accepted batch
-        self._close_stopped()
         loop = asyncio.get_running_loop()
         for listener in self._listeners:
             if listener.server is not None or self._closed or not self.accepting.is_set():
@@ -121,12 +121,24 @@ class AcceptPause:
                 self._resuming = loop.create_task(self._resume_later())
                 return
             try:
-                listener.server = await loop.create_server(
-                    listener.factory, sock=copy, backlog=listener.backlog
+                # not serving yet: asyncio's create_server yields a loop turn once it serves,
+                # and a pause, a second resume or the shutdown in that turn would not see a
+                # server that is not the listener's yet (left accepting, never closed)
+                server = await loop.create_server(
+                    listener.factory, sock=copy, backlog=listener.backlog, start_serving=False
                 )
             except OSError as error:  # pragma: no cover - the socket was closed by shutdown
                 copy.close()
                 log.warning("could not accept again on %s: %s", listener.kept, error)
+                continue
+            except BaseException:
+                copy.close()
+                raise
+            if listener.server is not None or self._closed or not self.accepting.is_set():
+                server.close()  # another resume served it, or a pause or the shutdown came
+                continue
+            listener.server = server  # the listener's before it serves: a pause now stops it
+            await server.start_serving()
 
     async def _resume_later(self) -> None:
         await asyncio.sleep(_RESUME_RETRY_SECONDS)
@@ -142,7 +154,6 @@ class AcceptPause:
                 await self._resuming
         for server in {id(server): server for server in self.servers}.values():
             server.close()
-        self._close_stopped()
         for listener in self._listeners:
             listener.server = None
             listener.kept.close()

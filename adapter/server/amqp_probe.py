@@ -89,8 +89,8 @@ class Probes:
         self.opened += 1
         return cast(AmqpConnection, result)  # a login of its own: never a shared channel
 
-    def done(self, connection: AmqpConnection) -> None:
-        self._services.spawn(self._close(connection))
+    def done(self, connection: AmqpConnection) -> asyncio.Task[None]:
+        return self._services.spawn(self._close(connection))
 
     async def _close(self, connection: AmqpConnection) -> None:
         try:

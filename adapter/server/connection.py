@@ -567,8 +567,11 @@ class ClientConnection(asyncio.Protocol):
 
     def _op_requeue_got(self, op: ops.RequeueGot, in_frame: bool) -> None:
         assert self._amqp is not None
-        self._amqp.requeue_got(op.delivery_tags)  # on the link the gets ran on (the probe's)
+        # on the link the gets ran on; a probe's close is waited for (adapter/amqp/probe.py)
+        closing = self._amqp.requeue_got(op.delivery_tags)
         self.nacks += len(op.delivery_tags)
+        if closing is not None:
+            self._start_call(functools.partial(_handed_back, closing), op, in_frame)
 
     def _op_declare(self, op: ops.QueueDeclare, in_frame: bool) -> None:
         if not op.nowait:
@@ -1074,6 +1077,13 @@ async def _amqp_call(connection: ClientConnection, op: Any) -> object:
     amqp = connection._amqp  # noqa: SLF001 - the interpreter is the connection's own table
     assert amqp is not None
     return await amqp.execute(op)
+
+
+async def _handed_back(closing: Awaitable[None], connection: ClientConnection, op: ops.RequeueGot) -> object:
+    """A probe's close after a browse (``RequeueGot``): over, however it ended (a close that
+    timed out dropped the socket, and the broker requeued what the probe held then)."""
+    await asyncio.wait([asyncio.ensure_future(closing)])
+    return None
 
 
 async def _open_connection(connection: ClientConnection, op: ops.OpenConnection) -> object:

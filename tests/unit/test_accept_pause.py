@@ -160,3 +160,116 @@ def test_a_pause_in_the_middle_of_an_accept_batch_loses_no_connection_uvloop() -
     import uvloop
 
     _storm_paused_mid_batch(uvloop.run)
+
+
+async def _refused(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return True
+    writer.close()
+    return False
+
+
+async def test_two_resumes_in_flight_leave_no_server_behind() -> None:
+    """Pause, resume, pause, resume within one loop turn (the login queue crossing its marks
+    back and forth): two resumes run at once.  asyncio's create_server yields a loop turn after
+    it starts serving, so both started a server for the same listener and the first was
+    overwritten: never closed, it went on accepting after shutdown (#27)."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    for _ in range(3):
+        pause.crowded(True)
+        pause.crowded(False)
+    await asyncio.sleep(0.05)
+    assert pause.accepting.is_set() and len(pause.servers) == 1
+    await pause.close()
+    await asyncio.sleep(0.05)
+    assert await _refused(port)  # no server left listening on a duplicate
+
+
+async def test_a_shutdown_during_a_resume_leaves_no_server_behind() -> None:
+    """close() while a resume is inside create_server: cancelling it there left the server it
+    had just started serving, untracked, accepting after shutdown (#27)."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    pause.crowded(True)
+    pause.crowded(False)
+    await asyncio.sleep(0)  # the resume starts, and waits inside create_server
+    await pause.close()
+    await asyncio.sleep(0.05)
+    assert await _refused(port)
+
+
+async def test_a_pause_during_a_resume_pauses_every_listener() -> None:
+    """A pause that comes while a resume is inside create_server: the server that resume then
+    kept must stop accepting too, not serve for the whole pause (#27)."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    pause.crowded(True)
+    pause.crowded(False)
+    await asyncio.sleep(0)  # the resume starts, and waits inside create_server
+    pause.crowded(True)
+    await asyncio.sleep(0.05)
+    assert not pause.accepting.is_set()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        assert await greeting(reader) is None  # paused: left in the kernel's queue
+    finally:
+        writer.close()
+        await pause.close()
+
+
+async def test_an_accept_that_ran_out_of_descriptors_does_not_undo_a_pause() -> None:
+    """asyncio's selector loop meets EMFILE in accept() by dropping its reader and adding it
+    back a second later (BaseSelectorEventLoop._accept_connection).  A pause that comes in that
+    second must still hold once the retry fires: the retry must not make the paused listener
+    accept again (it did while the paused server was only unregistered, kept open until the
+    resume) (#27)."""
+    import os
+    import resource
+
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, asyncio.SelectorEventLoop)
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    client = socket.create_connection(("127.0.0.1", port))  # in the kernel's queue
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers: list[int] = []
+    loop.set_exception_handler(lambda loop, context: None)  # asyncio's "out of resources" log
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+        try:
+            while True:
+                fillers.append(os.dup(0))
+        except OSError:
+            pass
+        await asyncio.sleep(0.05)  # the loop's accept meets EMFILE: retried in a second
+        pause.crowded(True)
+        for fd in fillers:
+            os.close(fd)
+        fillers.clear()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        await asyncio.sleep(1.5)  # the loop's retry has come
+        reader, writer = await asyncio.open_connection(sock=client)
+        assert await greeting(reader) is None  # still paused: not accepted
+        pause.crowded(False)
+        assert await asyncio.wait_for(reader.readexactly(2), 5) == b"hi"
+        writer.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        loop.set_exception_handler(None)
+        await pause.close()

@@ -94,8 +94,9 @@ class FakeOpener:
         self.opened.append(link)
         return link
 
-    def done(self, connection: Any) -> None:
+    def done(self, connection: Any) -> Any:
         self.done_with.append(connection)
+        return ("closing", connection)  # stands for the close's task
 
 
 async def test_a_declare_runs_on_a_probe_of_its_own_that_closes_after_it() -> None:
@@ -116,7 +117,10 @@ async def test_a_browse_keeps_its_probe_while_it_holds_messages_and_hands_them_b
     assert await probe.execute(GET) is None  # the queue is empty: the two are still held
     (link,) = opener.opened
     assert link.calls == [GET] * 3 and opener.done_with == [] and probe.is_open
-    probe.requeue_got((1, 2))
+    # the session waits for the probe's close before its next call: the nacks reach the queue
+    # before, say, a basic.consume of it on the shared connection (#27)
+    closing: object = probe.requeue_got((1, 2))
+    assert closing == ("closing", link)
     assert link.requeued == [(1, 2)] and opener.done_with == [link] and not probe.is_open
 
 
@@ -125,7 +129,7 @@ async def test_an_empty_browse_closes_its_probe_at_once() -> None:
     probe = Probe(opener, "guest", "secret", "/")  # type: ignore[arg-type]
     assert await probe.execute(GET) is None
     assert opener.done_with == opener.opened
-    probe.requeue_got(())  # nothing was taken: nothing to do
+    assert probe.requeue_got(()) is None  # nothing was taken: nothing to do, nothing to wait for
     assert opener.opened[0].requeued == []
 
 
