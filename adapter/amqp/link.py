@@ -29,6 +29,7 @@ the shared connections' registry).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Protocol
 
 from ..mapping.destinations import BrokerGeneration
@@ -71,7 +72,8 @@ class SessionLink(Protocol):
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None: ...
 
-    def requeue_got(self, delivery_tags: tuple[int, ...]) -> None: ...
+    # what basic.get took, handed back; returns what the session waits for before its next call
+    def requeue_got(self, delivery_tags: tuple[int, ...]) -> Awaitable[None] | None: ...
 
     def declare_nowait(self, op: QueueDeclare) -> None: ...
 

@@ -49,7 +49,7 @@ class FakeAmqp:
 
     def requeue_got(self, delivery_tags: tuple[int, ...]) -> None:
         for delivery_tag in delivery_tags:
-            self.nack(delivery_tag, False, True)
+            self.nack(delivery_tag, False, True)  # nothing to wait for, as on a channel of its own
 
     def declare_nowait(self, op: ops.QueueDeclare) -> None:
         self.declared_nowait.append(op)
