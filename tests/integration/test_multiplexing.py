@@ -238,6 +238,64 @@ def test_an_exclusive_queue_lives_until_the_last_session_on_its_connection_ends(
     late.disconnect()
 
 
+def test_an_exclusive_auto_delete_queue_never_consumed_goes_with_the_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """A SEND with durable:false declares an exclusive auto-delete queue and consumes nothing:
+    the broker deletes an auto-delete queue only when a consumer of it goes, so the queue lives
+    as long as the connection.  Alone on its connection, the session takes it along when it
+    leaves, as without multiplexing; with a neighbour, the connection takes no new session and
+    the queue goes with the last one (docs/configuration.md, "Queues that belong to the
+    connection")."""
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    alone = RawSession(adapter.port)
+    queue = unique("mux-unconsumed")
+    broker.track_queue(queue)
+    got = alone.send(f"SEND\ndestination:/queue/{queue}\ndurable:false\nreceipt:s\n\nx")
+    assert got[-1][0] == "RECEIPT", got
+    assert broker.queue_exists(queue)
+    alone.disconnect()
+    assert broker.wait_gone(queue)  # its connection closed with it: not kept idle
+    owner = RawSession(adapter.port)
+    neighbour = RawSession(adapter.port)
+    other = unique("mux-unconsumed")
+    broker.track_queue(other)
+    got = owner.send(f"SEND\ndestination:/queue/{other}\npersistent:false\nreceipt:s\n\nx")
+    assert got[-1][0] == "RECEIPT", got
+    owner.disconnect()
+    assert broker.queue_exists(other)  # the connection is still open for the neighbour
+    late = RawSession(adapter.port)  # joins no retired connection: a login of its own
+    assert late.command == "CONNECTED"
+    plain = unique("mux")
+    broker.track_queue(plain)
+    late.round_trip(plain)
+    assert len(amqp_client_ports() - before) == 2
+    neighbour.disconnect()
+    assert broker.wait_gone(other)  # with the connection's last session
+    late.disconnect()
+
+
+def test_a_consumed_temporary_queue_leaves_the_connection_open_to_new_sessions(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """The temp-queue of a reply-to (exclusive, auto-delete, named by the broker) is consumed by
+    its session, so it goes when that consumer goes: the connection stays shared."""
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    first = RawSession(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    got = first.send(f"SEND\ndestination:/queue/{queue}\nreply-to:/temp-queue/t\nreceipt:s\n\nx")
+    assert got[-1][0] == "RECEIPT", got
+    first.disconnect()
+    second = RawSession(adapter.port)  # joins the idle connection: no new login
+    second.round_trip(queue)
+    assert joined(adapter) == 1
+    assert len(amqp_client_ports() - before) == 1
+    second.disconnect()
+
+
 def joined(adapter: AdapterProcess) -> int:
     async def count() -> int:
         assert adapter.server.amqp_mux is not None
