@@ -11,6 +11,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from tests.amqp_proxy import ProxyThread, ServerVersion
 from tests.support import (
     AdapterProcess,
     BrokerProbe,
@@ -302,6 +303,50 @@ def joined(adapter: AdapterProcess) -> int:
         return adapter.server.amqp_mux.joined
 
     return int(adapter.run(count()))
+
+
+def broker_info(adapter: AdapterProcess) -> list[tuple[str, str, str, float]]:
+    """The stomp_adapter_broker_info series as a scrape renders them: node, version, rules, value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from adapter.server.metrics import build_registry, render
+
+    async def scrape() -> bytes:
+        return render(build_registry(adapter.server))
+
+    text = adapter.run(scrape()).decode()
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "stomp_adapter_broker_info"]
+    return sorted((s.labels["node"], s.labels["version"], s.labels["rules"], s.value) for s in family.samples)
+
+
+def test_broker_info_metric_names_the_node_of_each_shared_connection(
+    amqp_url: str, start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """Two nodes (proxies announcing 3.12.0 and 4.3.0): a CONNECT that joins a shared connection
+    stays on that connection's node and reaches no other, so the metric names only the nodes a
+    fresh login reached; the next fresh login (another user) goes to the next node in the round
+    robin, and the metric then names both."""
+    with ProxyThread(amqp_url, [ServerVersion("3.12.0")]) as old, ProxyThread(
+        amqp_url, [ServerVersion("4.3.0")]
+    ) as new:
+        adapter = mux_adapter(start_adapter, amqp_url=f"{old.url},{new.url}")
+        old_node = (f"amqp://127.0.0.1:{old.proxy.port}", "3.12.0", "3.11-3.13", 1.0)
+        new_node = (f"amqp://127.0.0.1:{new.proxy.port}", "4.3.0", "4.x", 1.0)
+        first = RawSession(adapter.port)
+        second = RawSession(adapter.port)
+        assert (first.command, second.command) == ("CONNECTED", "CONNECTED")
+        assert joined(adapter) == 1
+        assert broker_info(adapter) == [old_node]
+        user = broker.create_user("pw", "mux")
+        other = RawSession(adapter.port, user, "pw")  # no connection of this user: a fresh login
+        assert other.command == "CONNECTED" and joined(adapter) == 1
+        assert broker_info(adapter) == sorted([old_node, new_node])
+        for session in (first, second, other):  # each is served on its node
+            queue = unique("mux-nodes")
+            broker.track_queue(queue)
+            session.round_trip(queue)
+            session.disconnect()
+        adapter.stop()  # before the proxies go
 
 
 def test_revoked_write_permission_applies_to_a_session_that_joins(
