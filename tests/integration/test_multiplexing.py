@@ -7,11 +7,15 @@ probe creates and deletes."""
 
 from __future__ import annotations
 
+import logging
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.amqp_proxy import ProxyThread, ServerVersion
+from tests.integration.test_shutdown_at_scale import SlowClose, SwallowClose
 from tests.support import (
     AdapterProcess,
     BrokerProbe,
@@ -326,9 +330,10 @@ def test_broker_info_metric_names_the_node_of_each_shared_connection(
     stays on that connection's node and reaches no other, so the metric names only the nodes a
     fresh login reached; the next fresh login (another user) goes to the next node in the round
     robin, and the metric then names both."""
-    with ProxyThread(amqp_url, [ServerVersion("3.12.0")]) as old, ProxyThread(
-        amqp_url, [ServerVersion("4.3.0")]
-    ) as new:
+    with (
+        ProxyThread(amqp_url, [ServerVersion("3.12.0")]) as old,
+        ProxyThread(amqp_url, [ServerVersion("4.3.0")]) as new,
+    ):
         adapter = mux_adapter(start_adapter, amqp_url=f"{old.url},{new.url}")
         old_node = (f"amqp://127.0.0.1:{old.proxy.port}", "3.12.0", "3.11-3.13", 1.0)
         new_node = (f"amqp://127.0.0.1:{new.proxy.port}", "4.3.0", "4.x", 1.0)
@@ -662,3 +667,54 @@ def test_a_browse_runs_on_a_probe_and_leaves_every_message_in_order(
     assert seen == [b"m0", b"m1", b"m2"]
     pair.requester.disconnect()
     pair.bystander.disconnect()
+
+
+# ---------------------------------------------------------------- shutdown
+# tests/integration/test_shutdown_at_scale.py with an AMQP connection per session; here the
+# sessions close their channels and each shared connection closes with its last one.
+
+
+def test_at_the_shutdown_deadline_unanswered_shared_connection_closes_are_dropped(
+    amqp_url: str, start_adapter: Any, broker: BrokerProbe, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook = SwallowClose()
+    with ProxyThread(amqp_url, [hook]) as proxy:
+        adapter = mux_adapter(start_adapter, amqp_url=proxy.url, shutdown_timeout=1)
+        queue = unique("mux-requeued")
+        broker.declare_queue(queue, durable=True)
+        broker.publish("", queue, b"held")
+        holder = RawSession(adapter.port)
+        got = holder.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:client\nreceipt:r\n\n")
+        while not any(frame[0] == "MESSAGE" and frame[2] == b"held" for frame in got):
+            got = holder.frames_until(("MESSAGE",))  # delivered, never acknowledged
+            assert got, "closed before the message came"
+        subscribers = [RawSession(adapter.port) for _ in range(5)]
+        for number, session in enumerate(subscribers):
+            got = session.send(f"SUBSCRIBE\nid:t{number}\ndestination:/topic/{unique('news')}\nreceipt:r\n\n")
+            assert got[-1][0] == "RECEIPT", got
+        with caplog.at_level(logging.INFO, "adapter.server"):
+            adapter.stop()  # returns: the unanswered closes do not hold the shutdown
+        for session in [holder, *subscribers]:
+            got = session.frames_until(("ERROR",))
+            assert [f[1]["message"] for f in got if f[0] == "ERROR"] == ["Server shutdown"], got
+        assert "shutting down: closing 6 connection(s)" in caplog.text
+        assert hook.swallowed == 2  # 6 sessions on 2 shared connections, each asked to close once
+        # the holder's channel close requeued what it held, and the broker cleans up the rest
+        assert broker.wait_depth(queue, 1, timeout=15) == 1
+
+
+def test_at_shutdown_every_shared_connection_closes_cleanly(amqp_url: str, start_adapter: Any) -> None:
+    hook = SlowClose()
+    with ProxyThread(amqp_url, [hook]) as proxy:
+        adapter = mux_adapter(start_adapter, amqp_url=proxy.url, shutdown_timeout=30)
+        sessions = [RawSession(adapter.port) for _ in range(5 * PER_CONNECTION)]
+        for number, session in enumerate(sessions):
+            got = session.send(
+                f"SUBSCRIBE\nid:t{number}\ndestination:/topic/{unique('turns')}\nreceipt:r\n\n"
+            )
+            assert got[-1][0] == "RECEIPT", got
+        adapter.stop()
+        for session in sessions:
+            got = session.frames_until(("ERROR",))
+            assert [f[1]["message"] for f in got if f[0] == "ERROR"] == ["Server shutdown"], got
+        assert hook.closed == 5  # each shared connection closed cleanly (close-ok) in time
