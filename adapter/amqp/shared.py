@@ -45,7 +45,7 @@ from typing import Final
 
 from ..liveness import Liveness
 from ..mapping.budget import Account, BudgetExceeded, Pool
-from ..mapping.operations import Delivery, QueueDeclare
+from ..mapping.operations import BasicConsume, Delivery, QueueDeclare
 from . import wire
 from .client import BrokerCall, UnexpectedMethod
 from .connection import AmqpConnection, AmqpError
@@ -341,21 +341,36 @@ class ChannelLink(AsyncClient):
         self._close_ok_pending = False
         # a session that declared an exclusive queue that is not auto-delete leaves it on the
         # connection until the connection closes: the registry then retires the connection
-        self.left_connection_queue = False
+        self._connection_queue = False
+        # exclusive auto-delete queues it declared that no consumer of its own has consumed yet
+        # (a SEND with durable:false or persistent:false): the broker deletes an auto-delete
+        # queue only when its last consumer goes, so one never consumed also lives as long as
+        # the connection
+        self._unconsumed: set[str] = set()
         self.on_left: Callable[[ChannelLink], None] | None = None  # the registry's
         # the calls the shared connection must not carry run on a probe of the session's own
         # (adapter/amqp/probe.py); the registry's, None without one (they then run here)
         self.probe: Probe | None = None
 
     # ------------------------------------------------------------------ calls in
+    @property
+    def left_connection_queue(self) -> bool:
+        """The session declared a queue that lives as long as the connection and may still be
+        there when it leaves: an exclusive one that is not auto-delete, or an exclusive
+        auto-delete one that none of its consumers consumed."""
+        return self._connection_queue or bool(self._unconsumed)
+
     def _operation_call(self, op: BrokerCall) -> tuple[bytes, tuple[int, int]]:
-        if isinstance(op, QueueDeclare) and op.exclusive and not op.auto_delete:
-            self.left_connection_queue = True
+        if isinstance(op, QueueDeclare) and op.exclusive and not op.auto_delete and not op.passive:
+            self._connection_queue = True
         return super()._operation_call(op)
 
     def declare_nowait(self, op: QueueDeclare) -> None:
-        if op.exclusive and not op.auto_delete:
-            self.left_connection_queue = True
+        if op.exclusive and not op.passive:
+            if op.auto_delete:
+                self._unconsumed.add(op.queue)
+            else:
+                self._connection_queue = True
         super().declare_nowait(op)
 
     async def execute(self, op: BrokerCall) -> str | Delivery | None:
@@ -367,7 +382,22 @@ class ChannelLink(AsyncClient):
                 return await probe.execute(op)
             except AmqpError as error:
                 raise self._probe_failed(error) from None
-        return await super().execute(op)
+        if isinstance(op, QueueDeclare) and op.exclusive and op.auto_delete and not op.passive:
+            # counted before the call: a session that ends while it waits leaves the queue
+            self._unconsumed.add(op.queue)
+            try:
+                result = await super().execute(op)
+            except AmqpError:  # refused: no queue
+                self._unconsumed.discard(op.queue)
+                raise
+            if isinstance(result, str) and result != op.queue:  # named by the broker
+                self._unconsumed.discard(op.queue)
+                self._unconsumed.add(result)
+            return result
+        result = await super().execute(op)
+        if isinstance(op, BasicConsume):  # its consumer going deletes the queue
+            self._unconsumed.discard(op.queue)
+        return result
 
     def requeue_got(self, delivery_tags: tuple[int, ...]) -> Awaitable[None] | None:
         if self.probe is not None:

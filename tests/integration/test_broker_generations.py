@@ -251,6 +251,9 @@ def test_refusal_as_4_3_answers_it(proxied: Factory, amqp_url: str) -> None:
     assert len(REFUSAL_TEXT.encode()) == 255
 
 
+@pytest.mark.own_amqp_connection  # the second CONNECT joins the first's connection, on its node
+# (with multiplexing: tests/integration/test_multiplexing.py,
+# test_broker_info_metric_names_the_node_of_each_shared_connection)
 def test_broker_info_metric_names_each_nodes_version(
     proxied: Factory, start_adapter: Callable[..., AdapterProcess]
 ) -> None:
@@ -279,6 +282,8 @@ def test_broker_info_metric_names_each_nodes_version(
     )
 
 
+@pytest.mark.own_amqp_connection  # the reuse pool, which multiplexing replaces (its rules for
+# connection-bound queues: tests/integration/test_multiplexing.py)
 def test_connection_reuse_never_lends_a_connection_with_an_exclusive_queue(
     rabbit43: Callable[..., tuple[AdapterProcess, MethodLog]], broker: BrokerProbe
 ) -> None:

@@ -33,15 +33,23 @@ def flags(info: dict) -> tuple[bool, bool, bool]:
 
 
 # ------------------------------------------------------------------------------------------ /queue
+# an exclusive queue is gone with the client's AMQP connection: with multiplexing that connection
+# may carry other sessions of the session-wide adapter and outlive the client (documented:
+# tests/integration/test_multiplexing.py asserts when such a queue goes)
+OWN_CONNECTION = pytest.mark.own_amqp_connection
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
         ({}, (True, False, False)),
-        ({"durable": "false"}, (False, True, True)),
-        ({"persistent": "false"}, (False, True, True)),  # even on a SEND
+        pytest.param({"durable": "false"}, (False, True, True), marks=OWN_CONNECTION),
+        # even on a SEND
+        pytest.param({"persistent": "false"}, (False, True, True), marks=OWN_CONNECTION),
         # (docs/destinations.md#queue-flag-headers)
         ({"auto-delete": "true"}, (True, True, False)),
-        ({"exclusive": "true"}, (False, False, True)),  # the broker makes exclusive non-durable
+        # the broker makes exclusive non-durable
+        pytest.param({"exclusive": "true"}, (False, False, True), marks=OWN_CONNECTION),
     ],
     ids=["default", "durable-false", "persistent-false", "auto-delete", "exclusive"],
 )

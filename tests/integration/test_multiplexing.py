@@ -7,12 +7,17 @@ probe creates and deletes."""
 
 from __future__ import annotations
 
+import logging
 import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from adapter.mapping.profile import BROWSE_LIMIT
+from tests.amqp_proxy import ProxyThread, ServerVersion
+from tests.integration.test_shutdown_at_scale import SlowClose, SwallowClose
 from tests.support import (
     AdapterProcess,
     BrokerProbe,
@@ -240,12 +245,115 @@ def test_an_exclusive_queue_lives_until_the_last_session_on_its_connection_ends(
     late.disconnect()
 
 
+def test_an_exclusive_auto_delete_queue_never_consumed_goes_with_the_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """A SEND with durable:false declares an exclusive auto-delete queue and consumes nothing:
+    the broker deletes an auto-delete queue only when a consumer of it goes, so the queue lives
+    as long as the connection.  Alone on its connection, the session takes it along when it
+    leaves, as without multiplexing; with a neighbour, the connection takes no new session and
+    the queue goes with the last one (docs/configuration.md, "Queues that belong to the
+    connection")."""
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    alone = RawSession(adapter.port)
+    queue = unique("mux-unconsumed")
+    broker.track_queue(queue)
+    got = alone.send(f"SEND\ndestination:/queue/{queue}\ndurable:false\nreceipt:s\n\nx")
+    assert got[-1][0] == "RECEIPT", got
+    assert broker.queue_exists(queue)
+    alone.disconnect()
+    assert broker.wait_gone(queue)  # its connection closed with it: not kept idle
+    owner = RawSession(adapter.port)
+    neighbour = RawSession(adapter.port)
+    other = unique("mux-unconsumed")
+    broker.track_queue(other)
+    got = owner.send(f"SEND\ndestination:/queue/{other}\npersistent:false\nreceipt:s\n\nx")
+    assert got[-1][0] == "RECEIPT", got
+    owner.disconnect()
+    assert broker.queue_exists(other)  # the connection is still open for the neighbour
+    late = RawSession(adapter.port)  # joins no retired connection: a login of its own
+    assert late.command == "CONNECTED"
+    plain = unique("mux")
+    broker.track_queue(plain)
+    late.round_trip(plain)
+    assert len(amqp_client_ports() - before) == 2
+    neighbour.disconnect()
+    assert broker.wait_gone(other)  # with the connection's last session
+    late.disconnect()
+
+
+def test_a_consumed_temporary_queue_leaves_the_connection_open_to_new_sessions(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """The temp-queue of a reply-to (exclusive, auto-delete, named by the broker) is consumed by
+    its session, so it goes when that consumer goes: the connection stays shared."""
+    adapter = mux_adapter(start_adapter)
+    before = amqp_client_ports()
+    first = RawSession(adapter.port)
+    queue = unique("mux")
+    broker.track_queue(queue)
+    got = first.send(f"SEND\ndestination:/queue/{queue}\nreply-to:/temp-queue/t\nreceipt:s\n\nx")
+    assert got[-1][0] == "RECEIPT", got
+    first.disconnect()
+    second = RawSession(adapter.port)  # joins the idle connection: no new login
+    second.round_trip(queue)
+    assert joined(adapter) == 1
+    assert len(amqp_client_ports() - before) == 1
+    second.disconnect()
+
+
 def joined(adapter: AdapterProcess) -> int:
     async def count() -> int:
         assert adapter.server.amqp_mux is not None
         return adapter.server.amqp_mux.joined
 
     return int(adapter.run(count()))
+
+
+def broker_info(adapter: AdapterProcess) -> list[tuple[str, str, str, float]]:
+    """The stomp_adapter_broker_info series as a scrape renders them: node, version, rules, value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from adapter.server.metrics import build_registry, render
+
+    async def scrape() -> bytes:
+        return render(build_registry(adapter.server))
+
+    text = adapter.run(scrape()).decode()
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "stomp_adapter_broker_info"]
+    return sorted((s.labels["node"], s.labels["version"], s.labels["rules"], s.value) for s in family.samples)
+
+
+def test_broker_info_metric_names_the_node_of_each_shared_connection(
+    amqp_url: str, start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """Two nodes (proxies announcing 3.12.0 and 4.3.0): a CONNECT that joins a shared connection
+    stays on that connection's node and reaches no other, so the metric names only the nodes a
+    fresh login reached; the next fresh login (another user) goes to the next node in the round
+    robin, and the metric then names both."""
+    with (
+        ProxyThread(amqp_url, [ServerVersion("3.12.0")]) as old,
+        ProxyThread(amqp_url, [ServerVersion("4.3.0")]) as new,
+    ):
+        adapter = mux_adapter(start_adapter, amqp_url=f"{old.url},{new.url}")
+        old_node = (f"amqp://127.0.0.1:{old.proxy.port}", "3.12.0", "3.11-3.13", 1.0)
+        new_node = (f"amqp://127.0.0.1:{new.proxy.port}", "4.3.0", "4.x", 1.0)
+        first = RawSession(adapter.port)
+        second = RawSession(adapter.port)
+        assert (first.command, second.command) == ("CONNECTED", "CONNECTED")
+        assert joined(adapter) == 1
+        assert broker_info(adapter) == [old_node]
+        user = broker.create_user("pw", "mux")
+        other = RawSession(adapter.port, user, "pw")  # no connection of this user: a fresh login
+        assert other.command == "CONNECTED" and joined(adapter) == 1
+        assert broker_info(adapter) == sorted([old_node, new_node])
+        for session in (first, second, other):  # each is served on its node
+            queue = unique("mux-nodes")
+            broker.track_queue(queue)
+            session.round_trip(queue)
+            session.disconnect()
+        adapter.stop()  # before the proxies go
 
 
 def test_revoked_write_permission_applies_to_a_session_that_joins(
@@ -618,3 +726,54 @@ def test_a_subscribe_right_after_a_browse_gets_the_messages_in_order(
     pair.bystander_served()
     pair.requester.disconnect()
     pair.bystander.disconnect()
+
+
+# ---------------------------------------------------------------- shutdown
+# tests/integration/test_shutdown_at_scale.py with an AMQP connection per session; here the
+# sessions close their channels and each shared connection closes with its last one.
+
+
+def test_at_the_shutdown_deadline_unanswered_shared_connection_closes_are_dropped(
+    amqp_url: str, start_adapter: Any, broker: BrokerProbe, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook = SwallowClose()
+    with ProxyThread(amqp_url, [hook]) as proxy:
+        adapter = mux_adapter(start_adapter, amqp_url=proxy.url, shutdown_timeout=1)
+        queue = unique("mux-requeued")
+        broker.declare_queue(queue, durable=True)
+        broker.publish("", queue, b"held")
+        holder = RawSession(adapter.port)
+        got = holder.send(f"SUBSCRIBE\nid:s\ndestination:/queue/{queue}\nack:client\nreceipt:r\n\n")
+        while not any(frame[0] == "MESSAGE" and frame[2] == b"held" for frame in got):
+            got = holder.frames_until(("MESSAGE",))  # delivered, never acknowledged
+            assert got, "closed before the message came"
+        subscribers = [RawSession(adapter.port) for _ in range(5)]
+        for number, session in enumerate(subscribers):
+            got = session.send(f"SUBSCRIBE\nid:t{number}\ndestination:/topic/{unique('news')}\nreceipt:r\n\n")
+            assert got[-1][0] == "RECEIPT", got
+        with caplog.at_level(logging.INFO, "adapter.server"):
+            adapter.stop()  # returns: the unanswered closes do not hold the shutdown
+        for session in [holder, *subscribers]:
+            got = session.frames_until(("ERROR",))
+            assert [f[1]["message"] for f in got if f[0] == "ERROR"] == ["Server shutdown"], got
+        assert "shutting down: closing 6 connection(s)" in caplog.text
+        assert hook.swallowed == 2  # 6 sessions on 2 shared connections, each asked to close once
+        # the holder's channel close requeued what it held, and the broker cleans up the rest
+        assert broker.wait_depth(queue, 1, timeout=15) == 1
+
+
+def test_at_shutdown_every_shared_connection_closes_cleanly(amqp_url: str, start_adapter: Any) -> None:
+    hook = SlowClose()
+    with ProxyThread(amqp_url, [hook]) as proxy:
+        adapter = mux_adapter(start_adapter, amqp_url=proxy.url, shutdown_timeout=30)
+        sessions = [RawSession(adapter.port) for _ in range(5 * PER_CONNECTION)]
+        for number, session in enumerate(sessions):
+            got = session.send(
+                f"SUBSCRIBE\nid:t{number}\ndestination:/topic/{unique('turns')}\nreceipt:r\n\n"
+            )
+            assert got[-1][0] == "RECEIPT", got
+        adapter.stop()
+        for session in sessions:
+            got = session.frames_until(("ERROR",))
+            assert [f[1]["message"] for f in got if f[0] == "ERROR"] == ["Server shutdown"], got
+        assert hook.closed == 5  # each shared connection closed cleanly (close-ok) in time

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
 from pamqp import commands
 
 from adapter.server.admission import Gate
@@ -58,6 +59,9 @@ class SlowClose(Hook):
         return [frame]
 
 
+# counts an AMQP connection per session (with multiplexing: tests/integration/test_multiplexing.py,
+# test_at_the_shutdown_deadline_unanswered_shared_connection_closes_are_dropped)
+@pytest.mark.own_amqp_connection
 def test_at_the_deadline_unanswered_closes_are_dropped_and_the_broker_cleans_up(
     amqp_url, start_adapter, broker, caplog
 ):
@@ -86,6 +90,9 @@ def test_at_the_deadline_unanswered_closes_are_dropped_and_the_broker_cleans_up(
             client.close()
 
 
+# counts an AMQP connection per session (with multiplexing: tests/integration/test_multiplexing.py,
+# test_at_shutdown_every_shared_connection_closes_cleanly)
+@pytest.mark.own_amqp_connection
 def test_closes_go_in_turns_and_all_finish_cleanly(amqp_url, start_adapter):
     hook = SlowClose()
     with ProxyThread(amqp_url, [hook]) as proxy:
