@@ -305,14 +305,16 @@ class ChannelLink(AsyncClient):
     __slots__ = (
         "_channel_gone",
         "_close_ok_pending",
+        "_connection_queue",
         "_left",
         "_liveness",
         "_reading_paused",
+        "_unconsumed",
         "carrier",
         "header_bytes",
         "in_read",
-        "left_connection_queue",
         "on_left",
+        "probe",
     )
 
     def __init__(self, carrier: SharedConnection, events: BrokerEvents, channel: int) -> None:
