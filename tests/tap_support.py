@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,14 @@ class TapProcess:
     """``python -m adapter tap`` on 127.0.0.1:<free port>, its operator port on another."""
 
     def __init__(
-        self, upstream: str, record: Path, *extra: str, preexec_fn: Callable[[], None] | None = None
+        self,
+        upstream: str,
+        record: Path,
+        *extra: str,
+        preexec_fn: Callable[[], None] | None = None,
+        env: Mapping[str, str | None] | None = None,
     ):
+        """``env``: variables set (a value) or removed (None) for the tap's process only."""
         self.port = free_port()
         self.http_port = free_port()
         self.record = record
@@ -52,6 +58,7 @@ class TapProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 preexec_fn=preexec_fn,  # noqa: PLW1509 - a resource limit for the disk-full test
+                env=_environment(env),
             )
         deadline = time.monotonic() + 30
         while True:  # ready when its operator port answers (a probe of the STOMP port is recorded)
@@ -90,6 +97,19 @@ class TapProcess:
 
     def records(self) -> list[dict[str, Any]]:
         return read_records(self.record)
+
+
+def _environment(changes: Mapping[str, str | None] | None) -> dict[str, str] | None:
+    """This process's environment with ``changes`` (None: inherited as it is)."""
+    if changes is None:
+        return None
+    environment = dict(os.environ)
+    for name, value in changes.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return environment
 
 
 def read_records(directory: Path) -> list[dict[str, Any]]:

@@ -18,6 +18,9 @@ Pure.  Owns the plan of a scheduled SEND (docs/migration-activemq.md, "Scheduled
 
 Only the default exchange (queues) and the topic exchange are targets: a delay queue per
 ``/exchange/NAME`` would let a client create queues without bound.
+
+``delay_plan`` says which delay values plan the same (one bucket): the migration report runs it
+in Spark's Python workers, so it imports nothing beyond this module's own imports.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ from .operations import BasicPublish, Operation, QueueBind, QueueDeclare
 
 __all__ = [
     "DELAY_HEADER",
+    "DELAY_NOW",
+    "DELAY_REFUSED",
     "MAX_BUCKETS",
     "MAX_DELAY_MS",
     "REFUSED_HEADERS",
     "bucket",
+    "delay_plan",
     "delay_queue",
     "scheduled_delay",
     "scheduled_publishes",
@@ -103,6 +109,26 @@ def scheduled_delay(headers: Mapping[str, str]) -> int | None:
     if delay > MAX_DELAY_MS:
         raise ProcessingError(f"{DELAY_HEADER} must be at most {MAX_DELAY_MS} ms, got {value!r}")
     return delay
+
+
+# what delay_plan says of a delay that delays nothing (0 or less) and of one that is refused
+DELAY_NOW: Final = "now"
+DELAY_REFUSED: Final = "refused"
+
+
+def delay_plan(value: str | None) -> str | None:
+    """What an ``AMQ_SCHEDULED_DELAY`` value plans, so that values planning the same are one:
+    its bucket in ms (``"1300"`` for 1234 and for 1250: the same delay queue), ``DELAY_NOW``
+    (0 or less: delivered at once), ``DELAY_REFUSED`` (the ERROR of ``scheduled_delay``: not
+    an integer, too many digits, above ``MAX_DELAY_MS``), or None without the header.  The
+    other scheduling headers are not looked at (they are refused whatever the delay)."""
+    if value is None:
+        return None
+    try:
+        delay = scheduled_delay({DELAY_HEADER: value})
+    except (DestinationError, ProcessingError):
+        return DELAY_REFUSED
+    return DELAY_NOW if delay is None else str(bucket(delay))
 
 
 def delay_queue(delay_ms: int, exchange: str) -> tuple[str, QueueParams]:

@@ -26,6 +26,18 @@ is still there on the target would take messages the recording gave to another o
 CONNECT with the same ``client-id`` (ActiveMQ, and the profile, refuse a client-id that is
 still connected).
 
+An end is over when the target says so, not when the replay has written it: a DISCONNECT
+goes with a ``receipt`` header (the replay's own, ``END_RECEIPT``, when the client asked for
+none; its RECEIPT is not compared) and the end waits for that RECEIPT (at most ``wait``
+seconds) before the socket is closed.  STOMP's graceful disconnect is exactly this (STOMP 1.2,
+"DISCONNECT"), and the adapter sends that RECEIPT only once its AMQP channel is closed, when
+the broker has cancelled the connection's consumers.  Without it a client that disconnects
+without a receipt (Net::Stomp does) and a SEND of another connection right after were a race
+on the target: the old subscription's consumer, not yet cancelled, took the message
+(with ``ack:auto`` it is gone), and the next subscriber of a durable subscription missed it.
+A client's close without DISCONNECT has no such answer: the target's teardown after it is
+not observable, and a frame of another connection right after it may still race with it.
+
 asyncio streams and the project's frame parser; no Spark.
 """
 
@@ -35,7 +47,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -44,9 +56,12 @@ from .idioms import frame_idioms, idiom
 from .recording import Event
 from .wordings import compare_errors
 
-__all__ = ["SETTLE", "ConnectionResult", "ReplayOptions", "replay"]
+__all__ = ["END_RECEIPT", "SETTLE", "ConnectionResult", "ReplayOptions", "replay"]
 
 SETTLE: Final = 1.0
+# the receipt id the replay adds to a DISCONNECT that has none (so that the target says when the
+# connection's end is done); its RECEIPT is the replay's, not the client's, and is not compared
+END_RECEIPT: Final = "stomp-migrate-replay-end"
 _CONNECT: Final = frozenset({"CONNECT", "STOMP"})
 
 
@@ -170,6 +185,10 @@ class _Connection:
         self.reading: asyncio.Task[None] | None = None
         self.closed = False
         self.finished = False  # the client's DISCONNECT or close has been sent
+        # the receipt id of the DISCONNECT sent, and whether the replay added it
+        self.end_receipt: str | None = None
+        self.end_receipt_added = False
+        self.end_confirmed = False  # the target's RECEIPT for that DISCONNECT came
         self.login: str | None = None
         self.client_id: str | None = None
         self.idioms: set[str] = set()
@@ -191,8 +210,16 @@ class _Connection:
                 while (frame := parser.next_frame()) is not None:
                     if frame.command == "CONNECTED":
                         parser.set_version(frame.headers.get("version", "1.0"))
-                    self.replayed.take(frame.command, frame.headers.items(), self.subscription_ids)
                     self.changed.set()
+                    if (
+                        frame.command == "RECEIPT"
+                        and self.end_receipt is not None
+                        and frame.headers.get("receipt-id") == self.end_receipt
+                    ):
+                        self.end_confirmed = True
+                        if self.end_receipt_added:
+                            continue  # the replay's own: not an answer to compare
+                    self.replayed.take(frame.command, frame.headers.items(), self.subscription_ids)
         except (OSError, FrameError):
             pass
         finally:
@@ -201,8 +228,17 @@ class _Connection:
 
     async def caught_up(self, timeout: float) -> bool:
         """Wait until the target has answered what the upstream had answered so far."""
+        return await self._until(lambda: self.replayed.covers(self.recorded), timeout)
+
+    async def end_confirmed_by_target(self, timeout: float) -> bool:
+        """Wait until the target has sent the RECEIPT of the DISCONNECT."""
+        return await self._until(lambda: self.end_confirmed, timeout)
+
+    async def _until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until ``done()`` holds after a frame from the target (False: closed, or not within
+        ``timeout`` seconds)."""
         deadline = time.monotonic() + timeout
-        while not self.replayed.covers(self.recorded):
+        while not done():
             remaining = deadline - time.monotonic()
             if self.closed or remaining <= 0:
                 return False
@@ -329,6 +365,15 @@ class _Replay:
             if "passcode" not in seen and options.passcode is not None:
                 rewritten.append(("passcode", options.passcode))
             return rewritten
+        if event.command == "DISCONNECT":
+            # the target's RECEIPT says when the end is done (see the module's docstring)
+            receipt = event.header("receipt")
+            if receipt is None:
+                receipt = END_RECEIPT
+                connection.end_receipt_added = True
+                headers.append(("receipt", receipt))
+            connection.end_receipt = receipt
+            return headers
         if event.command in ("ACK", "NACK"):
             handles = {handle: key for key, handle in connection.recorded.handles.items()}
             return [
@@ -376,8 +421,8 @@ class _Replay:
 
     async def _later(self, connection: _Connection, data: bytes | None) -> None:
         await asyncio.sleep(SETTLE)
-        if data is not None:
-            connection.write(data)
+        if data is not None and connection.write(data):
+            await connection.end_confirmed_by_target(self.options.wait)
             await connection.caught_up(self.options.wait)
         await connection.close()
 

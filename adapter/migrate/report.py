@@ -3,9 +3,11 @@
 Owns the reading of a recording (docs/recording-format.md) with Spark and every aggregation of
 it: per application (client host, login, client-id), per destination, per idiom, over time.
 The frames stay in Spark: each aggregation is a DataFrame ``groupBy``, and only aggregated rows
-(one per idiom, destination, time bucket, distinct SUBSCRIBE ...) reach the driver with
-``collect``.  The idioms of a frame come from the pure ``idioms.frame_idioms``, run in the
-Python workers as an Arrow UDF; everything else is Spark SQL.
+(one per idiom, destination, time bucket, distinct SUBSCRIBE, delay bucket of a scheduled SEND
+...) reach the driver with ``collect``.  The idioms of a frame come from the pure
+``idioms.frame_idioms``, and a delay's bucket from ``mapping.scheduled.delay_plan``, run in the
+Python workers as Arrow UDFs (neither needs more than the standard library); everything else
+is Spark SQL.
 
 ``build_report`` returns the report as plain data (the ``report.json`` document); the RabbitMQ
 topology in it is planned by adapter/migrate/topology.py with the profile's own rules.
@@ -18,13 +20,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
+from ..mapping.scheduled import DELAY_HEADER, delay_plan
 from .idioms import IDIOM_NAMES, IDIOMS, destination_kind, frame_idioms
 from .topology import plan_topology
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["FORMAT_VERSION", "RECORD_SCHEMA", "build_report", "read_recording"]
+__all__ = ["FORMAT_VERSION", "RECORD_SCHEMA", "build_report", "distinct_plans", "frames_of", "read_recording"]
 
 FORMAT_VERSION: Final = 1
 # the fields of docs/recording-format.md the report reads (the body is never read: a recording
@@ -52,8 +55,8 @@ _PLAN_HEADERS: Final = (
     "durable-subscription-name",
     "transformation",
     "x-queue-name",
-    # scheduled delivery: a delay queue per delay bucket (each distinct value is a plan)
-    "AMQ_SCHEDULED_DELAY",
+    # scheduled delivery: a delay queue per delay bucket (distinct_plans keeps one value a bucket)
+    DELAY_HEADER,
     "AMQ_SCHEDULED_PERIOD",
     "AMQ_SCHEDULED_REPEAT",
     "AMQ_SCHEDULED_CRON",
@@ -67,11 +70,11 @@ def read_recording(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.schema(RECORD_SCHEMA).option("pathGlobFilter", "*.jsonl.gz").json(path)
 
 
-def _header(name: str) -> Column:
+def _header(name: str, column: str = "headers") -> Column:
     """The first ``name`` header of a frame, or null (STOMP: the first repeated header wins)."""
     from pyspark.sql import functions as F
 
-    return F.expr(f"try_element_at(try_element_at(filter(headers, h -> h[0] = '{name}'), 1), 2)")
+    return F.expr(f"try_element_at(try_element_at(filter({column}, h -> h[0] = '{name}'), 1), 2)")
 
 
 def _bucket_width(span: float) -> int:
@@ -93,10 +96,20 @@ def _app_name(key: tuple[str, str, str]) -> str:
 
 def build_report(spark: SparkSession, path: str) -> dict[str, Any]:
     """The report of the recording in ``path``, as the ``report.json`` document."""
+    records = read_recording(spark, path)
+    enriched = frames_of(records).persist()
+    try:
+        return _aggregate(spark, records, enriched, path)
+    finally:
+        enriched.unpersist()
+
+
+def frames_of(records: DataFrame) -> DataFrame:
+    """The frames of ``records``, each with its application (host, login, client-id), its
+    destination, idioms and the headers its plan depends on."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, StringType
 
-    records = read_recording(spark, path)
     idioms_udf = F.udf(frame_idioms, ArrayType(StringType()), useArrow=True)
     frames = records.filter(F.col("kind") == "frame").select(
         "conn",
@@ -142,12 +155,38 @@ def build_report(spark: SparkSession, path: str) -> dict[str, Any]:
         ).alias("client_id"),
         F.min_by("connect_host", F.when(F.col("connect_host").isNotNull(), F.col("ts"))).alias("vhost"),
     )
-    enriched = frames.join(connections, "conn", "left").drop("client", "connect_login", "connect_client_id")
-    enriched = enriched.persist()
-    try:
-        return _aggregate(spark, records, enriched, path)
-    finally:
-        enriched.unpersist()
+    return frames.join(connections, "conn", "left").drop("client", "connect_login", "connect_client_id")
+
+
+def distinct_plans(frames: DataFrame) -> DataFrame:
+    """What the topology and the refusals are planned from (``frames``: ``frames_of``): the
+    distinct client SENDs, SUBSCRIBEs and NACKs by application, destination, the headers
+    their plan depends on and their idioms.
+
+    A scheduled SEND's delay is not part of that key as it is: its ``delay_plan`` is (the delay
+    bucket, in the Python workers), and each group keeps one recorded value of it, which
+    plans the same delay queue.  So the rows that reach the driver are bounded by the delay
+    queues the profile can create (adapter/mapping/scheduled.py: at most ``MAX_BUCKETS``, 760,
+    per plan of a SEND), not by the distinct delays clients sent."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    delay_udf = F.udf(delay_plan, StringType(), useArrow=True)
+    return (
+        frames.filter((F.col("dir") == "in") & F.col("command").isin("SEND", "SUBSCRIBE", "NACK"))
+        .select(
+            *_APP,
+            "command",
+            "destination",
+            F.expr(f"filter(plan_headers, h -> h[0] != '{DELAY_HEADER}')").alias("plan_headers"),
+            _header(DELAY_HEADER, "plan_headers").alias("delay"),
+            "idioms",
+        )
+        .distinct()  # the UDF runs once per distinct plan and delay, not once per frame
+        .withColumn("delay_plan", delay_udf("delay"))
+        .groupBy(*_APP, "command", "destination", "plan_headers", "idioms", "delay_plan")
+        .agg(F.min("delay").alias("delay"))
+    )
 
 
 def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, path: str) -> dict[str, Any]:
@@ -264,13 +303,8 @@ def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, pat
     )
 
     # -- what the topology and the refusals are planned from: the distinct SENDs and SUBSCRIBEs
-    #    (destination and the headers their plan depends on) and the distinct selectors
-    plans = (
-        enriched.filter((F.col("dir") == "in") & F.col("command").isin("SEND", "SUBSCRIBE", "NACK"))
-        .select(*_APP, "command", "destination", "plan_headers", "idioms")
-        .distinct()
-        .collect()
-    )
+    #    (destination and the headers their plan depends on), one per delay bucket
+    plans = distinct_plans(enriched).collect()
 
     return _assemble(
         path=path,
@@ -448,7 +482,8 @@ def _assemble(**parts: Any) -> dict[str, Any]:
                 "client_id": row["client_id"],
                 "command": row["command"],
                 "destination": row["destination"],
-                "headers": [tuple(pair) for pair in row["plan_headers"] or () if len(pair) >= 2],
+                "headers": [tuple(pair) for pair in row["plan_headers"] or () if len(pair) >= 2]
+                + ([(DELAY_HEADER, row["delay"])] if row["delay"] is not None else []),
                 "idioms": list(row["idioms"] or ()),
             }
             for row in parts["plans"]

@@ -198,12 +198,27 @@ def upstream_tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
+def upstream_trust(args: argparse.Namespace) -> str:
+    """The CAs the upstream's certificate is checked against, for the log ("" if it is not).
+    Without --upstream-tls-cafile it is OpenSSL's default trust store, which Python's default
+    context loads: the file and directory named by SSL_CERT_FILE and SSL_CERT_DIR in the
+    tap's environment, else the system's (on Debian, /etc/ssl/certs)."""
+    if not args.upstream_tls or not args.upstream_tls_verify:
+        return ""
+    if args.upstream_tls_cafile:
+        return f"--upstream-tls-cafile {args.upstream_tls_cafile}"
+    paths = ssl.get_default_verify_paths()  # None for a file or directory that does not exist
+    where = [f"{what} {path}" for what, path in (("file", paths.cafile), ("directory", paths.capath)) if path]
+    return f"the default trust store ({', '.join(where) or 'no file or directory found'})"
+
+
 def settings_from(args: argparse.Namespace) -> TapSettings:
     return TapSettings(
         listeners=[parse_address(text, "--listen") for text in args.listen],
         upstream=parse_address(args.upstream, "--upstream"),
         upstream_tls=upstream_tls_context(args),
         upstream_server_name=args.upstream_tls_server_name,
+        upstream_trust=upstream_trust(args),
         record_bodies=args.record_bodies,
         limits=FrameLimits(args.max_frame_size, 10_000, min(args.max_frame_size, 1 * MIB)),
         parse_buffer_bytes=args.parse_buffer_bytes,
@@ -274,7 +289,9 @@ def main(argv: Sequence[str]) -> int:
         "tap: %s -> %s%s",
         ", ".join(host_port(*listener) for listener in settings.listeners),
         host_port(*settings.upstream),
-        " (TLS)" if settings.upstream_tls else "",
+        (f" (TLS, CAs trusted: {settings.upstream_trust})" if settings.upstream_trust else " (TLS)")
+        if settings.upstream_tls
+        else "",
     )
     # the writer thread encodes and compresses while the event loop proxies: a shorter GIL switch
     # interval than the default 5 ms keeps it from adding milliseconds to a frame's way through

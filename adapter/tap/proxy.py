@@ -49,6 +49,9 @@ class TapSettings:
     upstream: tuple[str, int]
     upstream_tls: ssl.SSLContext | None = None
     upstream_server_name: str | None = None
+    # the CAs the upstream's certificate is checked against, as the log names them ("" when it
+    # is not checked): a refused certificate's log line says where the tap looked
+    upstream_trust: str = ""
     record_bodies: bool = False
     limits: FrameLimits = field(default_factory=lambda: FrameLimits(64 * 1024 * 1024, 10_000, 1024 * 1024))
     parse_buffer_bytes: int = 256 * 1024 * 1024
@@ -150,8 +153,17 @@ class Link:
                 else error
             )
             self._end("upstream", f"upstream connect failed: {reason}")
+            trusted = (
+                f"; CAs trusted: {settings.upstream_trust}"
+                if isinstance(error, ssl.SSLCertVerificationError) and settings.upstream_trust
+                else ""
+            )
             log.warning(
-                "tap: upstream %s not reachable (%s): client %s reset", tap.upstream_label, reason, self.peer
+                "tap: upstream %s not reachable (%s%s): client %s reset",
+                tap.upstream_label,
+                reason,
+                trusted,
+                self.peer,
             )
             self._upstream_lost = True
             if not self._client_lost:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from adapter.mapping.profile import durable_subscription_queue
 from adapter.migrate.cli import main
 from adapter.migrate.recording import load_conversations
 from adapter.migrate.replay import ReplayOptions, replay
@@ -103,3 +104,45 @@ def test_a_client_id_used_again_after_its_connection_closed_is_replayed_in_that_
     events = load_conversations(tmp_path / "rec", need_bodies=True)
     results = asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
     assert [(r.client_id, r.differences, r.not_sent) for r in results] == [(client_id, [], 0)] * 2
+
+
+def test_a_subscriber_that_disconnects_without_a_receipt_is_gone_before_the_next_send(
+    start_adapter: Callable[..., AdapterProcess], broker: BrokerProbe, tmp_path: Path
+) -> None:
+    """Net::Stomp's durable scenario (tests/legacy/client.pl), as the tap recorded it in front of
+    ActiveMQ: the subscriber (ack:auto) DISCONNECTs without a receipt and closes at once, a
+    publisher sends two messages straight away, the subscriber comes back with its client-id
+    and gets both.  The replay must not send those SENDs before the target has finished with
+    the first connection: its consumer, not yet cancelled, would take a message, and the second
+    subscriber would miss it."""
+    recording = Recording(tmp_path / "rec", bodies=True)
+    name = unique("netstomp")
+    topic = f"/topic/{name}"
+    durable = ("activemq.subscriptionName", "sub")
+    broker.track_queue(durable_subscription_queue(name, "sub"))
+    first = recording.connection("10.0.0.9").connect("1.0", client_id=name)
+    first.send("SUBSCRIBE", [("destination", topic), durable, ("receipt", "subscribed")])
+    first.receipt("subscribed")
+    first.send("DISCONNECT")  # Net::Stomp's disconnect: no receipt, then the socket's close
+    first.close()
+    publisher = recording.connection("10.0.0.9").connect("1.0")
+    for body in (b"away-1", b"away-2"):
+        publisher.send("SEND", [("destination", topic)], body)
+    second = recording.connection("10.0.0.9").connect("1.0", client_id=name)
+    second.send("SUBSCRIBE", [("destination", topic), durable, ("ack", "client")])
+    for body in (b"away-1", b"away-2"):
+        second.send("ACK", [("message-id", second.message(topic, topic, body))])
+    second.send("UNSUBSCRIBE", [("destination", topic), durable])
+    second.send("DISCONNECT")
+    second.close()
+    publisher.send("DISCONNECT")
+    publisher.close()
+    recording.close()
+    port = start_adapter(profile="activemq").port
+    events = load_conversations(tmp_path / "rec", need_bodies=True)
+    results = asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
+    assert [(r.client_id, r.differences, r.not_sent) for r in results] == [
+        (name, [], 0),
+        (None, [], 0),
+        (name, [], 0),
+    ], "\n".join(r.describe() for r in results)

@@ -4,7 +4,9 @@ certificates made by trustme for this run (never committed).
 
 Each verification option of the tap's CLI is exercised both ways: ``--upstream-tls-cafile``,
 ``--upstream-tls-server-name``, ``--upstream-tls-verify false``, ``--upstream-tls-certfile`` /
-``--upstream-tls-keyfile`` (mutual TLS) and ``--upstream-tls-min-version``.  A handshake that
+``--upstream-tls-keyfile`` (mutual TLS) and ``--upstream-tls-min-version``; and no CA file at
+all, where the default trust store decides: the test's CA is made that store for one tap
+process only, with OpenSSL's ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` in its environment.  A handshake that
 fails is a connection the upstream refuses: the client's connection is closed without a byte,
 the tap's log says why, and the tap goes on serving later connections."""
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,8 +77,8 @@ def tls_upstream(tmp_path: Path):
 def taps(tmp_path: Path) -> Iterator:
     started: list[TapProcess] = []
 
-    def start(upstream: str, *extra: str) -> TapProcess:
-        tap = TapProcess(upstream, tmp_path / f"rec-{len(started)}", *extra)
+    def start(upstream: str, *extra: str, env: dict[str, str | None] | None = None) -> TapProcess:
+        tap = TapProcess(upstream, tmp_path / f"rec-{len(started)}", *extra, env=env)
         started.append(tap)
         return tap
 
@@ -128,7 +131,7 @@ def test_the_right_ca_verifies_and_the_conversation_is_served_and_recorded(ca, f
         sorted(r["command"] for r in first if r["dir"] == "out")
         == ["CONNECTED"] + ["MESSAGE"] * 3 + ["RECEIPT"] * 5
     )
-    assert "(TLS)" in tap.log()
+    assert f"(TLS, CAs trusted: --upstream-tls-cafile {files / 'ca.pem'})" in tap.log()
 
 
 def test_a_wrong_ca_refuses_the_client_says_why_and_later_connections_are_served(
@@ -242,3 +245,65 @@ def test_an_upstream_below_the_minimum_tls_version_is_refused(ca, files, tls_ups
     refused(strict)
     assert "not reachable" in strict.log() and "VERSION" in strict.log().upper(), strict.log()
     served(default.port)
+
+
+def direct_refusal(port: int, context: ssl.SSLContext) -> str:
+    """The verification error a client connecting straight to the upstream gets."""
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=30) as sock,
+        pytest.raises(ssl.SSLCertVerificationError) as refusal,
+    ):
+        context.wrap_socket(sock, server_hostname="localhost")
+    return str(refusal.value.verify_message)
+
+
+def system_store() -> ssl.SSLContext:
+    """A client context with the machine's own default CAs, whatever this process's
+    SSL_CERT_FILE / SSL_CERT_DIR say (the ones a tap gets when both are removed)."""
+    paths = ssl.get_default_verify_paths()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    cafile = paths.openssl_cafile if os.path.isfile(paths.openssl_cafile) else None
+    capath = paths.openssl_capath if os.path.isdir(paths.openssl_capath) else None
+    assert cafile or capath, f"no system trust store at {paths}"
+    context.load_verify_locations(cafile=cafile, capath=capath)
+    return context
+
+
+def test_without_a_ca_file_a_ca_in_the_default_trust_store_verifies(ca, files, tls_upstream, taps, tmp_path):
+    """No --upstream-tls-cafile: the upstream's certificate is checked against the default trust
+    store.  Here it is the test's CA alone, for this tap's process (the machine's store is not
+    changed): SSL_CERT_FILE names the CA, SSL_CERT_DIR an empty directory."""
+    port = tls_upstream(ca.issue_cert("localhost", "127.0.0.1"))
+    (tmp_path / "no-certs").mkdir()
+    store = {"SSL_CERT_FILE": str(files / "ca.pem"), "SSL_CERT_DIR": str(tmp_path / "no-certs")}
+    tap = taps(f"localhost:{port}", "--upstream-tls", env=store)
+    served(tap.port)
+    served(tap.port)
+    assert tap.metric("upstream_failures_total") == 0
+    trusted = f"the default trust store (file {files / 'ca.pem'}, directory {tmp_path / 'no-certs'})"
+    assert f"(TLS, CAs trusted: {trusted})" in tap.log(), tap.log()
+    assert tap.stop() == 0
+    assert [r["tls"] for r in tap.records() if r["kind"] == "open"] == [True, True]
+
+
+def test_without_a_ca_file_a_ca_not_in_the_default_trust_store_is_refused(ca, files, tls_upstream, taps):
+    """The same upstream, its CA in no default store: the machine's own (both variables removed
+    from the tap's environment), and a store of another CA (SSL_CERT_FILE).  The client is
+    refused as a direct connection with that store is (the same verification error), and the
+    log line says what failed and which CAs the tap trusted."""
+    port = tls_upstream(ca.issue_cert("localhost", "127.0.0.1"))
+    system = taps(f"localhost:{port}", "--upstream-tls", env={"SSL_CERT_FILE": None, "SSL_CERT_DIR": None})
+    other = taps(f"localhost:{port}", "--upstream-tls", env={"SSL_CERT_FILE": str(files / "other-ca.pem")})
+    other_store = ssl.create_default_context(cafile=str(files / "other-ca.pem"))
+    for tap, direct in ((system, system_store()), (other, other_store)):
+        refused(tap)
+        assert tap.metric("upstream_failures_total") == 1
+        reason = direct_refusal(port, direct)  # "unable to get local issuer certificate"
+        lines = [line for line in tap.log().splitlines() if "not reachable" in line]
+        assert len(lines) == 1, tap.log()
+        assert "certificate verify failed" in lines[0] and reason in lines[0], lines[0]
+        assert "CAs trusted: the default trust store (" in lines[0], lines[0]
+    assert f"file {files / 'other-ca.pem'}" in other.log()
+    assert f"file {files / 'other-ca.pem'}" not in system.log()
+    # the tap trusting the CA through its own environment is served beside them
+    served(taps(f"localhost:{port}", "--upstream-tls", env={"SSL_CERT_FILE": str(files / "ca.pem")}).port)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from adapter.mapping.profile import durable_subscription_queue
+from adapter.mapping.scheduled import DELAY_NOW, DELAY_REFUSED, MAX_DELAY_MS, bucket, delay_queue
 from adapter.migrate.idioms import idiom
-from adapter.migrate.report import build_report
+from adapter.migrate.report import build_report, distinct_plans, frames_of, read_recording
 from tests.recordings import Recording, fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,3 +114,53 @@ def test_the_report_through_spark_submit(recorded, tmp_path) -> None:
     assert {i["name"] for i in document["idioms"]} == expected.idioms
     page = (tmp_path / "report.html").read_text()
     assert "What to change before cutting over" in page and "<script" not in page
+
+
+@pytest.mark.timeout(300)
+def test_distinct_delays_reach_the_driver_as_one_row_per_delay_bucket(spark, tmp_path) -> None:
+    """3,000 scheduled SENDs to one queue, each with its own AMQ_SCHEDULED_DELAY (1 to 3,000 ms),
+    a few to a topic, and some that delay nothing or that the profile refuses: the plans the
+    driver collects are one per delay bucket (210 for the queue), and the topology has exactly
+    the delay queues of those buckets, as adapter/mapping/scheduled.py names them."""
+    directory = tmp_path / "recording"
+    recording = Recording(directory, bodies=False, per_file=1_000)
+    conn = recording.connection("10.0.0.3").connect(login="scheduler")
+    queue_delays = range(1, 3_001)
+    topic_delays = (5, 50, 5_000, 5_001, 5_099, 5_100)
+    for delay in queue_delays:
+        conn.send("SEND", [("destination", "/queue/later"), ("AMQ_SCHEDULED_DELAY", str(delay))], b"x")
+    for delay in topic_delays:
+        conn.send("SEND", [("destination", "/topic/ticks"), ("AMQ_SCHEDULED_DELAY", str(delay))], b"x")
+    for value in ("0", "-1", "-250"):  # delivered at once
+        conn.send("SEND", [("destination", "/queue/later"), ("AMQ_SCHEDULED_DELAY", value)], b"x")
+    for value in ("soon", "1.5", str(MAX_DELAY_MS + 1)):  # refused: Processing error
+        conn.send("SEND", [("destination", "/queue/later"), ("AMQ_SCHEDULED_DELAY", value)], b"x")
+    conn.send("DISCONNECT")
+    conn.close()
+    recording.close()
+
+    queue_buckets = {bucket(delay) for delay in queue_delays}
+    topic_buckets = {bucket(delay) for delay in topic_delays}
+    assert (len(queue_buckets), len(topic_buckets)) == (210, 4)
+    plans = distinct_plans(frames_of(read_recording(spark, str(directory)))).collect()
+    by_destination: dict[str, list[str]] = {}
+    for row in plans:
+        assert row["command"] == "SEND"
+        by_destination.setdefault(row["destination"], []).append(row["delay_plan"])
+    assert sorted(by_destination["/queue/later"]) == sorted(
+        [str(b) for b in queue_buckets] + [DELAY_NOW, DELAY_REFUSED]
+    )
+    assert sorted(by_destination["/topic/ticks"]) == sorted(str(b) for b in topic_buckets)
+    assert len(plans) == 210 + 2 + 4  # not the 3,012 distinct SENDs
+
+    document = build_report(spark, str(directory))
+    delay_queues = {
+        q["name"] for q in document["topology"]["queues"] if q["name"].startswith("activemq.scheduled.")
+    }
+    assert delay_queues == {delay_queue(b, "")[0] for b in queue_buckets} | {
+        delay_queue(b, "amq.topic")[0] for b in topic_buckets
+    }
+    (refusal,) = document["refused"]
+    assert (refusal["destination"], refusal["message"]) == ("/queue/later", "Processing error")
+    assert "AMQ_SCHEDULED_DELAY" in refusal["detail"]
+    assert document["totals"]["frames"] == recording.frames

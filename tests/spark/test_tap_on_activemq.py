@@ -248,11 +248,6 @@ def test_replay_against_the_adapter_differs_only_where_documented(recorded: Reco
     assert len(results) == connections(recorded)
     undocumented, wordings = [], set()
     for result in results:
-        if (result.client_id or "").startswith("legacy-net-stomp-"):
-            # Net::Stomp's durable scenario is left out: replayed, its first subscriber may still
-            # get a message sent after its DISCONNECT (a race between the adapter's teardown of
-            # the subscription and the next connection's SEND), still to be looked into
-            continue
         wordings.update(same["wording"] for same in result.equivalent)
         if not all(documented(difference) for difference in result.differences):
             undocumented.append(result.describe())

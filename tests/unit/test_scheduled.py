@@ -11,10 +11,13 @@ from adapter.mapping.destinations import DestinationError, ProcessingError
 from adapter.mapping.operations import BasicPublish, QueueBind, QueueDeclare
 from adapter.mapping.properties import MessageProperties
 from adapter.mapping.scheduled import (
+    DELAY_NOW,
+    DELAY_REFUSED,
     MAX_BUCKETS,
     MAX_DELAY_MS,
     ROUTE_HEADER,
     bucket,
+    delay_plan,
     delay_queue,
     scheduled_delay,
     scheduled_publishes,
@@ -51,6 +54,35 @@ def test_the_delay_headers() -> None:
         with pytest.raises(DestinationError, match=name) as raised:
             scheduled_delay({name: value, "AMQ_SCHEDULED_DELAY": "10"})
         assert raised.value.message == "Scheduled delivery not supported"
+
+
+def test_delay_plan_is_the_bucket_or_now_or_refused() -> None:
+    """The migration report's key for a recorded delay (adapter/migrate/report.py groups by it)."""
+    assert delay_plan(None) is None
+    assert [delay_plan(v) for v in ("1234", "1250", " 1300 ", "7", "99", "100")] == [
+        "1300",
+        "1300",
+        "1300",
+        "7",
+        "99",
+        "100",
+    ]
+    assert {delay_plan(v) for v in ("0", "-5", "-0")} == {DELAY_NOW}
+    assert {delay_plan(v) for v in ("soon", "1.5", "9" * 40, str(MAX_DELAY_MS + 1), "")} == {DELAY_REFUSED}
+    # the other scheduling headers are not its business
+    assert delay_plan("10") == "10"
+
+
+@given(st.integers(min_value=-10, max_value=MAX_DELAY_MS), st.integers(min_value=-10, max_value=MAX_DELAY_MS))
+def test_two_delays_of_one_plan_have_one_delay_queue(first: int, second: int) -> None:
+    """So the report may keep any one recorded value of a plan: it plans the same queue."""
+    plans = delay_plan(str(first)), delay_plan(str(second))
+    queues = [
+        delay_queue(bucket(d), "")[0] if d > 0 else None
+        for d in (first, second)  # > 0: delayed
+    ]
+    assert (plans[0] == plans[1]) == (queues[0] == queues[1])
+    assert plans[0] == (str(bucket(first)) if first > 0 else DELAY_NOW)
 
 
 def test_the_plan_routes_through_a_delay_queue_that_dead_letters_into_the_target() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapter import cli
-from adapter.tap.main import UsageError, parse_address
+from adapter.tap.main import UsageError, build_parser, parse_address, upstream_trust
 
 
 def test_addresses_are_host_port_or_bracketed_ipv6():
@@ -26,3 +26,28 @@ def test_stomp_amqp_adapter_tap_runs_the_tap_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["tap", "--help"])
     assert exit_.value.code == 0 and "--record-bodies" in capsys.readouterr().out
+
+
+def test_the_log_names_the_cas_the_upstream_is_checked_against(tmp_path, monkeypatch):
+    """--upstream-tls-cafile, or the default trust store where SSL_CERT_FILE / SSL_CERT_DIR point
+    (OpenSSL reads them when the default context loads its CAs), or nothing when not checked."""
+    common = ["--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", "--record", str(tmp_path)]
+    parser = build_parser()
+    cafile = tmp_path / "ca.pem"
+    cafile.write_text("")
+    assert upstream_trust(parser.parse_args(common)) == ""
+    assert upstream_trust(parser.parse_args([*common, "--upstream-tls", "--upstream-tls-verify", "false"])) == ""
+    assert (
+        upstream_trust(parser.parse_args([*common, "--upstream-tls", "--upstream-tls-cafile", str(cafile)]))
+        == f"--upstream-tls-cafile {cafile}"
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(cafile))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    assert upstream_trust(parser.parse_args([*common, "--upstream-tls"])) == (
+        f"the default trust store (file {cafile}, directory {tmp_path})"
+    )
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "missing"))
+    assert upstream_trust(parser.parse_args([*common, "--upstream-tls"])) == (
+        "the default trust store (no file or directory found)"
+    )
