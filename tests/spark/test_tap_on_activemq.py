@@ -180,6 +180,9 @@ def used_idioms(sent: list[tuple[str, dict[str, str]]]) -> set[str]:
 LEGACY_IDIOMS = {"stomp-1.0", "ack-client"}
 
 
+# the first test to run sets up the module's recording (a private ActiveMQ, every conversation
+# through the tap): more than the suite's default minute on a loaded machine
+@pytest.mark.timeout(300)
 def test_the_conversations_through_the_tap_give_the_results_they_give_direct(recorded: Recorded) -> None:
     # each conversation asserts its outcome literally: the outcome tests/activemq sees direct
     assert recorded.outcomes and set(recorded.outcomes.values()) == {"ok"}, {
@@ -224,6 +227,7 @@ def documented(difference: dict[str, Any]) -> bool:
     )
 
 
+@pytest.mark.timeout(300)
 def test_replay_against_the_adapter_differs_only_where_documented(recorded: Recorded, amqp_url: str) -> None:
     events = load_conversations(recorded.directory, need_bodies=True)
     adapter = AdapterProcess(amqp_url, profile="activemq")

@@ -36,7 +36,9 @@ def test_the_log_names_the_cas_the_upstream_is_checked_against(tmp_path, monkeyp
     cafile = tmp_path / "ca.pem"
     cafile.write_text("")
     assert upstream_trust(parser.parse_args(common)) == ""
-    assert upstream_trust(parser.parse_args([*common, "--upstream-tls", "--upstream-tls-verify", "false"])) == ""
+    assert (
+        upstream_trust(parser.parse_args([*common, "--upstream-tls", "--upstream-tls-verify", "false"])) == ""
+    )
     assert (
         upstream_trust(parser.parse_args([*common, "--upstream-tls", "--upstream-tls-cafile", str(cafile)]))
         == f"--upstream-tls-cafile {cafile}"
