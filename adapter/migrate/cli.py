@@ -75,6 +75,12 @@ def _report(args: argparse.Namespace) -> int:
     from .page import render
     from .report import build_report
 
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and (args.master is None or args.master.startswith("local")):
+        # Spark's Python workers on this machine run ``python3`` from the PATH unless told
+        # otherwise, often another interpreter than this one (a virtualenv's), without this
+        # package: they run this one.  Not under spark-submit (it set the gateway up and says
+        # which Python its executors run) and not for another master (its hosts have their own).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("stomp-amqp-adapter migration report")
     if args.master:
         builder = builder.master(args.master)

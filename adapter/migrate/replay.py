@@ -193,6 +193,7 @@ class _Connection:
         self.client_id: str | None = None
         self.idioms: set[str] = set()
         self.not_sent = 0
+        self.acks_undelivered = 0  # ACK/NACK frames of messages the target did not deliver
 
     async def open(self, options: ReplayOptions) -> None:
         self.reader, self.writer = await asyncio.open_connection(options.host, options.port)
@@ -299,6 +300,15 @@ class _Connection:
                         "replayed": replayed.messages[key],
                     }
                 )
+        if self.acks_undelivered:
+            differences.append(
+                {
+                    "what": "ACK/NACK of a message the target did not deliver (not sent)",
+                    "key": "acks",
+                    "recorded": self.acks_undelivered,
+                    "replayed": 0,
+                }
+            )
         return ConnectionResult(
             self.conn,
             self.client,
@@ -389,6 +399,25 @@ class _Replay:
             ]
         return headers
 
+    async def _acked_delivered(self, connection: _Connection, event: Event) -> bool:
+        """Whether the target has delivered the message an ACK or NACK names (waiting for it at
+        most ``wait`` seconds).  The upstream may have sent more before the client's first ACK
+        than the target will (a prefetch the upstream ignored, as RabbitMQ's plugin ignores
+        ``activemq.prefetchSize``): the target sends the rest once the first ones are
+        acknowledged.  The upstream's id of a message the target never delivered means nothing
+        to the target (or, worse, names another of its messages): such a frame is not sent."""
+        recorded = {handle: key for key, handle in connection.recorded.handles.items()}
+        keys = [
+            recorded[value]
+            for name, value in event.headers
+            if name in ("id", "message-id") and value in recorded
+        ]
+        if not keys:
+            return True
+        return await connection._until(
+            lambda: all(key in connection.replayed.handles for key in keys), self.options.wait
+        )
+
     def _learn_reply_tos(self) -> None:
         for connection in self.connections.values():
             for key, recorded in connection.recorded.reply_tos.items():
@@ -462,6 +491,9 @@ class _Replay:
             if event.command in ("SEND", "SUBSCRIBE"):
                 await self._ended(self.ending)
             await self._catch_up()
+            if event.command in ("ACK", "NACK") and not await self._acked_delivered(connection, event):
+                connection.acks_undelivered += 1
+                continue
             self._learn_reply_tos()
             data = _encode(event.command, self._rewrite(connection, event), event.body or b"")
             if event.command == "DISCONNECT":

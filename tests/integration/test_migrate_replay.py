@@ -146,3 +146,46 @@ def test_a_subscriber_that_disconnects_without_a_receipt_is_gone_before_the_next
         (None, [], 0),
         (name, [], 0),
     ], "\n".join(r.describe() for r in results)
+
+
+def test_acks_wait_for_what_a_prefetch_holds_back_on_the_target(
+    start_adapter: Callable[..., AdapterProcess], broker: BrokerProbe, tmp_path: Path
+) -> None:
+    """The upstream (RabbitMQ's plugin ignores ``activemq.prefetchSize``) sent all 20 messages
+    before the client's first ACK; the target, in the activemq profile, holds back all but 10
+    until some are acknowledged.  The replay must wait for each acknowledged message to arrive,
+    never send the upstream's id of a message the target has not delivered (it named another
+    delivery tag there: the channel ended with PRECONDITION_FAILED, half the messages lost to
+    the comparison)."""
+    recording = Recording(tmp_path / "rec", bodies=True)
+    queue = unique("prefetched")
+    broker.track_queue(queue)
+    destination = f"/queue/{queue}"
+    client = recording.connection("10.0.0.11").connect("1.1")
+    client.send(
+        "SUBSCRIBE",
+        [
+            ("destination", destination),
+            ("id", "1"),
+            ("ack", "client-individual"),
+            ("activemq.prefetchSize", "10"),
+        ],
+    )
+    bodies = [f"order {n}".encode() for n in range(20)]
+    for n, body in enumerate(bodies):
+        client.send("SEND", [("destination", destination), ("receipt", f"r{n}")], body)
+        client.receipt(f"r{n}")
+    ids = [client.message("1", destination, body) for body in bodies]
+    for message_id in ids:
+        client.send("ACK", [("message-id", message_id), ("subscription", "1")])
+    client.send("DISCONNECT", [("receipt", "bye")])
+    client.receipt("bye")
+    client.close()
+    recording.close()
+    port = start_adapter(profile="activemq").port
+    events = load_conversations(tmp_path / "rec", need_bodies=True)
+    results = asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
+    assert [(r.differences, r.not_sent) for r in results] == [([], 0)], "\n".join(
+        r.describe() for r in results
+    )
+    assert broker.depth(queue) == 0  # every message acknowledged on the target

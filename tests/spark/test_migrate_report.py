@@ -70,6 +70,33 @@ for name in ("pydantic", "pydantic_settings", "aio_pika", "aiormq", "pamqp", "ws
 
 
 @pytest.mark.timeout(300)
+def test_the_report_as_the_readme_runs_it(recorded, tmp_path) -> None:
+    """``python -m adapter.migrate report`` from a virtualenv, with nothing said about Spark's
+    Python: its workers must run this interpreter, not ``python3`` from the PATH (here, as for
+    most users of a virtualenv, another Python, without this package: the workers failed with
+    "No module named 'adapter'")."""
+    directory, expected, _frames = recorded
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "adapter.migrate",
+        "report",
+        str(directory),
+        "--json",
+        str(tmp_path / "report.json"),
+    ]
+    result = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert {i["name"] for i in document["idioms"]} == expected.idioms
+
+
+@pytest.mark.timeout(300)
 def test_the_report_through_spark_submit(recorded, tmp_path) -> None:
     """``spark-submit --py-files adapter.zip adapter/migrate/job.py report ...`` on a Python
     without the server's dependencies (lark stays: the driver plans the topology with the
