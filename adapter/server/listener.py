@@ -518,6 +518,10 @@ class Server:
             for http in list(self.http_connections):
                 http.abort()
             await asyncio.sleep(0)
+        # a transport closed by the last step (an AMQP connection whose close-ok just came: a
+        # shared one, a probe's) closes its socket one loop turn later; a loop stopped right
+        # after the shutdown (tests stop their in-process adapter so) would leave it open
+        await asyncio.sleep(0)
         self._servers.clear()
 
 
