@@ -13,7 +13,7 @@ from pathlib import Path
 from adapter.mapping.profile import durable_subscription_queue
 from adapter.migrate.cli import main
 from adapter.migrate.recording import load_conversations
-from adapter.migrate.replay import ReplayOptions, replay
+from adapter.migrate.replay import ConnectionResult, ReplayOptions, replay
 from tests.recordings import Recording, fleet
 from tests.support import AdapterProcess, BrokerProbe, unique
 
@@ -32,6 +32,14 @@ def _kinds(differences: list[dict[str, object]]) -> set[tuple[str, str]]:
         else:
             found.add(("messages", str(difference["key"])))
     return found
+
+
+def _replayed(directory: Path, start_adapter: Callable[..., AdapterProcess]) -> list[ConnectionResult]:
+    """The recording in ``directory`` replayed, without pauses, against a new adapter in the
+    activemq profile."""
+    port = start_adapter(profile="activemq").port
+    events = load_conversations(directory, need_bodies=True)
+    return asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
 
 
 def test_replay_reports_the_documented_differences_and_no_other(
@@ -100,9 +108,7 @@ def test_a_client_id_used_again_after_its_connection_closed_is_replayed_in_that_
     second = recording.connection("10.0.0.7").connect(client_id=client_id)
     second.close()
     recording.close()
-    port = start_adapter(profile="activemq").port
-    events = load_conversations(tmp_path / "rec", need_bodies=True)
-    results = asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
+    results = _replayed(tmp_path / "rec", start_adapter)
     assert [(r.client_id, r.differences, r.not_sent) for r in results] == [(client_id, [], 0)] * 2
 
 
@@ -138,9 +144,7 @@ def test_a_subscriber_that_disconnects_without_a_receipt_is_gone_before_the_next
     publisher.send("DISCONNECT")
     publisher.close()
     recording.close()
-    port = start_adapter(profile="activemq").port
-    events = load_conversations(tmp_path / "rec", need_bodies=True)
-    results = asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
+    results = _replayed(tmp_path / "rec", start_adapter)
     assert [(r.client_id, r.differences, r.not_sent) for r in results] == [
         (name, [], 0),
         (None, [], 0),
@@ -182,9 +186,7 @@ def test_acks_wait_for_what_a_prefetch_holds_back_on_the_target(
     client.receipt("bye")
     client.close()
     recording.close()
-    port = start_adapter(profile="activemq").port
-    events = load_conversations(tmp_path / "rec", need_bodies=True)
-    results = asyncio.run(replay(events, ReplayOptions("127.0.0.1", port, speed=0, passcode="guest")))
+    results = _replayed(tmp_path / "rec", start_adapter)
     assert [(r.differences, r.not_sent) for r in results] == [([], 0)], "\n".join(
         r.describe() for r in results
     )

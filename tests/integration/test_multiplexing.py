@@ -218,6 +218,31 @@ def test_a_subscribe_flood_does_not_stall_its_neighbours(start_adapter: Any, bro
     bystander.disconnect()
 
 
+def _queue_stays_until_the_connection_s_last_session(
+    adapter: AdapterProcess, broker: BrokerProbe, before: set[int], queue: str, frame: str
+) -> None:
+    """``frame`` (with ``receipt:s``) leaves ``queue`` on the shared connection of its session
+    and a neighbour's: when the session leaves, the queue stays for the neighbour, the retired
+    connection takes no new session (a login of its own), and the queue goes with the
+    neighbour, the connection's last session."""
+    owner = RawSession(adapter.port)
+    neighbour = RawSession(adapter.port)
+    broker.track_queue(queue)
+    got = owner.send(frame)
+    assert got[-1][0] == "RECEIPT", got
+    owner.disconnect()
+    assert broker.queue_exists(queue)  # the connection is still open for the neighbour
+    late = RawSession(adapter.port)  # joins no retired connection: a login of its own
+    assert late.command == "CONNECTED"
+    plain = unique("mux")
+    broker.track_queue(plain)
+    late.round_trip(plain)
+    assert len(amqp_client_ports() - before) == 2
+    neighbour.disconnect()
+    assert broker.wait_gone(queue)  # with the connection's last session
+    late.disconnect()
+
+
 def test_an_exclusive_queue_lives_until_the_last_session_on_its_connection_ends(
     start_adapter: Any, broker: BrokerProbe
 ) -> None:
@@ -226,23 +251,9 @@ def test_an_exclusive_queue_lives_until_the_last_session_on_its_connection_ends(
     session and closes with its last one (docs/compatibility.md)."""
     adapter = mux_adapter(start_adapter)
     before = amqp_client_ports()
-    owner = RawSession(adapter.port)
-    neighbour = RawSession(adapter.port)
     queue = unique("mux-exclusive")
-    broker.track_queue(queue)
-    got = owner.send(f"SUBSCRIBE\nid:1\ndestination:/queue/{queue}\nexclusive:true\nreceipt:s\n\n")
-    assert got[-1][0] == "RECEIPT", got
-    owner.disconnect()
-    assert broker.queue_exists(queue)  # the connection is still open for the neighbour
-    late = RawSession(adapter.port)  # joins no retired connection: a login of its own
-    assert late.command == "CONNECTED"
-    other = unique("mux")
-    broker.track_queue(other)
-    late.round_trip(other)
-    assert len(amqp_client_ports() - before) == 2
-    neighbour.disconnect()
-    assert broker.wait_gone(queue)  # with the connection's last session
-    late.disconnect()
+    frame = f"SUBSCRIBE\nid:1\ndestination:/queue/{queue}\nexclusive:true\nreceipt:s\n\n"
+    _queue_stays_until_the_connection_s_last_session(adapter, broker, before, queue, frame)
 
 
 def test_an_exclusive_auto_delete_queue_never_consumed_goes_with_the_connection(
@@ -264,23 +275,9 @@ def test_an_exclusive_auto_delete_queue_never_consumed_goes_with_the_connection(
     assert broker.queue_exists(queue)
     alone.disconnect()
     assert broker.wait_gone(queue)  # its connection closed with it: not kept idle
-    owner = RawSession(adapter.port)
-    neighbour = RawSession(adapter.port)
     other = unique("mux-unconsumed")
-    broker.track_queue(other)
-    got = owner.send(f"SEND\ndestination:/queue/{other}\npersistent:false\nreceipt:s\n\nx")
-    assert got[-1][0] == "RECEIPT", got
-    owner.disconnect()
-    assert broker.queue_exists(other)  # the connection is still open for the neighbour
-    late = RawSession(adapter.port)  # joins no retired connection: a login of its own
-    assert late.command == "CONNECTED"
-    plain = unique("mux")
-    broker.track_queue(plain)
-    late.round_trip(plain)
-    assert len(amqp_client_ports() - before) == 2
-    neighbour.disconnect()
-    assert broker.wait_gone(other)  # with the connection's last session
-    late.disconnect()
+    frame = f"SEND\ndestination:/queue/{other}\npersistent:false\nreceipt:s\n\nx"
+    _queue_stays_until_the_connection_s_last_session(adapter, broker, before, other, frame)
 
 
 def test_a_consumed_temporary_queue_leaves_the_connection_open_to_new_sessions(

@@ -171,16 +171,21 @@ async def _refused(port: int) -> bool:
     return False
 
 
+async def _listening() -> tuple[AcceptPause, int]:
+    """A Greeter server on a free port, under an AcceptPause."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Greeter, "127.0.0.1", 0)
+    pause = AcceptPause()
+    pause.add(server, Greeter, 100)
+    return pause, server.sockets[0].getsockname()[1]
+
+
 async def test_two_resumes_in_flight_leave_no_server_behind() -> None:
     """Pause, resume, pause, resume within one loop turn (the login queue crossing its marks
     back and forth): two resumes run at once.  asyncio's create_server yields a loop turn after
     it starts serving, so both started a server for the same listener and the first was
     overwritten: never closed, it went on accepting after shutdown (#27)."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Greeter, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pause = AcceptPause()
-    pause.add(server, Greeter, 100)
+    pause, port = await _listening()
     for _ in range(3):
         pause.crowded(True)
         pause.crowded(False)
@@ -194,11 +199,7 @@ async def test_two_resumes_in_flight_leave_no_server_behind() -> None:
 async def test_a_shutdown_during_a_resume_leaves_no_server_behind() -> None:
     """close() while a resume is inside create_server: cancelling it there left the server it
     had just started serving, untracked, accepting after shutdown (#27)."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Greeter, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pause = AcceptPause()
-    pause.add(server, Greeter, 100)
+    pause, port = await _listening()
     pause.crowded(True)
     pause.crowded(False)
     await asyncio.sleep(0)  # the resume starts, and waits inside create_server
@@ -210,11 +211,7 @@ async def test_a_shutdown_during_a_resume_leaves_no_server_behind() -> None:
 async def test_a_pause_during_a_resume_pauses_every_listener() -> None:
     """A pause that comes while a resume is inside create_server: the server that resume then
     kept must stop accepting too, not serve for the whole pause (#27)."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Greeter, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    pause = AcceptPause()
-    pause.add(server, Greeter, 100)
+    pause, port = await _listening()
     pause.crowded(True)
     pause.crowded(False)
     await asyncio.sleep(0)  # the resume starts, and waits inside create_server
