@@ -86,6 +86,7 @@ class _Answers:
     messages: Counter[str] = field(default_factory=Counter)
     # the ack handle and reply-to of each MESSAGE, by (subscription, position)
     handles: dict[tuple[str, int], str] = field(default_factory=dict)
+    keys: dict[str, tuple[str, int]] = field(default_factory=dict)  # handles, the other way
     reply_tos: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def take(
@@ -108,6 +109,7 @@ class _Answers:
             handle = values.get("ack") or values.get("message-id")
             if handle is not None:
                 self.handles[(key, position)] = handle
+                self.keys[handle] = (key, position)
             if "reply-to" in values:
                 self.reply_tos[(key, position)] = values["reply-to"]
 
@@ -229,13 +231,13 @@ class _Connection:
 
     async def caught_up(self, timeout: float) -> bool:
         """Wait until the target has answered what the upstream had answered so far."""
-        return await self._until(lambda: self.replayed.covers(self.recorded), timeout)
+        return await self.until(lambda: self.replayed.covers(self.recorded), timeout)
 
     async def end_confirmed_by_target(self, timeout: float) -> bool:
         """Wait until the target has sent the RECEIPT of the DISCONNECT."""
-        return await self._until(lambda: self.end_confirmed, timeout)
+        return await self.until(lambda: self.end_confirmed, timeout)
 
-    async def _until(self, done: Callable[[], bool], timeout: float) -> bool:
+    async def until(self, done: Callable[[], bool], timeout: float) -> bool:
         """Wait until ``done()`` holds after a frame from the target (False: closed, or not within
         ``timeout`` seconds)."""
         deadline = time.monotonic() + timeout
@@ -385,10 +387,10 @@ class _Replay:
             connection.end_receipt = receipt
             return headers
         if event.command in ("ACK", "NACK"):
-            handles = {handle: key for key, handle in connection.recorded.handles.items()}
+            recorded = connection.recorded.keys
             return [
-                (name, connection.replayed.handles.get(handles[value], value))
-                if name in ("id", "message-id") and value in handles
+                (name, connection.replayed.handles.get(recorded[value], value))
+                if name in ("id", "message-id") and value in recorded
                 else (name, value)
                 for name, value in headers
             ]
@@ -406,7 +408,7 @@ class _Replay:
         ``activemq.prefetchSize``): the target sends the rest once the first ones are
         acknowledged.  The upstream's id of a message the target never delivered means nothing
         to the target (or, worse, names another of its messages): such a frame is not sent."""
-        recorded = {handle: key for key, handle in connection.recorded.handles.items()}
+        recorded = connection.recorded.keys
         keys = [
             recorded[value]
             for name, value in event.headers
@@ -414,7 +416,7 @@ class _Replay:
         ]
         if not keys:
             return True
-        return await connection._until(
+        return await connection.until(
             lambda: all(key in connection.replayed.handles for key in keys), self.options.wait
         )
 
