@@ -179,11 +179,24 @@ def _log_level(value: object) -> str:
     raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
 
 
+# a comma separates broker nodes only where the next URL begins: a comma inside a password
+# (unencoded) must not cut the URL in two, or each half would be shown unredacted
+_NEXT_URL = re.compile(r",(?=\s*[A-Za-z][A-Za-z0-9+.-]*://)")
+
+
+def split_urls(text: str) -> list[str]:
+    """The URLs of a comma-separated list (several broker nodes), split only where a comma is
+    followed by the next URL's scheme: a comma in a password stays in its URL."""
+    return _NEXT_URL.split(text)
+
+
 def redact_url(url: str) -> str:
     """Return *url* with any password replaced by ``***`` (for logs and error messages); a
-    comma-separated list of URLs (several broker nodes) URL by URL."""
-    if "," in url:
-        return ",".join(redact_url(part) for part in url.split(","))
+    comma-separated list of URLs (several broker nodes) URL by URL, split before redacting
+    only where the next URL begins (``split_urls``), so a comma in a password is hidden too."""
+    parts = split_urls(url)
+    if len(parts) > 1:
+        return ",".join(redact_url(part) for part in parts)
     try:
         parts = urlsplit(url)
         if parts.password is None:
@@ -219,8 +232,13 @@ def _amqp_url(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(allowed)
     urls = []
-    for item in value.split(","):
+    for item in split_urls(value):
         url = item.strip()
+        if "," in url.rstrip(","):
+            # a comma not followed by another URL: in the user or password, unencoded
+            raise ValueError(f"{allowed}; percent-encode , / ? # @ in the user and password")
+        if url.endswith(","):
+            raise ValueError(allowed)
         try:
             parts = urlsplit(url)
             port = parts.port  # raises ValueError on a non-numeric or out-of-range port

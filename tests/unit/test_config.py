@@ -714,3 +714,36 @@ def test_web_stomp_compress_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "adapter.web_stomp_compress_budget" in config_error(
         tmp_path, "adapter.web_stomp_compress_budget = -1\n"
     )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://user:sec,ret@localhost:5672/",
+        "amqp://user:sec,ret@localhost:5672/,amqp://user:sec,ret@other:5672/",
+        "amqp://user:,secret@localhost/",
+        "amqp://user:secret,@localhost/",
+        "amqps://node1/, amqp://user:sec,,ret@node2:5672/",
+    ],
+)
+def test_a_comma_in_a_password_is_not_shown(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A comma separates broker nodes, so the list used to be split before it was redacted: a
+    password with an unencoded comma came out in two halves, each in clear (issue 33, item 7).
+    Redacting happens before splitting, on every path an operator writes the URL: the ini
+    file, the variable and the flag."""
+    assert "sec" not in redact_url(url).replace("amqps://node1/", "")
+    message = config_error(tmp_path, f"adapter.amqp_url = {url}\n")
+    assert "secret" not in message and "sec,ret" not in message and "ret@" not in message
+    monkeypatch.setenv("STOMP_ADAPTER_AMQP_URL", url)
+    with pytest.raises(ConfigError) as info:
+        load_settings(None)
+    assert "secret" not in str(info.value) and "ret@" not in str(info.value)
+    monkeypatch.delenv("STOMP_ADAPTER_AMQP_URL")
+    from adapter import cli
+
+    assert cli.main(["--check-config", "--amqp-url", url]) != 0
+    printed = capsys.readouterr()
+    assert "secret" not in printed.err + printed.out and "ret@" not in printed.err + printed.out
+    assert "percent-encode" in printed.err
