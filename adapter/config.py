@@ -194,9 +194,9 @@ def redact_url(url: str) -> str:
     """Return *url* with any password replaced by ``***`` (for logs and error messages); a
     comma-separated list of URLs (several broker nodes) URL by URL, split before redacting
     only where the next URL begins (``split_urls``), so a comma in a password is hidden too."""
-    parts = split_urls(url)
-    if len(parts) > 1:
-        return ",".join(redact_url(part) for part in parts)
+    urls = split_urls(url)
+    if len(urls) > 1:
+        return ",".join(redact_url(one) for one in urls)
     try:
         parts = urlsplit(url)
         if parts.password is None:

@@ -37,6 +37,7 @@ Pure: no asyncio, no sockets, no clock, no logging of its own beyond one debug l
 from __future__ import annotations
 
 import logging
+import re
 import struct
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
@@ -211,6 +212,43 @@ def server_properties(payload: bytes) -> dict[str, object]:
     return properties
 
 
+_UTF8_STRICT_SINCE: Final = (4, 3)
+_VERSION_PREFIX: Final = re.compile(r"([0-9]+)\.([0-9]+)")
+
+
+def checks_utf8_strictly(version: str | None) -> bool:
+    """Whether a broker of ``version`` refuses encoded surrogates (CESU-8) in a method's short
+    strings: 4.3 and newer check UTF-8 with Erlang's ``unicode`` module, older ones with
+    ``xmerl_ucs``, which takes them (rabbit_binary_parser:validate_utf8).  Unknown: strictly."""
+    match = _VERSION_PREFIX.match((version or "").strip())
+    if match is None or (int(match[1]), int(match[2])) == (0, 0):
+        return True
+    return (int(match[1]), int(match[2])) >= _UTF8_STRICT_SINCE
+
+
+# the short strings of each call that a client's headers can fill
+_CLIENT_NAMES: Final[dict[type, tuple[str, ...]]] = {
+    QueueDeclare: ("queue",),
+    BasicConsume: ("queue", "consumer_tag"),
+    ExchangeDeclare: ("exchange", "type"),
+    QueueBind: ("queue", "exchange", "routing_key"),
+    BasicCancel: ("consumer_tag",),
+    QueueDelete: ("queue",),
+    BasicGet: ("queue",),
+}
+
+
+def refuse_surrogates(op: BrokerCall) -> None:
+    """EncodeError if a name of ``op`` is not strictly UTF-8 (encoded surrogates included), for
+    a broker that answers those with a connection error (``checks_utf8_strictly``); the
+    encoder itself refuses only what every broker refuses (``wire.shortstr``)."""
+    for field in _CLIENT_NAMES.get(type(op), ()):
+        try:
+            getattr(op, field).encode("utf-8")
+        except UnicodeEncodeError:
+            raise wire.EncodeError(wire.NOT_UTF8) from None
+
+
 def fits(frame: bytes, frame_max: int) -> bytes:
     """``frame`` if it is within ``frame_max``, else EncodeError: the broker closes the whole
     connection on a larger frame (501 frame_error), with every session a shared connection
@@ -312,6 +350,9 @@ class AmqpClient:
         self.server_properties: dict[str, object] = {}
         self.broker_version: str | None = None
         self.broker_generation: BrokerGeneration = NEWEST_BROKER
+        # whether the broker refuses encoded surrogates in method short strings (4.3 and
+        # newer, and a broker of unknown version): ``refuse_surrogates``
+        self.strict_utf8 = True
         self.channel = CHANNEL
         # The channel is opened by the first frame written on it, not at login: channel.open
         # costs the broker about a quarter of a login (a channel process, a limiter, stats),
@@ -424,6 +465,7 @@ class AmqpClient:
                     version.decode("utf-8", "replace") if isinstance(version, bytes) else version
                 )
             self.broker_generation = broker_generation(self.broker_version) or NEWEST_BROKER
+            self.strict_utf8 = checks_utf8_strictly(self.broker_version)
             user, password, _ = self._credentials
             self._out.append(wire.connection_start_ok(user, password, self._client_properties))
         elif event is Input.TUNE:
@@ -623,6 +665,8 @@ class AmqpClient:
         if self._channel_unopened:
             self._open_channel()
         try:
+            if self.strict_utf8:
+                refuse_surrogates(op)
             self._out.append(fits(queue_declare_frame(self.channel, op), self.frame_max))
         except wire.EncodeError as error:
             raise self._encode_failed(error) from error
@@ -633,6 +677,8 @@ class AmqpClient:
             self._open_channel()
         channel = self.channel
         try:
+            if self.strict_utf8:
+                refuse_surrogates(op)
             if isinstance(op, QueueDeclare):
                 if op.exclusive or op.auto_delete:
                     # the queue lives as long as the connection (exclusive) or until its last

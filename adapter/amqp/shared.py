@@ -334,6 +334,7 @@ class ChannelLink(AsyncClient):
         self.server_properties = carrier.server_properties
         self.broker_version = carrier.broker_version
         self.broker_generation = carrier.broker_generation
+        self.strict_utf8 = carrier.strict_utf8
         self._blocked = carrier.blocked
         self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
         self._left = False  # the session gave the link back

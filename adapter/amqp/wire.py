@@ -111,7 +111,41 @@ CONFIRM_SELECT = (85, 10)
 CONFIRM_SELECT_OK = (85, 11)
 
 
+NOT_UTF8: Final = (
+    "a queue, exchange, routing key, consumer tag or virtual host name is not valid UTF-8; "
+    "AMQP 0-9-1 carries it as a UTF-8 short string"
+)
+
+
 def shortstr(value: str) -> bytes:
+    """A short string in a method without content (queue.declare, basic.consume, queue.bind,
+    exchange.declare ...).  RabbitMQ checks these are UTF-8 and answers anything else with a
+    *connection* error (501 ``FRAME_ERROR - Malformed UTF-8 in shortstr``), which would end
+    every session a shared connection carries; so text that is not UTF-8 (a client's header
+    bytes, kept with surrogateescape) is refused here, an EncodeError for the one session that
+    sent it.  What is refused is what every broker refuses: up to 4.2 RabbitMQ also takes
+    encoded surrogates (CESU-8, as Java's modified UTF-8 writes characters outside the BMP),
+    which pass here; 4.3 refuses those too, and the client core checks them for it
+    (``client.refuse_surrogates``).  The value is not quoted: it is a client's, and the message
+    goes back to the client."""
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = value.encode("utf-8", "surrogateescape")
+            raw.decode("utf-8", "surrogatepass")  # well-formed but for encoded surrogates
+        except UnicodeError:
+            raise EncodeError(NOT_UTF8) from None
+    if len(raw) > 255:
+        raise EncodeError(f"name longer than 255 bytes: {value[:40]!r}...")
+    return bytes((len(raw),)) + raw
+
+
+def any_shortstr(value: str) -> bytes:
+    """A short string RabbitMQ passes through without checking its encoding: the exchange and
+    routing key of basic.publish (content-bearing methods are not checked, rabbit_common's
+    codegen), the basic properties and field-table keys.  Bytes that are not UTF-8 go out as
+    they came (surrogateescape), as the broker would send them on."""
     raw = value.encode("utf-8", "surrogateescape")
     if len(raw) > 255:
         raise EncodeError(f"name longer than 255 bytes: {value[:40]!r}...")
@@ -164,7 +198,7 @@ def field_value(value: object) -> bytes:
 def table(values: Mapping[str, object] | None) -> bytes:
     if not values:
         return b"\x00\x00\x00\x00"
-    body = b"".join(shortstr(k) + field_value(v) for k, v in values.items())
+    body = b"".join(any_shortstr(k) + field_value(v) for k, v in values.items())
     return _u32.pack(len(body)) + body
 
 
@@ -202,7 +236,9 @@ def connection_open(vhost: str) -> bytes:
 
 
 def connection_close(code: int = 200, text: str = "Goodbye") -> bytes:
-    raw = text.encode("utf-8", "surrogateescape")[:255]  # a reply text is a shortstr: cut, never fail
+    # a reply text is a shortstr the broker checks is UTF-8: cut to 255 bytes on a character
+    # boundary, anything that is not UTF-8 replaced, never fail
+    raw = text.encode("utf-8", "replace")[:255].decode("utf-8", "ignore").encode("utf-8")
     return method_frame(0, CONNECTION_CLOSE, _u16.pack(code) + bytes((len(raw),)) + raw + b"\0\0\0\0")
 
 
@@ -314,7 +350,7 @@ def basic_cancel(channel: int, consumer_tag: str) -> bytes:
 
 
 def basic_cancel_ok(channel: int, consumer_tag: str) -> bytes:
-    return method_frame(channel, BASIC_CANCEL_OK, shortstr(consumer_tag))
+    return method_frame(channel, BASIC_CANCEL_OK, any_shortstr(consumer_tag))  # the broker's own, echoed
 
 
 _ack_payload = struct.Struct(">HHQB")
@@ -336,7 +372,7 @@ def basic_nack(channel: int, delivery_tag: int, multiple: bool, requeue: bool) -
 # because they run for every message, and generated, so that the wire order, the flag bits and the
 # wire types are written once.  What each wire type becomes, in both directions:
 _ENCODE_BY_WIRE_TYPE: Final = {
-    "shortstr": "shortstr(value)",
+    "shortstr": "any_shortstr(value)",
     "table": "table(value)",
     "octet": "bytes((value,))",
     "timestamp": "_u64.pack(value)",
@@ -384,7 +420,9 @@ def publish_method(channel: int, exchange: str, routing_key: str, mandatory: boo
     """The basic.publish method frame (immediate off; mandatory as asked: the Spark sink's
     publishes come back as basic.return when no queue takes them)."""
     flags = b"\x01" if mandatory else b"\x00"
-    return method_frame(channel, BASIC_PUBLISH, b"\0\0" + shortstr(exchange) + shortstr(routing_key) + flags)
+    return method_frame(
+        channel, BASIC_PUBLISH, b"\0\0" + any_shortstr(exchange) + any_shortstr(routing_key) + flags
+    )
 
 
 # Bodies at least this large are passed on as memoryview slices, never copied into frames: the

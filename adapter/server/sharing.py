@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..amqp.connection import AmqpError, SessionLink
 from ..amqp.pool import PasscodeCheck
+from ..errors import StompError
 from ..mapping import operations as ops
 from ..session.fanout import Eviction, Member, Registry, SharedGroup
 from .login import BrokerSettings, login_refused, own_login
@@ -132,7 +133,9 @@ class SharedHub:
             self._queue = queue
             await result.execute(ops.BasicConsume(queue, _HUB_TAG, no_ack=True))
             await result.execute(ops.QueueBind(queue, op.bind_exchange, op.bind_key))
-        except (AmqpError, OSError, TimeoutError) as error:
+        except (AmqpError, OSError, TimeoutError, StompError) as error:
+            # StompError: a name AMQP cannot carry (not UTF-8, too long), refused before it
+            # was sent; the members get the ERROR a plain SUBSCRIBE gets
             self._fail_open(error)
             return
         except Exception as error:  # a bug must not leave the members waiting forever

@@ -152,6 +152,11 @@ class Login:
             client_heart_beat = heartbeat.parse_heart_beat(headers.get("heart-beat"))
         except heartbeat.HeartBeatError as error:
             return Refused("Processing error", str(error))
+        if not _is_utf8(vhost):
+            # no virtual host has such a name, and connection.open would carry it in a short
+            # string the broker answers with a connection error: the plugin's answer, unasked
+            self.failure = "vhost"
+            return Refused("Bad CONNECT", f"Virtual host '{vhost}' access denied")
         result = yield OpenConnection(user, password or "", vhost)
         assert isinstance(result, LoginResult)
         if not result.ok:
@@ -196,3 +201,12 @@ def negotiate_version(accept: str | None) -> str | None:
     offered = ["1.0"] if accept is None else accept.split(",")
     common = [v for v in SUPPORTED_VERSIONS if v in offered]
     return common[-1] if common else None
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether a header value decoded with surrogateescape was valid UTF-8 on the wire."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -567,3 +567,26 @@ def test_a_method_frame_too_short_for_its_method_id_is_undecodable(phase: Phase)
     with pytest.raises(wire.DecodeError, match="shorter than its method id") as caught:
         client.feed(b"\x01\x00\x01\x00\x00\x00\x02\x00\x3c\xce")
     assert not isinstance(caught.value, UnexpectedMethod)
+
+
+def test_which_brokers_check_utf8_strictly() -> None:
+    from adapter.amqp.client import checks_utf8_strictly
+
+    assert not checks_utf8_strictly("3.10.8") and not checks_utf8_strictly("4.2.9")
+    assert (
+        checks_utf8_strictly("4.3.0") and checks_utf8_strictly("4.3.0-rc.1") and checks_utf8_strictly("5.0.1")
+    )
+    assert checks_utf8_strictly(None) and checks_utf8_strictly("0.0.0") and checks_utf8_strictly("dev")
+
+
+def test_encoded_surrogates_are_refused_for_a_strict_broker_only() -> None:
+    from adapter.amqp import wire
+    from adapter.amqp.client import refuse_surrogates
+    from adapter.mapping.operations import BasicConsume, QueueBind
+
+    cesu = b"s\xed\xa0\x80".decode("utf-8", "surrogateescape")
+    wire.basic_consume(1, "q", cesu, False, {}, False)  # what brokers up to 4.2 take
+    for op in (BasicConsume("q", cesu, False), QueueBind("q", "amq.topic", cesu)):
+        with pytest.raises(wire.EncodeError, match="not valid UTF-8"):
+            refuse_surrogates(op)
+    refuse_surrogates(QueueBind("q", "amq.topic", "ключ"))  # UTF-8 beyond ASCII is fine

@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import struct
 import traceback
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -275,7 +276,10 @@ def test_close_and_cancel_with_invalid_utf8_text_decode():
     close = close[:6] + b"\x03\xff\xfez" + close[8:]  # reply text "\xff\xfez" instead of "x"
     code, text = wire.decode_close(close)
     assert code == 404 and text.encode("utf-8", "surrogateescape") == b"\xff\xfez"
-    cancel = wire.basic_cancel(1, "s1\udced\udca0\udc80")[7:-1]  # CESU-8 bytes, as a client sent them
+    # CESU-8 bytes, as a broker may send them (the adapter itself never sends such a tag)
+    cancel = wire.method_frame(1, wire.BASIC_CANCEL, wire.any_shortstr("s1\udced\udca0\udc80") + b"\x00")[
+        7:-1
+    ]
     tag, nowait = wire.decode_basic_cancel(cancel)
     assert tag.encode("utf-8", "surrogateescape") == b"s1\xed\xa0\x80" and nowait is False
 
@@ -284,6 +288,56 @@ def test_connection_close_cuts_a_long_text_instead_of_failing():
     data = wire.connection_close(501, "é" * 200)
     code, text = wire.decode_close(data[7:-1])
     assert code == 501 and len(text.encode("utf-8", "surrogateescape")) <= 255
+    text.encode("utf-8")  # cut on a character boundary: still UTF-8, which the broker checks
+
+
+def test_connection_close_text_is_always_utf8():
+    """connection.close has no content: RabbitMQ checks its reply text is UTF-8 (501 otherwise).
+    A text holding a client's bytes that are not UTF-8, or cut in the middle of a character,
+    still goes out as UTF-8."""
+    for text in ("a\udcff\udcfeb", "x" + "é" * 200, "\udcff" * 300):
+        _, decoded = wire.decode_close(wire.connection_close(541, text)[7:-1])
+        raw = decoded.encode("utf-8", "surrogateescape")
+        assert len(raw) <= 255
+        raw.decode("utf-8")  # strict: raises if not UTF-8
+
+
+NOT_UTF8 = b"q\xff\xfe".decode("utf-8", "surrogateescape")  # a header value as the codec keeps it
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda: wire.queue_declare(1, NOT_UTF8),
+        lambda: wire.queue_bind(1, "q", "amq.topic", NOT_UTF8),
+        lambda: wire.queue_bind(1, "q", NOT_UTF8, "k"),
+        lambda: wire.queue_delete(1, NOT_UTF8),
+        lambda: wire.basic_consume(1, "q", NOT_UTF8, False, {}, False),
+        lambda: wire.basic_cancel(1, NOT_UTF8),
+        lambda: wire.basic_get(1, NOT_UTF8),
+        lambda: wire.exchange_declare(1, NOT_UTF8, "topic", durable=False, auto_delete=False),
+        lambda: wire.connection_open(NOT_UTF8),
+    ],
+)
+def test_a_method_short_string_that_is_not_utf8_is_an_encode_error(encode: Any) -> None:
+    """RabbitMQ checks the short strings of methods without content and answers bytes that are
+    not UTF-8 with a connection error, ending every session of a shared connection: the
+    encoder refuses them instead, without quoting the client's bytes."""
+    with pytest.raises(wire.EncodeError, match="not valid UTF-8") as caught:
+        encode()
+    assert "\udcff" not in str(caught.value) and "\\xff" not in str(caught.value)
+
+
+def test_publish_properties_and_table_keys_pass_bytes_that_are_not_utf8_through():
+    """basic.publish (content-bearing), the basic properties and field-table keys are not
+    checked by RabbitMQ: they go out byte for byte, as before."""
+    from adapter.mapping.properties import MessageProperties
+
+    properties = MessageProperties()
+    properties.reply_to = NOT_UTF8
+    properties.headers = {NOT_UTF8: "v"}
+    frames = wire.basic_publish(1, "", NOT_UTF8, properties, b"x", 131072)
+    assert b"q\xff\xfe" in frames[0] and frames[1].count(b"q\xff\xfe") == 2
 
 
 def test_values_amqp_cannot_carry_are_encode_errors_answered_as_processing_errors():

@@ -1,0 +1,189 @@
+"""Shared AMQP connections and shared subscriptions keep each session's fate its own, against
+the real broker (issue 33): what one session sends, or a limit or a revoked right of its user,
+ends that session alone, and no session receives what its user may no longer read.
+
+Every test has a bystander: a session of the same user on the same shared AMQP connection,
+served before and after the hostile frame.  Users other than guest are throwaway users."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.amqp_proxy import ProxyThread, ServerVersion
+from tests.support import (
+    AdapterProcess,
+    BrokerProbe,
+    RawSession,
+    amqp_client_ports,
+    frame_headers,
+    read_frames,
+    unique,
+)
+
+PER_CONNECTION = 4
+BAD = b"\xff\xfe"  # not UTF-8: a Latin-1 client's bytes, or an attacker's
+
+
+def mux_adapter(start_adapter: Callable[..., AdapterProcess], **settings: Any) -> AdapterProcess:
+    return start_adapter(amqp_sessions_per_connection=PER_CONNECTION, **settings)
+
+
+class Bystander:
+    """A session served on its own queue, whose AMQP connection the next session of the same
+    user joins; ``served()`` checks it still is, on that very connection."""
+
+    def __init__(
+        self, adapter: AdapterProcess, broker: BrokerProbe, login: str = "guest", passcode: str = "guest"
+    ):
+        self.before = amqp_client_ports()
+        self.session = RawSession(adapter.port, login, passcode)
+        assert self.session.command == "CONNECTED", self.session.body
+        self.queue = unique("iso-by")
+        broker.track_queue(self.queue)
+        self.session.round_trip(self.queue)
+        self.connections = amqp_client_ports() - self.before
+
+    def served(self) -> None:
+        self.session.round_trip(self.queue)
+        assert self.connections <= amqp_client_ports()
+
+
+def raw_error(session: RawSession, frame: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send ``frame`` (raw bytes, with a receipt) and return the answer: an ERROR expected."""
+    session.sock.sendall(frame + b"\0")
+    got = session.frames_until(("RECEIPT", "ERROR"))
+    assert got, "the adapter closed without an answer"
+    return got[-1]
+
+
+# ------------------------------------------------------------------ item 1: names not UTF-8
+def hostile_frames(target: str) -> dict[str, bytes]:
+    """Frames carrying bytes that are not UTF-8 where RabbitMQ reads a short string."""
+    t = target.encode()
+    return {
+        "queue": b"SUBSCRIBE\nid:1\ndestination:/queue/" + t + BAD + b"\nreceipt:r\n\n",
+        "send-queue": b"SEND\ndestination:/queue/" + t + BAD + b"\nreceipt:r\n\nx",
+        "amq-queue": b"SUBSCRIBE\nid:1\ndestination:/amq/queue/" + t + BAD + b"\nreceipt:r\n\n",
+        "topic": b"SUBSCRIBE\nid:1\ndestination:/topic/" + t + BAD + b"\nreceipt:r\n\n",
+        "exchange": b"SUBSCRIBE\nid:1\ndestination:/exchange/amq.direct" + BAD + b"/k\nreceipt:r\n\n",
+        "consumer-tag": b"SUBSCRIBE\nid:a" + BAD + b"\ndestination:/queue/" + t + b"\nreceipt:r\n\n",
+        "x-queue-name": b"SUBSCRIBE\nid:1\ndestination:/topic/"
+        + t
+        + b"\nx-queue-name:q"
+        + BAD
+        + b"\nreceipt:r\n\n",
+        "reply-to": b"SEND\ndestination:/queue/"
+        + t
+        + b"\nreply-to:/temp-queue/r"
+        + BAD
+        + b"\nreceipt:r\n\nx",
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(hostile_frames("x")))
+@pytest.mark.parametrize("sharing", [False, True], ids=["plain", "shared-subscriptions"])
+def test_a_name_that_is_not_utf8_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe, kind: str, sharing: bool
+) -> None:
+    """RabbitMQ answers a short string that is not UTF-8 with a connection error (501
+    FRAME_ERROR): the adapter refuses the name itself, with an ERROR for the one session, and
+    the session sharing its AMQP connection stays served."""
+    adapter = mux_adapter(start_adapter, shared_subscriptions=sharing)
+    bystander = Bystander(adapter, broker)
+    hostile = RawSession(adapter.port)
+    target = unique("iso")
+    broker.track_queue(target)
+    command, headers, body = raw_error(hostile, hostile_frames(target)[kind])
+    assert (command, headers.get("message")) == ("ERROR", "Processing error"), (command, headers, body)
+    assert b"not valid UTF-8" in body
+    assert BAD not in body  # the client's bytes are not echoed
+    bystander.served()
+    again = RawSession(adapter.port)  # the shared connection still takes new sessions
+    own = unique("iso-again")
+    broker.track_queue(own)
+    again.round_trip(own)
+    assert bystander.connections <= amqp_client_ports()
+
+
+def test_a_topic_send_whose_routing_key_is_not_utf8_is_published(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """basic.publish is not checked by the broker (content-bearing methods are not): a SEND to
+    a /topic/ whose name is not UTF-8 is published and receipted, as the plugin does."""
+    adapter = mux_adapter(start_adapter)
+    bystander = Bystander(adapter, broker)
+    sender = RawSession(adapter.port)
+    sender.sock.sendall(b"SEND\ndestination:/topic/t" + BAD + b"\nreceipt:r\n\nx\0")
+    got = sender.frames_until(("RECEIPT", "ERROR"))
+    assert got[-1][0] == "RECEIPT", got
+    bystander.served()
+
+
+def test_a_virtual_host_that_is_not_utf8_is_refused_alone(start_adapter: Any, broker: BrokerProbe) -> None:
+    adapter = mux_adapter(start_adapter)
+    bystander = Bystander(adapter, broker)
+    sock = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+    RawSession.opened.append(sock)
+    sock.sendall(b"CONNECT\naccept-version:1.2\nhost:v" + BAD + b"\nlogin:guest\npasscode:guest\n\n\0")
+    frames, _ = read_frames(sock, timeout=5, count=1)
+    command, headers, body = frame_headers(frames[0])
+    # the plugin's answer to a virtual host that does not exist, with the name as it came
+    assert (command, headers.get("message")) == ("ERROR", "Bad CONNECT"), (command, headers, body)
+    assert body == b"Virtual host 'v" + BAD + b"' access denied"
+    bystander.served()
+
+
+CESU8 = b"\xed\xa0\x80"  # an encoded surrogate: Java's modified UTF-8 for characters beyond the BMP
+
+
+@pytest.mark.parametrize("version", ["3.13.7", "4.3.0"])
+def test_encoded_surrogates_are_refused_only_where_the_broker_refuses_them(
+    amqp_url: str, start_adapter: Any, broker: BrokerProbe, version: str
+) -> None:
+    """RabbitMQ up to 4.2 takes encoded surrogates in a method's short strings (xmerl_ucs);
+    4.3 checks UTF-8 strictly and answers them with a connection error.  Through a proxy that
+    answers as each broker would: a consumer tag with them is subscribed on 3.13, and on 4.3
+    refused for its session alone."""
+    with ProxyThread(amqp_url, [ServerVersion(version)]) as proxy:
+        adapter = mux_adapter(start_adapter, amqp_url=proxy.url)
+        bystander = Bystander(adapter, broker)
+        session = RawSession(adapter.port)
+        queue = unique("iso-cesu")
+        broker.track_queue(queue)
+        command, headers, body = raw_error(
+            session,
+            b"SUBSCRIBE\nid:s" + CESU8 + b"\ndestination:/queue/" + queue.encode() + b"\nreceipt:r\n\n",
+        )
+        if version.startswith("4."):
+            assert (command, headers.get("message")) == ("ERROR", "Processing error"), body
+            assert b"not valid UTF-8" in body
+        else:
+            assert command == "RECEIPT", (command, headers, body)
+        bystander.served()
+
+
+# ------------------------------------------------------ item 6: a passcode is never echoed
+@pytest.mark.parametrize(
+    "connect",
+    [
+        b"CONNECT\naccept-version:1.2\nlogin:guest\npasscode:hunt\rer2\n\n\0",
+        b"STOMP\naccept-version:1.2\npasscode hunter2\nlogin:guest\n\n\0",
+        b"CONNECT\raccept-version:1.2\rlogin:guest\rpasscode:hunter2\r\n\n\0",
+    ],
+)
+def test_the_error_for_a_broken_connect_does_not_echo_its_passcode(
+    start_adapter: Any, broker: BrokerProbe, connect: bytes
+) -> None:
+    adapter = start_adapter()
+    sock = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+    RawSession.opened.append(sock)
+    sock.sendall(connect)
+    frames, closed = read_frames(sock, timeout=5, count=1)
+    command, headers, body = frame_headers(frames[0])
+    assert command == "ERROR" and closed, (command, headers, body)
+    assert b"hunt" not in frames[0] and b"er2" not in frames[0]
+    assert b"not shown" in body
