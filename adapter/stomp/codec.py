@@ -98,6 +98,19 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+_SECRET_COMMANDS = (b"CONNECT", b"STOMP")
+
+
+def quoted_line(line: bytes, command_line: bytes) -> str:
+    """How an ERROR's text shows a broken line: its first 64 bytes quoted, except in a CONNECT
+    or STOMP frame (``command_line`` starts with its command), whose lines may hold the
+    passcode, and whose ERROR a tap, a proxy or the client's own log may keep: nothing quoted
+    there, whatever the line holds (a bare CR can make the whole frame one line)."""
+    if command_line.lstrip(b"\r\n").startswith(_SECRET_COMMANDS):
+        return " (not shown: the lines of a CONNECT may hold its passcode)"
+    return f" {line[:64]!r}"
+
+
 # bodies at least this large are copied out of the buffer through a memoryview (one copy instead
 # of two); below it, the plain slice is cheaper than setting up the view
 _VIEW_COPY_MIN = 16 * 1024
@@ -299,7 +312,9 @@ class FrameParser:
         if len(command_raw) > limits.max_header_length:
             raise FrameError("Bad frame", "Command line too long")
         if b"\r" in command_raw:
-            raise FrameError("Bad frame", f"CR not followed by LF in command line {command_raw[:64]!r}")
+            raise FrameError(
+                "Bad frame", f"CR not followed by LF in command line{quoted_line(command_raw, command_raw)}"
+            )
         command = _decode(command_raw)
         # CONNECT and STOMP frames are never escaped (STOMP 1.2 "Value Encoding").
         table = None if command in ("CONNECT", "STOMP") else self._unescape_table
@@ -315,10 +330,12 @@ class FrameParser:
                     f"A header line is longer than the maximum of {max_len} bytes",
                 )
             if b"\r" in line:
-                raise FrameError("Bad header", f"CR not followed by LF in header line {line[:64]!r}")
+                raise FrameError(
+                    "Bad header", f"CR not followed by LF in header line{quoted_line(line, command_raw)}"
+                )
             colon = line.find(b":")
             if colon < 0:
-                raise FrameError("Bad header", f"Header line without ':' {line[:64]!r}")
+                raise FrameError("Bad header", f"Header line without ':'{quoted_line(line, command_raw)}")
             name = _decode(_unescape(line[:colon], table))
             if name in headers:
                 # STOMP 1.2: the first occurrence wins; repeats do not count to limits, but an

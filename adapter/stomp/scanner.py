@@ -31,6 +31,7 @@ from .codec import (
     _bare_cr,
     _skip_between_frames,
     content_length,
+    quoted_line,
 )
 
 # one frame: its head as on the wire (command line and header lines, without the blank line that
@@ -385,7 +386,8 @@ class FrameScanner:
             return None
         if not all(map(contains, lines, _COLONS)):
             colonless = next(line for line in lines if ":" not in line)
-            raise FrameError("Bad header", f"Header line without ':' {_wire(colonless)!r}")
+            where = quoted_line(_wire(colonless), _wire(command))
+            raise FrameError("Bad header", f"Header line without ':'{where}")
         if len(lines) > limits.max_headers and len(set(_names(lines))) > limits.max_headers:
             raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
         for line in lines:  # the first header line named content-length
@@ -404,11 +406,14 @@ def split_head(raw: bytes) -> tuple[str, list[str]]:
     text = raw.decode("utf-8", "surrogateescape")
     if "\r" in text:  # CR LF line ends: the CR is line ending, not value; any other CR is refused
         lines = [line.removesuffix("\r") for line in text.split("\n")]
+        command_line = _wire(lines[0])
         if "\r" in lines[0]:
-            raise FrameError("Bad frame", f"CR not followed by LF in command line {_wire(lines[0])!r}")
+            where = quoted_line(command_line, command_line)
+            raise FrameError("Bad frame", f"CR not followed by LF in command line{where}")
         for line in lines:
             if "\r" in line:
-                raise FrameError("Bad header", f"CR not followed by LF in header line {_wire(line)!r}")
+                where = quoted_line(_wire(line), command_line)
+                raise FrameError("Bad header", f"CR not followed by LF in header line{where}")
         return lines[0], lines[1:]
     command, _, headers = text.partition("\n")
     return command, headers.split("\n") if headers else []

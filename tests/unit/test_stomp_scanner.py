@@ -161,3 +161,33 @@ def test_a_bad_head_ends_the_frames_there_even_with_good_ones_after_it_in_the_sa
         codec_error.value.message,
         codec_error.value.detail,
     )
+
+
+SECRET_LINES = [
+    b"CONNECT\nlogin:u\npasscode:sec\rret\n\n\0",  # a bare CR in the passcode line
+    b"STOMP\npasscode:sec\rret\nlogin:u\n\n\0",
+    b"CONNECT\nlogin:u\npasscode secret\n\n\0",  # no colon
+    b"CONNECT\rlogin:u\rpasscode:secret\r\n\n\0",  # CRs as line ends: one long command line
+    b"STOMP\r\npasscode:s\re\rcret\r\n\r\n\0",
+]
+
+
+@pytest.mark.parametrize("stream", SECRET_LINES)
+def test_the_error_for_a_broken_connect_quotes_none_of_its_lines(stream: bytes) -> None:
+    """A CONNECT's lines may hold its passcode: the ERROR that answers a broken one names what
+    is wrong but quotes no line (the client may be a tap recording it, or a log), on the
+    codec's path and on the scanner's."""
+    with pytest.raises(FrameError) as codec_error:
+        codec_frames(stream)
+    for cuts in ([], list(range(1, len(stream)))):
+        with pytest.raises(FrameError) as scanner_error:
+            scanned(b"ACK\n\n\0" + stream, [6 + cut for cut in cuts])
+        for error in (codec_error.value, scanner_error.value):
+            assert "sec" not in error.detail and "ret" not in error.detail, error.detail
+            assert "login" not in error.detail, error.detail
+
+
+def test_the_error_for_a_broken_send_still_quotes_the_line() -> None:
+    with pytest.raises(FrameError) as error:
+        codec_frames(b"SEND\nno colon here\n\n\0")
+    assert "no colon here" in error.value.detail
