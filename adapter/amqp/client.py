@@ -418,6 +418,11 @@ class AmqpClient:
         return before
 
     @property
+    def user(self) -> str:
+        """The user the connection logs in (or logged in) as."""
+        return self._credentials[0]
+
+    @property
     def handshake_step(self) -> str:
         """The handshake phase ("connect", "auth", "vhost"), "" once it is over."""
         return self.phase.value if self.phase in HANDSHAKE else ""

@@ -73,10 +73,14 @@ class PausedBytes:
 
     def __init__(self, limit: int, budget: int) -> None:
         self.limit = limit
-        self.pool = Pool(budget, PAUSED_BUDGET_SETTING, "Messages delivered to slow clients")
+        # when the process's bound is reached, the user holding the most gives up its largest
+        # session (mapping/budget.py), not whichever session's delivery came last
+        self.pool = Pool(budget, PAUSED_BUDGET_SETTING, "Messages delivered to slow clients", evicts=True)
 
-    def account(self) -> Account:
-        return self.pool.account(self.limit, PAUSED_SETTING, "Slow consumer")
+    def account(self, user: str, on_evicted: Callable[[BudgetExceeded], None]) -> Account:
+        return self.pool.account(
+            self.limit, PAUSED_SETTING, "Slow consumer", owner=user, on_evicted=on_evicted
+        )
 
 
 class SharedConnection(AmqpConnection):
@@ -451,7 +455,8 @@ class ChannelLink(AsyncClient):
         if self._reading_paused:
             return
         self._reading_paused = True
-        self._events = _WhilePaused(self, self._events, self.carrier.paused_bytes.account())
+        account = self.carrier.paused_bytes.account(self.carrier.user, self.overflowed)
+        self._events = _WhilePaused(self, self._events, account)
 
     def resume_reading(self) -> None:
         if not self._reading_paused:

@@ -23,7 +23,7 @@ Pure: no I/O, standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -51,33 +51,92 @@ class BudgetExceeded(StompError):
 
 
 class Pool:
-    """The bytes all connections of the process hold in one kind of buffer, and their bound."""
+    """The bytes all connections of the process hold in one kind of buffer, and their bound.
 
-    __slots__ = ("limit", "setting", "used", "what")
+    ``evicts``: when a reservation would take the pool past its bound, the owner (a user)
+    holding the most in all its accounts gives up its largest account (``on_evicted`` ends that
+    session) until the reservation fits, rather than the account that happened to reserve
+    last; the reserving account is refused only when it is that largest one itself.  So one
+    user's idle sessions cannot get another user's briefly slow session ended (the paused
+    bytes of shared AMQP connections, adapter/amqp/shared.py)."""
 
-    def __init__(self, limit: int, setting: str, what: str) -> None:
+    __slots__ = ("_accounts", "evicts", "limit", "setting", "used", "what")
+
+    def __init__(self, limit: int, setting: str, what: str, *, evicts: bool = False) -> None:
         self.limit = limit
         self.setting = setting  # the ini key an operator raises
         self.what = what  # what the bytes are, for the ERROR ("Open transactions")
         self.used = 0
+        self.evicts = evicts
+        self._accounts: set[Account] = set()  # the open accounts holding bytes (evicts only)
 
-    def account(self, limit: int, setting: str, message: str) -> Account:
-        """A connection's account: at most ``limit`` bytes (``setting``), ERROR ``message``."""
-        return Account(self, limit, setting, message)
+    def account(
+        self,
+        limit: int,
+        setting: str,
+        message: str,
+        *,
+        owner: str = "",
+        on_evicted: Callable[[BudgetExceeded], None] | None = None,
+    ) -> Account:
+        """A connection's account: at most ``limit`` bytes (``setting``), ERROR ``message``;
+        ``owner`` and ``on_evicted`` for a pool that ``evicts``."""
+        return Account(self, limit, setting, message, owner, on_evicted)
+
+    def _over(self) -> BudgetExceeded:
+        return BudgetExceeded(
+            "", f"{self.what} of all connections would hold more than {self.limit} bytes ({self.setting})\n"
+        )
+
+    def _make_room(self, reserving: Account, size: int) -> None:
+        """Evict until ``size`` more bytes for ``reserving`` fit, or raise for ``reserving``."""
+        while self.used + size > self.limit:
+            totals: dict[str, int] = {}
+            for account in self._accounts:
+                totals[account.owner] = totals.get(account.owner, 0) + account.held
+            totals[reserving.owner] = totals.get(reserving.owner, 0) + size
+            heaviest = max(totals, key=totals.__getitem__)
+            candidates = [a for a in self._accounts if a.owner == heaviest]
+            if reserving.owner == heaviest:
+                candidates.append(reserving)
+            victim = max(candidates, key=lambda a: a.held + (size if a is reserving else 0))
+            if victim is reserving:
+                raise reserving.refused(self._over().detail)
+            victim.evict(self._over())
+
+    def _holding(self, account: Account) -> None:
+        if self.evicts:
+            if account.held:
+                self._accounts.add(account)
+            else:
+                self._accounts.discard(account)
 
 
 class Account:
     """One connection's share of a pool, with its own bound."""
 
-    __slots__ = ("_closed", "held", "limit", "message", "pool", "setting")
+    __slots__ = ("_closed", "held", "limit", "message", "on_evicted", "owner", "pool", "setting")
 
-    def __init__(self, pool: Pool, limit: int, setting: str, message: str) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        limit: int,
+        setting: str,
+        message: str,
+        owner: str = "",
+        on_evicted: Callable[[BudgetExceeded], None] | None = None,
+    ) -> None:
         self.pool = pool
         self.limit = limit
         self.setting = setting
         self.message = message
+        self.owner = owner
+        self.on_evicted = on_evicted
         self.held = 0
         self._closed = False
+
+    def refused(self, detail: str) -> BudgetExceeded:
+        return BudgetExceeded(self.message, detail)
 
     def reserve(self, size: int) -> None:
         """Hold ``size`` more bytes, or raise ``BudgetExceeded`` and hold nothing more."""
@@ -85,17 +144,16 @@ class Account:
             return  # the connection is gone: nothing it still does may charge the pool
         pool = self.pool
         if self.held + size > self.limit:
-            raise BudgetExceeded(
-                self.message,
-                f"{pool.what} of this connection would hold more than {self.limit} bytes ({self.setting})\n",
+            raise self.refused(
+                f"{pool.what} of this connection would hold more than {self.limit} bytes ({self.setting})\n"
             )
         if pool.used + size > pool.limit:
-            raise BudgetExceeded(
-                self.message,
-                f"{pool.what} of all connections would hold more than {pool.limit} bytes ({pool.setting})\n",
-            )
+            if not pool.evicts:
+                raise self.refused(pool._over().detail)
+            pool._make_room(self, size)
         self.held += size
         pool.used += size
+        pool._holding(self)
 
     def release(self, size: int) -> None:
         """Give back ``size`` bytes reserved earlier (never more than the account holds)."""
@@ -104,6 +162,7 @@ class Account:
         size = min(size, self.held)
         self.held -= size
         self.pool.used -= size
+        self.pool._holding(self)
 
     def close(self) -> None:
         """The connection is gone: give back everything; later calls change nothing."""
@@ -111,6 +170,14 @@ class Account:
             self.pool.used -= self.held
             self.held = 0
             self._closed = True
+            self.pool._holding(self)
+
+    def evict(self, error: BudgetExceeded) -> None:
+        """The pool needs this account's bytes: give them all back, then tell its owner
+        (``on_evicted``), whose session ends with ``error`` (worded for it)."""
+        self.close()
+        if self.on_evicted is not None:
+            self.on_evicted(self.refused(error.detail))
 
 
 K = TypeVar("K")

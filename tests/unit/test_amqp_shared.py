@@ -387,3 +387,27 @@ async def test_queue_arguments_over_frame_max_are_refused_before_anything_is_wri
     sent = [type(value) for _, value in transport.take_frames()]
     assert commands.Queue.Declare not in sent and commands.Basic.Consume not in sent, sent
     assert neighbour.is_open and neighbour_events.closed == []
+
+
+async def test_a_full_paused_budget_ends_the_heaviest_user_s_session_not_the_one_delivered_to() -> None:
+    """Issue 33 item 3: one user's idle sessions, each just under its own bound, filled the
+    process's pool, and another user's briefly slow session was the one ended when its next
+    delivery crossed it.  Now the user holding the most gives up its largest session."""
+    bounds = PausedBytes(limit=1000, budget=2000)
+    idle_connection, _, idle_links, idle_events = await two_sessions()
+    slow_connection, slow_transport, (slow, _), (slow_events, _) = await two_sessions()
+    slow_connection._credentials = ("bob", "", "/")
+    for connection in (idle_connection, slow_connection):
+        connection.paused_bytes = bounds
+    for link in (*idle_links, slow):
+        link.pause_reading()
+    for link in idle_links:  # alice's two idle sessions: ~900 bytes each
+        idle_connection.data_received(broker(*deliver(link.channel, 1, b"i" * 700)))
+    assert all(len(e.deliveries) == 1 and e.closed == [] for e in idle_events)
+    slow_connection.data_received(broker(*deliver(slow.channel, 1, b"s" * 200)))
+    assert len(slow_events.deliveries) == 1 and slow_events.closed == []  # bob's is delivered
+    closed = [e.closed for e in idle_events if e.closed]
+    assert len(closed) == 1  # one of alice's ends, with the process bound named
+    ((error,),) = closed
+    assert error.channel_only and "adapter.amqp_shared_paused_bytes_budget" in error.text
+    assert bounds.pool.used == sum(a.held for a in bounds.pool._accounts) <= bounds.pool.limit

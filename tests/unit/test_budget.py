@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapter.mapping import operations as ops
-from adapter.mapping.budget import BudgetExceeded, Budgets, KeptDeliveries, Pool
+from adapter.mapping.budget import Account, BudgetExceeded, Budgets, KeptDeliveries, Pool
 from adapter.mapping.properties import MessageProperties
 from adapter.session import Session, SessionSettings
 from adapter.stomp.frame import Frame
@@ -219,3 +219,83 @@ def test_auto_ack_deliveries_are_not_kept() -> None:
     run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s"}))
     assert session.on_delivery(_delivery(1, b"y" * 10))
     assert budgets.unacked.used == 0
+
+
+# ------------------------------------------------ a pool that evicts (shared connections' paused bytes)
+def evicting_pool(limit: int) -> tuple[Pool, list[str]]:
+    evicted: list[str] = []
+    return Pool(limit, "adapter.pool", "Bytes", evicts=True), evicted
+
+
+def member(pool: Pool, evicted: list[str], owner: str, name: str, limit: int = 1000) -> Account:
+    return pool.account(
+        limit, "adapter.one", "Slow consumer", owner=owner, on_evicted=lambda _: evicted.append(name)
+    )
+
+
+def test_a_full_pool_evicts_the_heaviest_owner_s_largest_account_not_the_one_reserving() -> None:
+    """Issue 33 item 3: one user's idle sessions, each just under its own bound, filled the pool;
+    another user's briefly slow session was the one ended.  Now the owner holding the most
+    gives up its largest account, and the reservation goes through."""
+    pool, evicted = evicting_pool(3000)
+    idle = [member(pool, evicted, "alice", f"idle{n}") for n in range(3)]
+    for account in idle:
+        account.reserve(990)
+    slow = member(pool, evicted, "bob", "slow")
+    slow.reserve(100)  # crosses the pool: one of alice's goes
+    assert len(evicted) == 1 and evicted[0].startswith("idle") and slow.held == 100
+    gone = idle[int(evicted[0][4:])]
+    assert gone.held == 0 and pool.used == 2 * 990 + 100
+    gone.reserve(500)  # an evicted account charges nothing more
+    assert gone.held == 0
+
+
+def test_the_owner_holding_the_most_in_total_pays_first() -> None:
+    pool, evicted = evicting_pool(1000)
+    many = [member(pool, evicted, "many", f"m{n}") for n in range(4)]
+    for account in many:
+        account.reserve(150)  # 600 together, each small
+    big = member(pool, evicted, "one", "big")
+    big.reserve(300)  # the largest account, but its owner holds less
+    big.reserve(200)  # 1100: "many" pays with one of its own
+    assert len(evicted) == 1 and evicted[0].startswith("m") and big.held == 500
+
+
+def test_the_reserving_account_is_refused_when_it_is_the_heaviest() -> None:
+    pool, evicted = evicting_pool(1000)
+    other = member(pool, evicted, "a", "other")
+    other.reserve(100)
+    greedy = member(pool, evicted, "b", "greedy")
+    greedy.reserve(800)
+    with pytest.raises(BudgetExceeded) as error:
+        greedy.reserve(200)
+    assert "adapter.pool" in error.value.detail and evicted == [] and greedy.held == 800
+
+
+def test_a_pool_that_does_not_evict_refuses_as_before() -> None:
+    pool = Pool(1000, "adapter.pool", "Bytes")
+    first = pool.account(1000, "adapter.one", "m")
+    first.reserve(900)
+    with pytest.raises(BudgetExceeded):
+        pool.account(1000, "adapter.one", "m").reserve(200)
+    assert first.held == 900
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["r", "f", "c"]), st.integers(0, 400)), max_size=60)
+)
+def test_an_evicting_pool_stays_within_its_limit_and_the_sum_of_its_accounts(
+    steps: list[tuple[int, str, int]],
+) -> None:
+    pool, evicted = evicting_pool(1000)
+    accounts = [member(pool, evicted, f"u{n % 3}", f"a{n}", limit=600) for n in range(6)]
+    for index, action, size in steps:
+        account = accounts[index]
+        if action == "r":
+            with contextlib.suppress(BudgetExceeded):
+                account.reserve(size)
+        elif action == "f":
+            account.release(size)
+        else:
+            account.close()
+        assert pool.used == sum(a.held for a in accounts) <= pool.limit
