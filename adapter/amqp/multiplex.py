@@ -58,6 +58,9 @@ class SharedConnections(Generic[Connection]):
         self.max_idle = max_idle
         self._by_key: dict[PoolKey, list[Shared[Connection]]] = {}
         self._entries: dict[int, Shared[Connection]] = {}  # by id(connection)
+        # (vhost, user) whose channel.open the broker refused on a shared connection: their
+        # sessions get a connection each from then on (``channels_refused``)
+        self.unshared: set[tuple[str, str]] = set()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -77,7 +80,7 @@ class SharedConnections(Generic[Connection]):
         entry of the key is compared, so the time taken does not tell which one matched.  An
         entry past ``max_age_seconds`` is retired on the way (and closes when empty)."""
         entries = self._by_key.get(key)
-        if not entries:
+        if not entries or key[1:] in self.unshared:
             return None
         found: Shared[Connection] | None = None
         for entry in entries:
@@ -105,6 +108,7 @@ class SharedConnections(Generic[Connection]):
         ones of another passcode take no new session (retired)."""
         capacity = min(self.per_connection, channel_max or 65535)
         entry = Shared(connection, key, passcode_digest, capacity, now)
+        entry.retired = key[1:] in self.unshared  # a connection of its own: it closes with the session
         self._by_key.setdefault(key, []).append(entry)
         self._entries[id(connection)] = entry
         stale: list[Connection] = []
@@ -150,6 +154,28 @@ class SharedConnections(Generic[Connection]):
             self._remove(entry)
             return [connection]
         return []
+
+    def channels_refused(self, connection: Connection) -> list[Connection] | None:
+        """The broker closed ``connection`` because a channel.open passed a channel limit (a
+        user's ``max-channels``, the node's ``channel_max_per_node``: 530 NOT_ALLOWED, a
+        connection error): every session on it has ended.  Its user stops being multiplexed
+        for the life of the process, so the next refusal ends the one session whose channel
+        it was, as without multiplexing.  Returns the user's idle connections to close now
+        (its busy ones take no new session and close with their last), or None when the user
+        was unshared already (or the connection is not here)."""
+        entry = self._entries.get(id(connection))
+        if entry is None or entry.key[1:] in self.unshared:
+            return None
+        who = entry.key[1:]
+        self.unshared.add(who)
+        idle = []
+        for other in list(self._entries.values()):
+            if other.key[1:] == who and other is not entry:
+                other.retired = True
+                if other.sessions == 0:
+                    self._remove(other)
+                    idle.append(other.connection)
+        return idle
 
     def forget(self, connection: Connection) -> bool:
         """``connection`` failed or was closed: it is gone with its sessions.  False if it was

@@ -37,6 +37,9 @@ from ..amqp.shared import ChannelLink, PausedBytes, SharedConnection
 
 log = logging.getLogger(__name__)
 
+# connection.close 530: a channel.open over a channel limit (user or node)
+NOT_ALLOWED = 530
+
 
 class _ConnectionEvents(DropChannelEvents):
     """What a shared connection reports about itself (its channels' events go to their
@@ -49,6 +52,8 @@ class _ConnectionEvents(DropChannelEvents):
         self._connection = connection
 
     def on_amqp_closed(self, error: AmqpError) -> None:
+        if error.code == NOT_ALLOWED and error.from_broker and "channels" in error.text and not error.phase:
+            self._mux.channels_refused(self._connection)
         self._mux.forget(self._connection)
 
     def on_broker_backpressure(self, paused: bool) -> None:
@@ -163,6 +168,23 @@ class AmqpMultiplex:
 
     def retire(self, connection: SharedConnection) -> None:
         self._close(self.shared.retire(connection))
+
+    def channels_refused(self, connection: SharedConnection) -> None:
+        """A channel.open on ``connection`` passed a channel limit and the broker closed it
+        (every session on it got the ERROR): its user gets a connection per session from now
+        on (adapter/amqp/multiplex.py), and the operator a line saying so."""
+        entry = self.shared.entry(connection)
+        idle = self.shared.channels_refused(connection)
+        if idle is not None and entry is not None:
+            _, vhost, user = entry.key
+            log.warning(
+                "user %r (vhost %r) reached a channel limit on a shared AMQP connection, which the "
+                "broker closed with every session on it; from now on this process gives each of "
+                "its sessions an AMQP connection of its own",
+                user,
+                vhost,
+            )
+            self._close(idle)
 
     def forget(self, connection: SharedConnection) -> None:
         """The connection failed or the broker closed it: its sessions have been told."""

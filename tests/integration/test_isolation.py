@@ -8,6 +8,7 @@ served before and after the hostile frame.  Users other than guest are throwaway
 from __future__ import annotations
 
 import socket
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from tests.support import (
     frame_headers,
     read_frames,
     unique,
+    wait_until,
 )
 
 PER_CONNECTION = 4
@@ -187,3 +189,43 @@ def test_the_error_for_a_broken_connect_does_not_echo_its_passcode(
     assert command == "ERROR" and closed, (command, headers, body)
     assert b"hunt" not in frames[0] and b"er2" not in frames[0]
     assert b"not shown" in body
+
+
+# ------------------------------------------------------------- item 2: a user's channel limit
+def test_a_user_over_its_channel_limit_stops_being_multiplexed(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """Over a user's ``max-channels`` RabbitMQ refuses channel.open with a connection error
+    (530), which ends every session on the shared connection: the first time, every session of
+    that user on it (never another user's: connections are per user).  From then on the
+    user's sessions get a connection each, so the next session over the limit ends alone."""
+    adapter = mux_adapter(start_adapter)
+    user = broker.create_user("pw", "iso")
+    broker.management(
+        f"/api/user-limits/{urllib.parse.quote(user, safe='')}/max-channels", "PUT", {"value": 2}
+    )
+    guest = Bystander(adapter, broker)  # another user's session: never touched
+    first = [Bystander(adapter, broker, user, "pw") for _ in range(2)]  # the user's 2 channels
+    third = RawSession(adapter.port, user, "pw")
+    queue = unique("iso-limit")
+    broker.track_queue(queue)
+    got = third.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r\n\nx")  # channel.open: the third
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "not_allowed", got
+    for ended in first:  # the broker closed the shared connection: the first time, all of them
+        frames = ended.session.frames_until(("ERROR",))
+        assert frames and frames[-1][0] == "ERROR", frames
+    guest.served()
+    # from now on: a connection per session, and only the one over the limit ends
+    assert wait_until(lambda: broker_channels_of(broker, user) == 0, 15)
+    served = [Bystander(adapter, broker, user, "pw") for _ in range(2)]
+    assert len({port for b in served for port in b.connections}) == 2
+    over = RawSession(adapter.port, user, "pw")
+    got = over.send(f"SEND\ndestination:/queue/{queue}\nreceipt:r\n\nx")
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "not_allowed", got
+    for session in served:
+        session.served()
+    guest.served()
+
+
+def broker_channels_of(broker: BrokerProbe, user: str) -> int:
+    return sum(c.get("channels", 0) for c in broker.management("/api/connections") if c.get("user") == user)

@@ -134,3 +134,23 @@ def test_shutdown_closes_the_idle_and_retires_the_busy() -> None:
     assert table.join(KEY, RIGHT, 1.0) is None
     assert table.left("busy", 2.0) == ["busy"]
     assert table.drain() == []
+
+
+def test_a_user_whose_channel_open_was_refused_gets_a_connection_per_session_from_then_on() -> None:
+    """Issue 33 item 2: over a user's max-channels the broker refuses channel.open with a
+    connection error (530), ending every session on the shared connection.  From then on the
+    user's sessions are not multiplexed: the next refusal ends only its own session."""
+    table = shared(per_connection=3)
+    table.opened("c1", KEY, RIGHT, channel_max=0, now=0.0)
+    assert table.join(KEY, RIGHT, 0.0) == "c1"
+    table.opened("c2", ("node-b", "/", "alice"), RIGHT, channel_max=0, now=0.0)  # another node
+    table.left("c2", 0.0)  # idle now
+    table.opened("bob", ("node-a", "/", "bob"), RIGHT, channel_max=0, now=0.0)
+    assert table.channels_refused("c1") == ["c2"]  # alice's idle connection closes too
+    table.forget("c1")
+    assert table.channels_refused("c1") is None  # told once
+    assert table.join(KEY, RIGHT, 1.0) is None
+    table.opened("c3", KEY, RIGHT, channel_max=0, now=1.0)
+    assert table.join(KEY, RIGHT, 1.0) is None  # c3 carries its own session only
+    assert table.left("c3", 2.0) == ["c3"]  # and closes with it
+    assert table.join(("node-a", "/", "bob"), RIGHT, 2.0) == "bob"  # other users still share
