@@ -146,6 +146,7 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
             max_lag=settings.shared_subscription_max_lag,
             lag_budget=settings.shared_subscription_lag_budget,
             trailing_lf=settings.trailing_lf,
+            reauthorise_seconds=settings.amqp_connection_max_age_seconds,
         )
         if settings.shared_subscriptions
         else None,

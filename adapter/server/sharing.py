@@ -44,6 +44,7 @@ from ..errors import StompError
 from ..mapping import operations as ops
 from ..session.fanout import Eviction, Member, Registry, SharedGroup
 from .login import BrokerSettings, login_refused, own_login
+from .rights_check import REFUSED_CODES, RightsCheck
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -94,7 +95,19 @@ class HubServices(Protocol):
 class SharedHub:
     """One shared group's AMQP connection (see the module docstring)."""
 
-    __slots__ = ("_amqp", "_loop", "_queue", "_registry", "_services", "closed", "error", "group", "ready")
+    __slots__ = (
+        "_amqp",
+        "_loop",
+        "_queue",
+        "_recheck",
+        "_registry",
+        "_services",
+        "closed",
+        "error",
+        "group",
+        "ready",
+        "rights",
+    )
 
     def __init__(
         self, group: SharedGroup, registry: Registry, services: HubServices, loop: asyncio.AbstractEventLoop
@@ -109,6 +122,10 @@ class SharedHub:
         self.ready: asyncio.Future[None] = loop.create_future()
         self.closed = False
         self.error: BaseException | None = None  # why it ended, for a member that joins late
+        # the broker's word on later members' rights (adapter/server/rights_check.py), and the
+        # timer that asks again when it is older than the registry's reauthorise_seconds
+        self.rights: RightsCheck | None = None
+        self._recheck: asyncio.TimerHandle | None = None
 
     async def open(self, user: str, password: str, vhost: str, op: ops.JoinShared) -> None:
         """Log in with the first member's credentials, declare, consume, bind; ``ready`` says
@@ -132,7 +149,9 @@ class SharedHub:
             assert isinstance(queue, str)
             self._queue = queue
             await result.execute(ops.BasicConsume(queue, _HUB_TAG, no_ack=True))
-            await result.execute(ops.QueueBind(queue, op.bind_exchange, op.bind_key))
+            bind = ops.QueueBind(queue, op.bind_exchange, op.bind_key)
+            await result.execute(bind)
+            self.rights = RightsCheck(services, self._loop, (user, password, vhost), bind, op.destination)
         except (AmqpError, OSError, TimeoutError, StompError) as error:
             # StompError: a name AMQP cannot carry (not UTF-8, too long), refused before it
             # was sent; the members get the ERROR a plain SUBSCRIBE gets
@@ -146,6 +165,46 @@ class SharedHub:
             self.ready.set_result(None)
         if self.closed:
             self._end_link()
+        else:
+            self._schedule_recheck(self._registry.reauthorise_seconds)
+
+    # ------------------------------------------------------------------ rights
+    async def authorise(self) -> None:
+        """The broker says the group's user may still read it (a check that began after this
+        call: rights_check.py), or the AmqpError of its refusal is raised; a refusal of the
+        user's rights ends the group for every member, each with that ERROR."""
+        rights = self.rights
+        assert rights is not None, "authorise() before the group opened"
+        try:
+            await rights.confirm()
+        except AmqpError as error:
+            if error.code in REFUSED_CODES:
+                self._ended(error)
+            raise
+
+    def _schedule_recheck(self, delay: float) -> None:
+        self._recheck = self._loop.call_later(max(0.0, delay), self._recheck_due)
+
+    def _recheck_due(self) -> None:
+        self._recheck = None
+        if self.closed or self.rights is None:
+            return
+        # a join's check counts: ask only when the last answer is as old as the setting
+        age = self._loop.time() - self.rights.started_at
+        interval = self._registry.reauthorise_seconds
+        if age < interval:
+            self._schedule_recheck(interval - age)
+            return
+        self._services.spawn(self._reauthorise())
+
+    async def _reauthorise(self) -> None:
+        try:
+            await self.authorise()
+        except AmqpError as error:
+            if not self.closed:
+                log.warning("shared subscription %r: rights not checked again: %s", self.group.key[3], error)
+        if not self.closed:
+            self._schedule_recheck(self._registry.reauthorise_seconds)
 
     def _fail_open(self, error: BaseException) -> None:
         self.error = error
@@ -237,6 +296,9 @@ class SharedHub:
         # else open() ends the link when it finishes
 
     def _end_link(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
         amqp, self._amqp = self._amqp, None
         if amqp is None:
             return
@@ -365,6 +427,10 @@ class SharedLink:
         assert isinstance(hub, SharedHub)
         if not hub.ready.done():
             await asyncio.shield(hub.ready)  # a waiter that goes away must not cancel the open
+        elif not new and not hub.closed:
+            # the group was opened with the same credentials, maybe long ago: the broker says
+            # whether they still read it (a refusal ends the group for every member too)
+            await hub.authorise()
         if hub.closed and hub.error is not None:
             raise hub.error
         if self._host.closed:

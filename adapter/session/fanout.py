@@ -135,9 +135,15 @@ class Registry:
     MAX_LAG_SETTING: Final = "adapter.shared_subscription_max_lag"
     LAG_BUDGET_SETTING: Final = "adapter.shared_subscription_lag_budget"
 
-    def __init__(self, *, max_lag: int, lag_budget: int, trailing_lf: bool = True) -> None:
+    def __init__(
+        self, *, max_lag: int, lag_budget: int, trailing_lf: bool = True, reauthorise_seconds: float = 60.0
+    ) -> None:
         self.max_lag = max_lag
         self.lag_budget = lag_budget
+        # how long the broker's word that a group's user may read it stands: a later member's
+        # join always asks again; a group with no join asks after this long
+        # (adapter.amqp_connection_max_age_seconds, as for pooled and shared connections)
+        self.reauthorise_seconds = reauthorise_seconds
         self.renderer = Renderer(trailing_lf)
         self.groups: dict[ShareKey, SharedGroup] = {}
         self.total_lag = 0

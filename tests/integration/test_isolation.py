@@ -229,3 +229,109 @@ def test_a_user_over_its_channel_limit_stops_being_multiplexed(
 
 def broker_channels_of(broker: BrokerProbe, user: str) -> int:
     return sum(c.get("channels", 0) for c in broker.management("/api/connections") if c.get("user") == user)
+
+
+# ------------------------------------------------ item 4: revoked rights and shared subscriptions
+def shared_subscriber(adapter: AdapterProcess, user: str, destination: str) -> tuple[RawSession, list[Any]]:
+    """A session of ``user`` subscribed to ``destination`` (shared), and the SUBSCRIBE's answer."""
+    session = RawSession(adapter.port, user, "pw")
+    assert session.command == "CONNECTED", session.body
+    got = session.send(f"SUBSCRIBE\nid:{unique('s')}\ndestination:{destination}\nreceipt:r\n\n")
+    return session, got
+
+
+def set_permissions(broker: BrokerProbe, user: str, **permissions: str) -> None:
+    quoted = urllib.parse.quote(user, safe="")
+    if not permissions:
+        broker.management(f"/api/permissions/%2F/{quoted}", "DELETE")
+        return
+    broker.management(f"/api/permissions/%2F/{quoted}", "PUT", permissions)
+
+
+def hub_checks(adapter: AdapterProcess) -> int:
+    async def count() -> int:
+        registry = adapter.server.shared_subscriptions
+        assert registry is not None
+        return sum(g.link.rights.checks for g in registry.groups.values() if g.link.rights is not None)
+
+    return int(adapter.run(count()))
+
+
+@pytest.mark.parametrize("multiplexing", [False, True], ids=["own-connections", "multiplexed"])
+def test_a_revoked_read_permission_refuses_a_join_and_ends_the_group(
+    start_adapter: Any, broker: BrokerProbe, multiplexing: bool
+) -> None:
+    """A later member used to join a live group without any broker call: after the user's
+    read permission on the exchange was revoked, a new SUBSCRIBE still got its RECEIPT and the
+    topic's messages.  Now the join asks the broker with the member's own credentials: it gets
+    the access_refused ERROR a plain SUBSCRIBE gets, and the group, whose every member is that
+    user, ends with the same ERROR."""
+    settings: dict[str, Any] = {"shared_subscriptions": True}
+    if multiplexing:
+        settings["amqp_sessions_per_connection"] = PER_CONNECTION
+    adapter = start_adapter(**settings)
+    user = broker.create_user("pw", "iso")
+    topic = unique("iso-topic")
+    first, got = shared_subscriber(adapter, user, f"/topic/{topic}")
+    assert got[-1][0] == "RECEIPT", got
+    set_permissions(broker, user, configure=".*", write=".*", read="^(?!amq\\.topic$).*")
+    late, got = shared_subscriber(adapter, user, f"/topic/{topic}")
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "access_refused", got
+    assert b"amq.topic" in got[-1][2]
+    ended = first.frames_until(("ERROR",))
+    assert ended and ended[-1][0] == "ERROR" and ended[-1][1]["message"] == "access_refused", ended
+    broker.publish("amq.topic", topic, b"not for them")
+    for session in (first, late):
+        rest = session.frames_until(("MESSAGE",), timeout=1)
+        assert not any(frame[0] == "MESSAGE" for frame in rest), rest
+
+
+def test_a_user_whose_vhost_access_was_cleared_gets_no_topic_data_on_a_shared_connection(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """With multiplexing, a CONNECT joins a shared connection without a login (docs/
+    configuration.md says so); the first frame touching a queue or an exchange must then get
+    access_refused, a shared subscription's join included."""
+    adapter = start_adapter(shared_subscriptions=True, amqp_sessions_per_connection=PER_CONNECTION)
+    user = broker.create_user("pw", "iso")
+    topic = unique("iso-topic")
+    first, got = shared_subscriber(adapter, user, f"/topic/{topic}")
+    assert got[-1][0] == "RECEIPT", got
+    set_permissions(broker, user)  # every permission on the vhost cleared
+    late, got = shared_subscriber(adapter, user, f"/topic/{topic}")  # CONNECTED: joins
+    assert got[-1][0] == "ERROR", got
+    broker.publish("amq.topic", topic, b"not for them")
+    rest = late.frames_until(("MESSAGE",), timeout=1)
+    assert not any(frame[0] == "MESSAGE" for frame in rest), rest
+
+
+def test_a_group_asks_again_when_its_answer_is_older_than_the_max_age(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """Without any join, a group asks the broker again after
+    adapter.amqp_connection_max_age_seconds: a member whose user lost the right to read ends
+    with the ERROR within that time, instead of receiving for as long as it stays."""
+    adapter = start_adapter(shared_subscriptions=True, amqp_connection_max_age_seconds=1)
+    user = broker.create_user("pw", "iso")
+    topic = unique("iso-topic")
+    member, got = shared_subscriber(adapter, user, f"/topic/{topic}")
+    assert got[-1][0] == "RECEIPT", got
+    broker.publish("amq.topic", topic, b"before")
+    assert member.frames_until(("MESSAGE",))[-1][2] == b"before"
+    set_permissions(broker, user, configure=".*", write=".*", read="^(?!amq\\.topic$).*")
+    ended = member.frames_until(("ERROR",), timeout=10)
+    assert ended and ended[-1][0] == "ERROR" and ended[-1][1]["message"] == "access_refused", ended
+
+
+def test_a_join_with_rights_is_answered_and_served(start_adapter: Any, broker: BrokerProbe) -> None:
+    """The check changes nothing for a user who may read: each later join gets its RECEIPT
+    after one check of the broker's, and every member gets the topic's messages."""
+    adapter = start_adapter(shared_subscriptions=True)
+    user = broker.create_user("pw", "iso")
+    topic = unique("iso-topic")
+    members = [shared_subscriber(adapter, user, f"/topic/{topic}") for _ in range(3)]
+    assert all(got[-1][0] == "RECEIPT" for _, got in members)
+    assert hub_checks(adapter) == 2  # the two later joins, one after the other
+    broker.publish("amq.topic", topic, b"for all")
+    for session, _ in members:
+        assert session.frames_until(("MESSAGE",))[-1][2] == b"for all"

@@ -91,6 +91,16 @@ class Services:
         return None
 
 
+class Approving:
+    """A group's RightsCheck whose broker always says yes."""
+
+    def __init__(self) -> None:
+        self.checks = 0
+
+    async def confirm(self) -> None:
+        self.checks += 1
+
+
 def delivery(n: int) -> ops.Delivery:
     return ops.Delivery("hub", n, False, "amq.topic", "news", MessageProperties(), f"m{n}".encode())
 
@@ -170,10 +180,13 @@ async def test_links_of_one_key_share_one_group_and_only_the_first_opens_it() ->
     hub = group.link
     assert isinstance(hub, SharedHub)
     hub.ready.set_result(None)
+    hub.rights = Approving()  # type: ignore[assignment]  # what the open leaves (rights_check.py)
     assert await join is True
+    assert hub.rights.checks == 0  # the first member's join is the open itself
     second = SharedLink(registry, services, loop, Host(), "guest", "pw", "/")  # type: ignore[arg-type]
     assert await second.join(op) is True
     assert len(services.spawned) == 1 and len(group.members) == 2
+    assert hub.rights.checks == 1  # a later member's join asks the broker (its own credentials)
     other = SharedLink(registry, services, loop, Host(), "guest", "other", "/")  # type: ignore[arg-type]
     asyncio.ensure_future(other.join(op))
     await asyncio.sleep(0)
