@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from ..amqp.connection import AmqpError, DropChannelEvents
 from ..mapping import operations as ops
-from .login import login_refused, own_login
-
-if TYPE_CHECKING:
-    from .login import OwnLoginServices
+from .login import OwnLoginServices, login_refused, own_login
 
 log = logging.getLogger("adapter.sharing")
 
@@ -42,6 +40,13 @@ _AUTHORISED_CODES = frozenset({404, 405})  # the queue is gone, or exclusive to 
 # the answers that say the user may not read the group's messages (a refused login, access
 # refused, vhost access refused); any other failure refuses the join but leaves the group
 REFUSED_CODES = frozenset({403, 530})
+
+
+class CheckServices(OwnLoginServices, Protocol):
+    """What a check uses of the server: its logins, and its tasks (which shutdown waits for,
+    so a check in flight closes its connection)."""
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
 
 class _NoSession(DropChannelEvents):
@@ -75,7 +80,7 @@ class RightsCheck:
 
     def __init__(
         self,
-        services: OwnLoginServices,
+        services: CheckServices,
         loop: asyncio.AbstractEventLoop,
         credentials: tuple[str, str, str],
         bind: ops.QueueBind,
@@ -105,8 +110,7 @@ class RightsCheck:
         self._running = round_
         self.checks += 1
         self.started_at = self._loop.time()
-        task = self._loop.create_task(self._run(round_))
-        task.add_done_callback(_ignore)
+        self._services.spawn(self._run(round_))
         return round_
 
     async def _run(self, round_: asyncio.Future[None]) -> None:
@@ -145,8 +149,3 @@ class RightsCheck:
                 raise
         finally:
             await result.close()
-
-
-def _ignore(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        task.exception()

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from pamqp import commands
 from websockets.sync.client import connect as ws_connect
 
 from adapter.server.metrics import build_registry, render
@@ -354,13 +355,28 @@ def test_joins_and_leaves_after_the_first_send_the_broker_nothing(
         others = [StompClient(adapter.port) for _ in range(5)]
         clients.extend(others)
         before = len(log.methods)
+        links_before = {number for number, _ in log.methods}
         for i, client in enumerate(others):
             client.conn.subscribe(destination, id=f"s{i}", ack="auto", headers={"receipt": f"r{i}"})
             assert client.next("RECEIPT").command == "RECEIPT"
+        joined = len(log.methods)
         for i, client in enumerate(others):
             client.conn.unsubscribe(f"s{i}", headers={"receipt": f"u{i}"})
             assert client.next("RECEIPT").command == "RECEIPT"
-        assert log.methods[before:] == []  # not a channel.open, not a consume, not a cancel
+        # leaving sends nothing (but the last member's, which is `first`)
+        assert log.methods[joined:] == []
+        # a join's only methods are its rights check (adapter/server/rights_check.py): a login
+        # on a connection of its own, and a queue.bind that changes nothing; on the members'
+        # and the group's connections not a channel.open, not a consume, not a cancel
+        checks = log.methods[before:joined]
+        assert all(number not in links_before for number, _ in checks)
+        kinds = {type(method).__qualname__ for _, method in checks}
+        assert {kind for kind in kinds if not kind.startswith("Connection.")} == {
+            "Channel.Open",
+            "Queue.Bind",
+        }
+        (group_queue,) = topic_queues(broker, key)
+        assert [m.queue for m in log.sent(commands.Queue.Bind)[-len(others) :]] == [group_queue] * len(others)
         assert len(topic_queues(broker, key)) == 1
         publish_many(broker, key, [b"still"])
         assert first.next("MESSAGE").body == "still"

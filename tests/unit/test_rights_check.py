@@ -6,6 +6,7 @@ and every waiter gets the refusal."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -14,13 +15,23 @@ from adapter.mapping import operations as ops
 from adapter.server.rights_check import RightsCheck
 
 
+class Spawner:
+    """The server's ``spawn``: the checks' tasks."""
+
+    def spawn(self, coro: Any) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(coro)
+
+
 class AnsweredCheck(RightsCheck):
     """A RightsCheck whose broker is the test: each check waits for the test's answer."""
 
     __slots__ = ("answers", "asked")
 
     def __init__(self) -> None:
-        super().__init__(None, asyncio.get_running_loop(), ("u", "p", "/"), ops.QueueBind("q", "x", "k"), "t")  # type: ignore[arg-type]
+        services = Spawner()
+        super().__init__(
+            services, asyncio.get_running_loop(), ("u", "p", "/"), ops.QueueBind("q", "x", "k"), "t"
+        )  # type: ignore[arg-type]
         self.asked: list[asyncio.Future[None]] = []
 
     async def _ask(self) -> None:
