@@ -29,7 +29,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from ..amqp.connection import AmqpError, DropChannelEvents
+from ..amqp.connection import AmqpError
 from ..mapping import operations as ops
 from .login import OwnLoginServices, login_refused, own_login
 
@@ -49,15 +49,28 @@ class CheckServices(OwnLoginServices, Protocol):
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
 
-class _NoSession(DropChannelEvents):
-    """The check's connection carries no session: nothing it reports needs an answer."""
+class _NoSession:
+    """The check's connection carries no session: nothing it reports needs an answer (a
+    ``BrokerEvents`` that drops everything)."""
 
     __slots__ = ()
+
+    def on_deliver(self, delivery: ops.Delivery) -> None:
+        pass
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        pass
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        pass
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         pass
 
     def on_broker_backpressure(self, paused: bool) -> None:
+        pass
+
+    def on_read_done(self) -> None:
         pass
 
 
