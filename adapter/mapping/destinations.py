@@ -55,12 +55,15 @@ __all__ = [
     "DestinationKind",
     "ProcessingError",
     "QueueParams",
+    "SUBSCRIBE_CONTROL_HEADERS",
     "SubscribeTarget",
+    "X_MATCH_VALUES",
     "check_not_temp_queue",
     "broker_generation",
     "consumer_tag",
     "default_params",
     "durable_unsubscribe_queue",
+    "headers_binding",
     "is_durable",
     "message_destination",
     "message_reply_to",
@@ -716,6 +719,46 @@ def subscription_queue(
 # ---------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------
+# Headers-exchange bindings (an adapter extension: docs/destinations.md#headers-exchange-bindings)
+# ---------------------------------------------------------------------------------------------
+
+X_MATCH_VALUES: Final = ("all", "any", "all-with-x", "any-with-x")
+# What a SUBSCRIBE carries for the protocol, the plugin or the adapter: never a binding argument.
+# Every other header of a SUBSCRIBE with ``x-match`` is one (x- headers the adapter does not know
+# included: ``all-with-x`` matches them).
+SUBSCRIBE_CONTROL_HEADERS: Final = frozenset(
+    {
+        "destination", "id", "ack", "receipt", "selector", "prefetch-count", "content-length",
+        "content-type", "transaction", "durable", "persistent", "auto-delete", "exclusive",
+        "x-queue-name", "declare-exchange", "exchange-type", "exchange-durable",
+        "exchange-auto-delete", "browser", "client-id", "transformation", "x-match",
+        "x-priority", "x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered",
+        *QUEUE_ARGUMENTS,
+    }
+)  # fmt: skip
+_CONTROL_PREFIXES: Final = ("activemq.", "x-retry-")
+
+
+def headers_binding(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The binding arguments of a SUBSCRIBE that carries ``x-match``: ``x-match`` first, then
+    every header that is not a control header (``SUBSCRIBE_CONTROL_HEADERS``, ``activemq.*``,
+    ``x-retry-*``), in frame order, each value a string as sent (a STOMP header is text; a SEND's
+    headers reach AMQP as strings too, so they match).  Without ``x-match``: no arguments, the
+    plugin's binding.  An ``x-match`` other than ``all``, ``any``, ``all-with-x`` or
+    ``any-with-x`` is a ProcessingError (RabbitMQ would refuse the bind with a channel error)."""
+    match = headers.get("x-match")
+    if match is None:
+        return ()
+    if match not in X_MATCH_VALUES:
+        raise ProcessingError(f"header 'x-match' must be one of {', '.join(X_MATCH_VALUES)}, got {match!r}")
+    return (("x-match", match),) + tuple(
+        (name, value)
+        for name, value in headers.items()
+        if name not in SUBSCRIBE_CONTROL_HEADERS and not name.startswith(_CONTROL_PREFIXES)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SubscribeTarget:
     """What a SUBSCRIBE declares, consumes and binds (docs/destinations.md#common-steps).
@@ -733,6 +776,8 @@ class SubscribeTarget:
     declare: QueueParams | None
     bind_exchange: str | None
     bind_key: str
+    # a headers exchange's match (``headers_binding``), () for the plugin's plain binding
+    bind_arguments: tuple[tuple[str, str], ...] = ()
 
 
 def subscribe_target(
@@ -773,6 +818,7 @@ def subscribe_target(
                 declare=params,
                 bind_exchange=_apply_default_topic_exchange(exchange, default_topic_exchange),
                 bind_key=dest.routing_name,
+                bind_arguments=headers_binding(headers),
             )
     check_not_temp_queue(dest, "SUBSCRIBE")
     raise AssertionError(dest.kind)  # pragma: no cover

@@ -208,7 +208,7 @@ class Subscriptions:
             exclusive=rules.exclusive_consumer(headers),
         )
         if target.bind_exchange is not None:
-            yield QueueBind(queue, target.bind_exchange, target.bind_key)
+            yield QueueBind(queue, target.bind_exchange, target.bind_key, target.bind_arguments)
         self.unfinished_queue = None
         yield from self._frames.receipt_of(frame)
 

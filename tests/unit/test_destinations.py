@@ -928,3 +928,39 @@ def test_plugin_integer(text, strip, expected):
     from adapter.mapping.destinations import plugin_integer
 
     assert plugin_integer(text, strip=strip) == expected
+
+
+# ------------------------------------------------------------------ headers-exchange bindings
+def test_x_match_makes_the_other_headers_binding_arguments_in_frame_order() -> None:
+    from adapter.mapping.destinations import headers_binding
+
+    headers = {
+        "destination": "/exchange/hx",
+        "id": "s",
+        "locationID": "99",
+        "ack": "client",
+        "x-match": "all-with-x",
+        "x-max-length": "10",  # a queue argument: the queue's, not the binding's
+        "x-custom": "yes",  # an x- header the adapter does not know: matched by all-with-x
+        "activemq.prefetchSize": "1",
+        "receipt": "r",
+        "colour": "red",
+    }
+    assert headers_binding(headers) == (
+        ("x-match", "all-with-x"),
+        ("locationID", "99"),
+        ("x-custom", "yes"),
+        ("colour", "red"),
+    )
+    assert headers_binding({"destination": "/exchange/hx", "locationID": "99"}) == ()
+
+
+def test_a_subscribe_target_carries_the_binding_arguments_only_with_x_match() -> None:
+    from adapter.mapping.destinations import ProcessingError, parse_destination, subscribe_target
+
+    dest = parse_destination("/exchange/hx/ignored")
+    target = subscribe_target(dest, {"x-match": "any", "k": "v"}, "s", "amq.topic")
+    assert target.bind_exchange == "hx" and target.bind_arguments == (("x-match", "any"), ("k", "v"))
+    assert subscribe_target(dest, {"k": "v"}, "s", "amq.topic").bind_arguments == ()
+    with pytest.raises(ProcessingError, match="x-match"):
+        subscribe_target(dest, {"x-match": "most"}, "s", "amq.topic")
