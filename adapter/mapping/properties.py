@@ -229,3 +229,70 @@ reader (adapter/spark/messages.py) puts them in its rows.  Not included: the hea
 adds around them (``subscription``, ``destination``, ``message-id``, ``redelivered``, ``ack``
 before; ``content-length`` after).  A ``content-length`` in the headers table is left out: it would
 describe a frame that no longer exists."""
+
+# ---------------------------------------------------------------------------------------------
+# Redelivery counts (docs/destinations.md#redelivery-counts)
+# ---------------------------------------------------------------------------------------------
+
+DELIVERY_COUNT_HEADER: Final = "x-delivery-count"
+DEATH_COUNT_HEADER: Final = "x-death-count"
+DEATH_HISTORY_HEADER: Final = "x-death-history"
+
+
+def delivery_count(table: Mapping[str, object]) -> int | None:
+    """How many times the message was delivered before, where the broker says so: a quorum
+    queue's ``x-acquired-count`` (RabbitMQ 4.x: every earlier delivery) or, before 4.0, its
+    ``x-delivery-count`` (the same count); else the ``x-death`` entries of a message that came
+    back through dead-lettering after consumers rejected it (their ``rejected`` counts).  None
+    where nothing counts (a classic queue's redelivery has only ``redelivered:true``)."""
+    for name in ("x-acquired-count", DELIVERY_COUNT_HEADER):
+        value = table.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    rejected = sum(count for _, reason, count in death_history(table) if reason == "rejected")
+    return rejected or None
+
+
+def death_history(table: Mapping[str, object]) -> list[tuple[str, str, int]]:
+    """The ``x-death`` entries as (queue, reason, count), most recent first (RabbitMQ's order);
+    entries that are not tables of the broker's shape are skipped."""
+    deaths = table.get("x-death")
+    if not isinstance(deaths, list):
+        return []
+    history = []
+    for death in deaths:
+        if not isinstance(death, Mapping):
+            continue
+        queue, reason, count = death.get("queue"), death.get("reason"), death.get("count")
+        if isinstance(queue, bytes):
+            queue = queue.decode("utf-8", "surrogateescape")
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "surrogateescape")
+        if isinstance(queue, str) and isinstance(reason, str) and isinstance(count, int):
+            history.append((queue, reason, count))
+    return history
+
+
+def redelivery_headers(table: Mapping[str, object], pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``pairs`` (``message_headers``) with the redelivery count and a readable ``x-death``:
+    ``x-delivery-count`` first unless the broker's own header says the same (replacing it where
+    it does not: on 4.x it counts only failed deliveries), then, for a dead-lettered message,
+    ``x-death-count`` (every dead-lettering, all queues and reasons) and ``x-death-history``
+    (``queue reason xcount`` entries, most recent first, comma-separated).  Called only for a
+    redelivered message or one with ``x-death``: the others pay nothing."""
+    count = delivery_count(table)
+    history = death_history(table)
+    if count is None and not history:
+        return pairs
+    added: list[tuple[str, str]] = []
+    if count is not None and table.get(DELIVERY_COUNT_HEADER) != count:
+        # (before 4.0 the broker's own header is this count already: left where it is, as the
+        # plugin renders it)
+        added.append((DELIVERY_COUNT_HEADER, str(count)))
+    if history:
+        added.append((DEATH_COUNT_HEADER, str(sum(entry[2] for entry in history))))
+        added.append(
+            (DEATH_HISTORY_HEADER, ", ".join(f"{queue} {reason} x{n}" for queue, reason, n in history))
+        )
+    names = {name for name, _ in added}
+    return added + [pair for pair in pairs if pair[0] not in names]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import message_destination
 from ..mapping.operations import Delivery, SendFrame
-from ..mapping.properties import PROPERTY_HEADERS, message_headers
+from ..mapping.properties import PROPERTY_HEADERS, message_headers, redelivery_headers
 from ..stomp.codec import encode_frame, escape
 from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
 from .fanout import member_head
@@ -96,6 +96,9 @@ class Frames:
             lines.append(f"ack:{message_id}\n")
         # the headers the message carries, from the one function that knows their order
         pairs = message_headers(properties)
+        table = properties.headers
+        if table and (redelivered or "x-death" in table):
+            pairs = redelivery_headers(table, pairs)  # x-delivery-count (docs/destinations.md)
         if pairs:
             escaped_name, append = _ESCAPED_NAMES.get, lines.append
             for name, value in pairs:

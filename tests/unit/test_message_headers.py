@@ -224,3 +224,44 @@ def test_the_property_headers_in_the_plugins_order():
         ("content-type", "t/p"),
     ]
     assert message_headers(MessageProperties()) == []
+
+
+# ------------------------------------------------------------------ redelivery counts
+def test_the_delivery_count_of_each_broker_generation() -> None:
+    from adapter.mapping.properties import delivery_count
+
+    assert delivery_count({"x-delivery-count": 3}) == 3  # a quorum queue before 4.0
+    # 4.x: every earlier delivery is the acquired count; its x-delivery-count counts failures
+    assert delivery_count({"x-acquired-count": 5, "x-delivery-count": 1}) == 5
+    assert delivery_count({}) is None  # a classic queue: redelivered:true says it all
+    assert delivery_count({"x-delivery-count": "3"}) is None  # not the broker's shape
+    deaths = [
+        {"queue": "retry", "reason": "expired", "count": 2, "exchange": ""},
+        {"queue": "work", "reason": "rejected", "count": 2, "exchange": ""},
+    ]
+    assert delivery_count({"x-death": deaths}) == 2  # the consumers' rejections
+    assert delivery_count({"x-death": [{"queue": "q", "reason": "expired", "count": 1}]}) is None
+
+
+def test_redelivery_headers_lead_and_replace_the_broker_s_own_only_where_it_differs() -> None:
+    from adapter.mapping.properties import redelivery_headers
+
+    pairs = [("x-delivery-count", "3"), ("app", "a")]
+    assert redelivery_headers({"x-delivery-count": 3}, pairs) == pairs  # 3.x: as the plugin
+    four = [("x-acquired-count", "5"), ("x-delivery-count", "1"), ("app", "a")]
+    assert redelivery_headers({"x-acquired-count": 5, "x-delivery-count": 1}, four) == [
+        ("x-delivery-count", "5"),
+        ("x-acquired-count", "5"),
+        ("app", "a"),
+    ]
+    deaths = [
+        {"queue": "retry", "reason": "expired", "count": 1},
+        {"queue": "work", "reason": "rejected", "count": 1},
+    ]
+    assert redelivery_headers({"x-death": deaths}, [("x-death", "[...]")]) == [
+        ("x-delivery-count", "1"),
+        ("x-death-count", "2"),
+        ("x-death-history", "retry expired x1, work rejected x1"),
+        ("x-death", "[...]"),
+    ]
+    assert redelivery_headers({"x-death": "garbage"}, [("x-death", "garbage")]) == [("x-death", "garbage")]
