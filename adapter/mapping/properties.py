@@ -237,20 +237,28 @@ describe a frame that no longer exists."""
 DELIVERY_COUNT_HEADER: Final = "x-delivery-count"
 DEATH_COUNT_HEADER: Final = "x-death-count"
 DEATH_HISTORY_HEADER: Final = "x-death-history"
+# the delay queues of NACK retries (adapter/session/retries.py): a message back from one was
+# delivered and NACKed once more
+RETRY_QUEUE_PREFIX: Final = "stomp-retry."
 
 
 def delivery_count(table: Mapping[str, object]) -> int | None:
     """How many times the message was delivered before, where the broker says so: a quorum
     queue's ``x-acquired-count`` (RabbitMQ 4.x: every earlier delivery) or, before 4.0, its
     ``x-delivery-count`` (the same count); else the ``x-death`` entries of a message that came
-    back through dead-lettering after consumers rejected it (their ``rejected`` counts).  None
+    back through dead-lettering after consumers rejected it (their ``rejected`` counts) or back
+    from a NACK retry's delay queue.  None
     where nothing counts (a classic queue's redelivery has only ``redelivered:true``)."""
     for name in ("x-acquired-count", DELIVERY_COUNT_HEADER):
         value = table.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
-    rejected = sum(count for _, reason, count in death_history(table) if reason == "rejected")
-    return rejected or None
+    returned = sum(
+        count
+        for queue, reason, count in death_history(table)
+        if reason == "rejected" or queue.startswith(RETRY_QUEUE_PREFIX)
+    )
+    return returned or None
 
 
 def death_history(table: Mapping[str, object]) -> list[tuple[str, str, int]]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 
 class Confirms:
-    __slots__ = ("on", "seq", "_receipts", "_commits")
+    __slots__ = ("on", "refused", "seq", "_receipts", "_commits")
 
     def __init__(self) -> None:
         self.on = False  # confirm.select sent
         self.seq = 0  # the sequence number of the last publish (0: confirms are off)
+        self.refused = 0  # basic.nacks received so far (a retry copy checks none came: retries.py)
         self._receipts: dict[int, str] = {}
         # (receipt, sequence numbers not yet confirmed): COMMIT and composite SEND receipts
         self._commits: list[tuple[str, set[int]]] = []
@@ -37,6 +38,8 @@ class Confirms:
 
     def settle(self, delivery_tag: int, multiple: bool, ack: bool) -> list[str]:
         """The receipts a broker confirm (``ack``) or refusal completes, in order."""
+        if not ack:
+            self.refused += 1
         pending = self._receipts
         receipts: list[str] = []
         if pending:

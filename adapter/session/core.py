@@ -59,6 +59,7 @@ from .edition import edition_for
 from .frames import Frames
 from .login import Admitted, Identity, Login, LoginSteps, Refused
 from .publishing import Publishing
+from .retries import Retries
 from .settings import RefusedWithReceipt, SessionSettings, State, Steps
 from .subscription import Subscription
 from .subscriptions import Subscriptions, parse_ack_id
@@ -95,8 +96,9 @@ class Session:
         self._transactions = transactions = Transactions(settings.budgets.transaction_account())
         self._targets = targets = Targets(rules, settings.declare_exchanges, settings.default_topic_exchange)
         self._extension = extension = extension_for(self)
+        self._retries = Retries(confirms, frames, settings.budgets.unacked_account())
         self._subscriptions = Subscriptions(
-            settings, rules, targets, transactions, frames, extension, self._by_tag
+            settings, rules, targets, transactions, frames, extension, self._by_tag, self._retries
         )
         self._publishing = Publishing(
             settings, rules, targets, transactions, confirms, frames, extension, self._by_tag
@@ -305,8 +307,10 @@ class Session:
             subscription, delivery_tag = parse_ack_id(value, self._by_tag, "ACK", header)
         except StompError:
             return None
-        if subscription.shared:
-            return None  # the general path refuses it (adapter.shared_subscriptions)
+        if subscription.shared or subscription.retry is not None:
+            # the general path refuses it (adapter.shared_subscriptions), or settles what the
+            # retries keep (x-retry-delays)
+            return None
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
         settle = self._quick_settle
@@ -480,6 +484,7 @@ class Session:
         self._login.close()
         self._transactions.close()
         self._extension.close()
+        self._retries.close()
 
     def shutdown_notice(self) -> bytes:
         return self._frames.error("Server shutdown", "The server is shutting down\n")

@@ -14,7 +14,7 @@ from ..mapping.destinations import Destination
 from ..mapping.operations import Delivery
 from ..mapping.selector import Selector
 
-__all__ = ["ACK_MODES", "AckMode", "DeliveryHook", "Subscription"]
+__all__ = ["ACK_MODES", "AckMode", "DeliveryHook", "RetryPlan", "Subscription"]
 
 AckMode = Literal["auto", "client", "client-individual"]
 ACK_MODES: tuple[AckMode, ...] = ("auto", "client", "client-individual")
@@ -36,6 +36,17 @@ class DeliveryHook(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class RetryPlan:
+    """A subscription's retries (SUBSCRIBE ``x-retry-delays``, adapter/session/retries.py): the
+    delays in milliseconds, the queue its messages return to, and the exchange that gets them
+    after the last delay (None: the queue's own dead-lettering)."""
+
+    delays: tuple[int, ...]
+    queue: str
+    dead_letter_exchange: str | None
+
+
 @dataclass(slots=True)
 class Subscription:
     consumer_tag: str
@@ -51,8 +62,10 @@ class Subscription:
     # adapter.shared_subscriptions: a member of the process's shared subscription of its
     # destination (adapter/session/fanout.py), not a consumer on this session's channel
     shared: bool = False
-    # the profile extension watching its deliveries, or None (every default-profile subscription)
+    # the profile extension watching its deliveries (or the session's retries), or None
     hook: DeliveryHook | None = None
+    # SUBSCRIBE x-retry-delays: what its NACKs do (adapter/session/retries.py), else None
+    retry: RetryPlan | None = None
     # filled on the first delivery, reused for every MESSAGE: the command and subscription
     # lines, and the escaped message-id up to its delivery tag
     message_head: str = ""

@@ -41,6 +41,7 @@ from ..mapping.profile import Profile, RabbitMQRules
 from ..stomp.frame import Frame
 from .edition import edition_for
 from .fanout import shareable
+from .retries import DELAYS_HEADER, retry_plan
 from .settings import RefusedWithReceipt, SessionSettings, Steps
 from .subscription import ACK_MODES, Subscription
 from .targets import Targets
@@ -49,6 +50,7 @@ from .transactions import Transactions
 if TYPE_CHECKING:
     from .extension import ProfileExtension
     from .frames import Frames
+    from .retries import Retries
 
 
 def parse_ack_id(
@@ -99,8 +101,10 @@ class Subscriptions:
         frames: Frames,
         extension: ProfileExtension,
         by_tag: dict[str, Subscription],
+        retries: Retries,
     ) -> None:
         self._settings = settings
+        self._retries = retries  # x-retry-delays subscriptions' NACKs (retries.py)
         self._rules = rules
         self._targets = targets
         self._transactions = transactions
@@ -156,6 +160,11 @@ class Subscriptions:
             raise RefusedWithReceipt(
                 "Duplicated subscription identifier", f"A subscription identified by '{tag}' already exists."
             )
+        if DELAYS_HEADER in headers:
+            # checked before anything is declared; the activemq profile's NACK means its own
+            if self._settings.profile != Profile.RABBITMQ:
+                raise ProcessingError(f"header '{DELAYS_HEADER}' is not supported in the activemq profile")
+            retry_plan(headers, "", ack_mode)
         # before the subscription queue, so a refused declare leaves no queue behind
         yield from targets.declare_exchange_once(raw, dest, headers)
         sub_id = headers.get("id")
@@ -199,7 +208,10 @@ class Subscriptions:
             yield BasicQos(prefetch_count)
         arguments = consume_arguments(headers)
         hook = extension.delivery_hook(ack_mode, selector)
-        self.add(Subscription(tag, sub_id, raw, dest, ack_mode, selector, hook=hook))
+        retry = retry_plan(headers, queue, ack_mode)
+        if retry is not None:
+            hook = self._retries  # keeps each delivery's body for its NACK
+        self.add(Subscription(tag, sub_id, raw, dest, ack_mode, selector, hook=hook, retry=retry))
         yield BasicConsume(
             queue,
             tag,
@@ -289,6 +301,8 @@ class Subscriptions:
             yield from self._extension.cancelled(subscription)
             yield BasicCancel(tag)
             self.by_tag.pop(tag, None)
+            if subscription.retry is not None:
+                self._retries.forget(tag)
         subscribed = subscription.parsed if subscription is not None else None
         queue = rules.unsubscribe_queue(subscribed, headers, sub_id, client_id)
         if queue is not None:
@@ -319,8 +333,18 @@ class Subscriptions:
                 )
             )
         transaction = self._transactions.of(headers)
+        if subscription.retry is not None:
+            if transaction is not None and nack:
+                raise ProcessingError(
+                    f"a NACK of a subscription with '{DELAYS_HEADER}' cannot be in a transaction"
+                )
+            if transaction is None:
+                yield from self._retries.settle(frame, subscription, delivery_tag, nack)
+                return
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
+        if multiple:
+            self._retries.swept(delivery_tag)
         steps = self._extension.settle(frame, subscription, delivery_tag, multiple, nack, transaction)
         if steps is not None:
             yield from steps
@@ -361,6 +385,8 @@ class Subscriptions:
     def cancelled_by_server(self, consumer_tag: str) -> Subscription | None:
         """The broker cancelled a consumer: the subscription it was, now gone, if any."""
         subscription = self.by_tag.pop(consumer_tag, None)
+        if subscription is not None and subscription.retry is not None:
+            self._retries.forget(consumer_tag)
         if subscription is not None:
             # the shell takes a dispatched one out of its dispatcher (Session.is_dispatched), so
             # the operations the extension asks for before a cancel are not needed here
