@@ -1,4 +1,4 @@
-"""Each setting is declared once (adapter/config.py): the declarations are complete and consistent,
+"""Each setting is declared once (adapter/config/settings.py): the declarations are complete and consistent,
 everything derived from them (ini keys, environment variables, flags, the server's option groups)
 agrees with them, and read_ini's table of key families has one handler per key."""
 
