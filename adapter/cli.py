@@ -4,7 +4,7 @@ Owns argument parsing, logging set-up, the event loop (uvloop where available) a
 handling: the first SIGTERM/SIGINT starts a graceful shutdown, a second one exits at once.
 ``main(argv) -> int`` so that tests and scripts can call it directly.
 
-The flags of settings come from their declarations (adapter/config.py); ``build_server`` turns the
+The flags of settings come from their declarations (adapter/config/settings.py); ``build_server`` turns the
 settings into the groups `Server` is built from (adapter/server/options.py), loading every TLS
 file they name.  ``--check-config`` stops after that step: exit 0, or 2 with the messages start-up
 would stop with.  ``--version`` prints the installed package's version.

@@ -41,7 +41,7 @@ def client_counts(text: str) -> list[int]:
 
 
 def adapter_setting(text: str) -> tuple[str, str]:
-    """``--adapter-setting key=value``: an ini line of the adapter (adapter/config.py checks the
+    """``--adapter-setting key=value``: an ini line of the adapter (adapter/config/ checks the
     key and the value when the adapter starts; the bench only passes them on)."""
     key, sep, value = text.partition("=")
     key, value = key.strip(), value.strip()

@@ -49,7 +49,7 @@ from .admission import Gate
 from .amqp_link import AmqpLinkGlue
 from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
-from .input_guard import InputGuard
+from .input_guard import FrameClock, InputGuard
 from .latency import LatencyClocks
 from .login import BrokerSettings, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
@@ -91,8 +91,10 @@ class ConnectionSettings(Protocol):
     proxy_trust: ProxyTrust  # adapter.proxy_protocol_trusted: whose PROXY header is believed
     login_timeout: float
     heartbeat_tolerance: float
-    frame_timeout: float  # see input_guard.IncompleteInput
     incomplete_input_budget: int
+
+    @property
+    def limits(self) -> FrameClock: ...  # the group "limits", as input_guard.IncompleteInput reads it
 
 
 class SharedCounters(Protocol):

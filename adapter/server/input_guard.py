@@ -21,13 +21,23 @@ from typing import Protocol
 log = logging.getLogger("adapter.connection")
 
 
+class FrameClock(Protocol):
+    """How long one frame may take: the server's group "limits" (options.Limits), read where it is
+    needed instead of copied into the server."""
+
+    @property
+    def frame_timeout(self) -> float: ...  # 0: no limit
+
+
 class IncompleteInput(Protocol):
     """The process-wide side: bytes of unfinished frames held by all connections, its bound,
-    and how long one frame may take (the listener's ``Server`` has these three)."""
+    and the limits saying how long one frame may take (the listener's ``Server`` has these three)."""
 
     incomplete_input: int
     incomplete_input_budget: int
-    frame_timeout: float  # 0: no limit
+
+    @property
+    def limits(self) -> FrameClock: ...
 
 
 class InputGuard:
@@ -80,8 +90,9 @@ class InputGuard:
             if self.started is None or consumed != self._consumed_at_start:
                 self.started = self._loop.time()
                 self._consumed_at_start = consumed
-                if self._timer is None and shared.frame_timeout:
-                    self._timer = self._loop.call_later(shared.frame_timeout, self.check_time)
+                timeout = shared.limits.frame_timeout
+                if self._timer is None and timeout:
+                    self._timer = self._loop.call_later(timeout, self.check_time)
         else:
             self.started = None
 
@@ -92,7 +103,7 @@ class InputGuard:
         started = self.started
         if started is None:
             return
-        timeout = self._shared.frame_timeout
+        timeout = self._shared.limits.frame_timeout
         waited = self._loop.time() - started
         if waited < timeout:
             self._timer = self._loop.call_later(timeout - waited, self.check_time)

@@ -73,8 +73,8 @@ class Server:
         self.login_timeout = limits.login_timeout
         self.heartbeat_tolerance = limits.heartbeat_tolerance
         self.shutdown_timeout = operations.shutdown_timeout
-        # a frame must be complete this many seconds after its first byte (0: no limit)
-        self.frame_timeout = limits.frame_timeout
+        # the group "limits", kept whole: the input guards read how long a frame may take there
+        self.limits = limits
         # bytes of incomplete frames held across all connections, and their bound
         self.incomplete_input = 0
         self.incomplete_input_budget = limits.incomplete_frames_budget

@@ -1,10 +1,10 @@
-"""What `Server` is built from: the settings groups of adapter/config.py, turned into the objects
+"""What `Server` is built from: the settings groups of adapter/config/settings.py, turned into the objects
 the server uses (parsed addresses, TLS contexts, the broker nodes, the pool of idle AMQP
 connections).  ``cli.build_server`` builds them; a test builds them by hand.
 
 Plain frozen data: no sockets are opened and no file is read here.  A field whose name is that of
 a setting (``login_timeout``, ``tcp_backlog``, ...) is filled from it by name (``cli.group``), so a
-new setting of one of these groups is its declaration in adapter/config.py, a field here and the
+new setting of one of these groups is its declaration in adapter/config/settings.py, a field here and the
 code that uses it.
 """
 

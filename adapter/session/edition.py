@@ -73,5 +73,5 @@ EDITIONS = {edition.name: edition for edition in (LEGACY, CURRENT)}
 
 
 def edition_for(name: str) -> Edition:
-    """The edition of ``adapter.plugin_behaviour`` (validated by adapter/config.py)."""
+    """The edition of ``adapter.plugin_behaviour`` (validated by adapter/config/)."""
     return EDITIONS[name]

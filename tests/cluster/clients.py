@@ -242,7 +242,7 @@ def wait_until(condition, what: str, timeout: float = 60.0) -> float:  # type: i
 
 
 def ini_text(settings: dict[str, Any]) -> str:
-    """``settings`` (names as adapter/config.py declares them) as lines of an adapter ini file."""
+    """``settings`` (names as adapter/config/settings.py declares them) as lines of an adapter ini file."""
     lines = []
     for name, value in settings.items():
         key = DECLARED[name].setting.keys[0].name

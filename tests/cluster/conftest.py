@@ -22,7 +22,7 @@ from tests.support import AdapterProcess
 # The adapter settings every test of tests/cluster runs with, one test run per entry.  The
 # scale-out settings of issue 27 go here as they come, e.g.
 #   pytest.param({"amqp_sessions_per_connection": 8, "shared_subscriptions": True}, id="both"),
-# (setting names as adapter/config.py declares them; in-process adapters take them as overrides
+# (setting names as adapter/config/settings.py declares them; in-process adapters take them as overrides
 # and real adapter processes as ini lines, see tests/cluster/clients.py ``ini_text``).
 ADAPTER_VARIANTS = [
     pytest.param({}, id="defaults"),

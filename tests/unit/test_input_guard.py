@@ -5,16 +5,21 @@ moved into the past, so no test waits for a clock."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from adapter.server.input_guard import InputGuard
+
+
+@dataclass
+class Limits:
+    frame_timeout: float = 60.0
 
 
 @dataclass
 class Shared:
     incomplete_input: int = 0
     incomplete_input_budget: int = 1000
-    frame_timeout: float = 60.0
+    limits: Limits = field(default_factory=Limits)
 
 
 def make(shared: Shared | None = None) -> tuple[InputGuard, Shared, list[tuple[str, str]]]:
@@ -95,7 +100,7 @@ async def test_complete_frames_waiting_for_the_broker_stop_the_clock() -> None:
 
 
 async def test_a_late_frame_fails_with_the_timeout_named() -> None:
-    guard, _, failures = make(Shared(frame_timeout=2.5))
+    guard, _, failures = make(Shared(limits=Limits(frame_timeout=2.5)))
     guard.account(10, 0, False)
     assert guard.started is not None
     guard.started -= 3
@@ -105,7 +110,7 @@ async def test_a_late_frame_fails_with_the_timeout_named() -> None:
 
 
 async def test_a_frame_not_late_yet_is_looked_at_again() -> None:
-    guard, _, failures = make(Shared(frame_timeout=2.5))
+    guard, _, failures = make(Shared(limits=Limits(frame_timeout=2.5)))
     guard.account(10, 0, False)
     guard.check_time()
     assert failures == []
@@ -121,7 +126,7 @@ async def test_no_frame_waited_for_no_failure() -> None:
 
 
 async def test_frame_timeout_zero_arms_no_timer() -> None:
-    guard, _, _ = make(Shared(frame_timeout=0))
+    guard, _, _ = make(Shared(limits=Limits(frame_timeout=0)))
     guard.account(10, 0, False)
     assert guard._timer is None  # noqa: SLF001
     guard.release()

@@ -1,5 +1,5 @@
 """Pure parts of the operator's view: counters and their label bounds, the histogram, the JSON log
-format, and the new settings (adapter/server/stats.py, adapter/logs.py, adapter/config.py)."""
+format, and the new settings (adapter/server/stats.py, adapter/logs.py, adapter/config/)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each setting is declared once (adapter/config.py): the declarations are complete and consistent,
+"""Each setting is declared once (adapter/config/settings.py): the declarations are complete and consistent,
 everything derived from them (ini keys, environment variables, flags, the server's option groups)
 agrees with them, and read_ini's table of key families has one handler per key."""
 
@@ -179,7 +179,7 @@ def test_the_server_built_from_the_groups_has_what_a_connection_reads() -> None:
     for name in [*ServerState.__annotations__, "spawn", "tune_socket", "add_finished"]:
         assert hasattr(server, name), name
     assert server.login_timeout == settings.login_timeout
-    assert server.frame_timeout == settings.frame_timeout
+    assert server.limits.frame_timeout == settings.frame_timeout  # the group, passed whole
     assert server.heartbeat_tolerance == settings.heartbeat_tolerance
     assert server.incomplete_input_budget == settings.incomplete_frames_budget
     assert server.shutdown_timeout == settings.shutdown_timeout
