@@ -339,6 +339,16 @@ class Settings(BaseSettings):
     implicit_connect: Annotated[bool, Setting(_SESSION, _to_bool, "stomp.implicit_connect")] = False
     hide_server_info: Annotated[bool, Setting(_SESSION, _to_bool, "stomp.hide_server_info")] = False
     default_nack_requeue: Annotated[bool, Setting(_SESSION, _to_bool, "stomp.default_nack_requeue")] = True
+    # milliseconds: CONNECTED asks every STOMP 1.1/1.2 client that can send heart-beats for one
+    # this often (the negotiated interval is the larger of the two sides'); 0: the client's offer
+    min_client_heartbeat: Annotated[
+        int,
+        Setting(
+            _SESSION,
+            _int_converter(0, 86_400_000, what="an integer from 0 to 86400000 (ms, 0 disables)"),
+            "adapter.min_client_heartbeat",
+        ),
+    ] = 0
     default_topic_exchange: Annotated[
         str, Setting(_SESSION, _non_empty_str, "stomp.default_topic_exchange")
     ] = "amq.topic"
@@ -455,6 +465,11 @@ class Settings(BaseSettings):
     shared_subscription_lag_budget: Annotated[
         int, Setting(_LIMITS, _int_converter(1), "adapter.shared_subscription_lag_budget")
     ] = 256 * 1024 * 1024
+    # Seconds a connection that negotiated no heart-beats may send nothing at all before it is
+    # closed with an ERROR (reaps dead peers that never said so); 0: never.
+    idle_client_timeout: Annotated[
+        float, Setting(_LIMITS, _float_converter(0, inclusive=True), "adapter.idle_client_timeout")
+    ] = 0.0
     # Factor applied to the client's heart-beat interval before the connection is declared dead.
     heartbeat_tolerance: Annotated[
         float, Setting(_LIMITS, _float_converter(1, inclusive=True, unit=""), "adapter.heartbeat_tolerance")

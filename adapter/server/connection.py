@@ -91,6 +91,7 @@ class ConnectionSettings(Protocol):
     proxy_trust: ProxyTrust  # adapter.proxy_protocol_trusted: whose PROXY header is believed
     login_timeout: float
     heartbeat_tolerance: float
+    idle_client_timeout: float  # adapter.idle_client_timeout (0: off)
     incomplete_input_budget: int
 
     @property
@@ -692,7 +693,10 @@ class ClientConnection(asyncio.Protocol):
         connection_log.logged_in(self, op)
         # a heart-beat every half of the client's interval (it is late after a whole one); the
         # client may be late by the tolerance (adapter.heartbeat_tolerance)
-        self._heartbeats.start(op.send_ms / 2000, op.receive_ms * self._server.heartbeat_tolerance / 1000)
+        server = self._server
+        self._heartbeats.start(
+            op.send_ms / 2000, op.receive_ms * server.heartbeat_tolerance / 1000, server.idle_client_timeout
+        )
 
     # the HeartBeatHost side (adapter/server/heartbeats.py)
     def heartbeat_output_pending(self) -> bool:
@@ -712,6 +716,13 @@ class ClientConnection(asyncio.Protocol):
     def heartbeat_timed_out(self, interval: float) -> None:
         self.close_with_error(
             "Heart-beat timeout", f"No data received from the client for {interval:.1f} s\n"
+        )
+
+    def idle_timed_out(self, seconds: float) -> None:
+        self.close_with_error(
+            "Idle timeout",
+            f"Nothing received from the client for {seconds:g} s and no heart-beats negotiated "
+            "(adapter.idle_client_timeout)\n",
         )
 
     def _login_timed_out(self) -> None:

@@ -33,6 +33,11 @@ class HeartBeatHost(Protocol):
         """Nothing came from the client for ``interval`` seconds: ERROR and close."""
         ...
 
+    def idle_timed_out(self, seconds: float) -> None:
+        """A client without heart-beats sent nothing for ``seconds`` (adapter.idle_client_timeout):
+        ERROR and close."""
+        ...
+
 
 class HeartBeats:
     """Two timers: send every ``send`` seconds, check the client every ``receive`` seconds."""
@@ -50,15 +55,20 @@ class HeartBeats:
     def running(self) -> bool:
         return self._send_timer is not None or self._receive_timer is not None
 
-    def start(self, send: float, receive: float) -> None:
+    def start(self, send: float, receive: float, idle: float = 0.0) -> None:
         """Arm the timers negotiated at CONNECT (0: that direction is off).  The send interval
-        is already halved by the caller's choice; the receive one includes the tolerance."""
+        is already halved by the caller's choice; the receive one includes the tolerance.
+        ``idle`` (adapter.idle_client_timeout, 0: off): with no receive interval negotiated, the
+        client is given up after sending nothing for ``idle`` to 1.5 x ``idle`` seconds (the
+        same monitor, ticking every half of it, one silent tick allowed)."""
         self.stop()
         self.liveness.reset()
         if send:
             self._send_timer = self._loop.call_later(send, self.send_tick, send)
         if receive:
             self._receive_timer = self._loop.call_later(receive, self.receive_tick, receive)
+        elif idle:
+            self._receive_timer = self._loop.call_later(idle / 2, self.idle_tick, idle)
 
     def stop(self) -> None:
         if self._send_timer is not None:
@@ -82,3 +92,12 @@ class HeartBeats:
             host.heartbeat_timed_out(interval)
             return
         self._receive_timer = self._loop.call_later(interval, self.receive_tick, interval)
+
+    def idle_tick(self, idle: float) -> None:
+        host = self._host
+        if self.liveness.receive_tick(host.reading_excused()):
+            self._receive_timer = None
+            self.stop()
+            host.idle_timed_out(idle)
+            return
+        self._receive_timer = self._loop.call_later(idle / 2, self.idle_tick, idle)

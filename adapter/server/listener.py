@@ -72,6 +72,7 @@ class Server:
         self._sockets = listening.sockets
         self.login_timeout = limits.login_timeout
         self.heartbeat_tolerance = limits.heartbeat_tolerance
+        self.idle_client_timeout = limits.idle_client_timeout
         self.shutdown_timeout = operations.shutdown_timeout
         # the group "limits", kept whole: the input guards read how long a frame may take there
         self.limits = limits

@@ -86,6 +86,7 @@ class Limits:
     max_logins_in_flight: int
     frame_timeout: float
     heartbeat_tolerance: float
+    idle_client_timeout: float
     incomplete_frames_budget: int
     web_stomp_compress_budget: int
 

@@ -172,7 +172,7 @@ class Login:
             if not self._settings.client_ids.claim(client_id, self._owner):
                 return Refused(*client_id_in_use(client_id))
             self._client_id = client_id
-        send_ms, receive_ms = heartbeat.negotiate(client_heart_beat)
+        send_ms, receive_ms = heartbeat.negotiate(client_heart_beat, self._settings.min_client_heartbeat)
         return Admitted(Identity(user, vhost, version, client_id), result.server_version, send_ms, receive_ms)
 
     def connected_frame(self, admitted: Admitted, session_id: str, frames: Frames) -> bytes:

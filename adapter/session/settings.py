@@ -39,6 +39,8 @@ class SessionSettings:
     implicit_connect: bool = False
     hide_server_info: bool = False
     default_nack_requeue: bool = True
+    # adapter.min_client_heartbeat (ms): what CONNECTED asks of a client that can send heart-beats
+    min_client_heartbeat: int = 0
     default_topic_exchange: str = "amq.topic"
     loopback_users: frozenset[str] = frozenset({"guest"})
     trailing_lf: bool = True

@@ -29,12 +29,15 @@ def parse_heart_beat(value: str | None) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def negotiate(client: tuple[int, int]) -> tuple[int, int]:
+def negotiate(client: tuple[int, int], wanted_ms: int = 0) -> tuple[int, int]:
     """Return (server sends every S ms, server expects client bytes every R ms); 0 = never.
 
     ``client`` is (cx, cy): cx = what the client can send, cy = what it wants to receive.
+    ``wanted_ms`` (adapter.min_client_heartbeat): what the server asks of a client that can send
+    heart-beats at all (cx > 0); the interval is then the larger of the two, as STOMP 1.1
+    negotiates it.  0: the client's own offer.
     """
     cx, cy = client
     send_ms = max(cy, MIN_INTERVAL_MS) if cy > 0 else 0
-    receive_ms = max(cx, MIN_INTERVAL_MS) if cx > 0 else 0
+    receive_ms = max(cx, wanted_ms, MIN_INTERVAL_MS) if cx > 0 else 0
     return send_ms, receive_ms
