@@ -44,7 +44,7 @@ from ..errors import StompError
 from ..mapping import operations as ops
 from ..session.fanout import Eviction, Member, Registry, SharedGroup
 from .login import BrokerSettings, login_refused, own_login
-from .rights_check import REFUSED_CODES, RightsCheck
+from .rights_check import RightsCheck, revokes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -151,7 +151,9 @@ class SharedHub:
             await result.execute(ops.BasicConsume(queue, _HUB_TAG, no_ack=True))
             bind = ops.QueueBind(queue, op.bind_exchange, op.bind_key)
             await result.execute(bind)
-            self.rights = RightsCheck(services, self._loop, (user, password, vhost), bind, op.destination)
+            self.rights = RightsCheck(
+                services, self._loop, (user, password, vhost), bind, op.destination, op.declare
+            )
         except (AmqpError, OSError, TimeoutError, StompError) as error:
             # StompError: a name AMQP cannot carry (not UTF-8, too long), refused before it
             # was sent; the members get the ERROR a plain SUBSCRIBE gets
@@ -178,7 +180,7 @@ class SharedHub:
         try:
             await rights.confirm()
         except AmqpError as error:
-            if error.code in REFUSED_CODES:
+            if revokes(error):
                 self._ended(error)
             raise
 

@@ -335,3 +335,68 @@ def test_a_join_with_rights_is_answered_and_served(start_adapter: Any, broker: B
     broker.publish("amq.topic", topic, b"for all")
     for session, _ in members:
         assert session.frames_until(("MESSAGE",))[-1][2] == b"for all"
+
+
+@pytest.mark.parametrize(
+    "permissions",
+    [
+        {"configure": "^$", "write": ".*", "read": ".*"},  # may not declare a subscription queue
+        {"configure": ".*", "write": ".*", "read": "^amq\\.topic$"},  # may not consume one
+    ],
+    ids=["configure", "queue-read"],
+)
+def test_a_join_meets_every_check_a_plain_subscribe_meets(
+    start_adapter: Any, broker: BrokerProbe, permissions: dict[str, str]
+) -> None:
+    """The rights check does what the joiner's plain SUBSCRIBE would (declare, consume, bind), so
+    a revoked configure or queue-read permission refuses the join as it refuses the plain one."""
+    adapter = start_adapter(shared_subscriptions=True)
+    user = broker.create_user("pw", "iso")
+    topic = unique("iso-topic")
+    _, got = shared_subscriber(adapter, user, f"/topic/{topic}")
+    assert got[-1][0] == "RECEIPT", got
+    set_permissions(broker, user, **permissions)
+    late, got = shared_subscriber(adapter, user, f"/topic/{topic}")
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "access_refused", got
+    broker.publish("amq.topic", topic, b"not for them")
+    rest = late.frames_until(("MESSAGE",), timeout=1)
+    assert not any(frame[0] == "MESSAGE" for frame in rest), rest
+
+
+def test_a_connection_limit_at_the_check_refuses_the_join_and_keeps_the_group(
+    start_adapter: Any, broker: BrokerProbe
+) -> None:
+    """A check that meets a connection limit learns nothing about the user's rights: the join
+    is refused with the broker's answer, and the members already in the group go on."""
+    vhost = broker.scratch_vhost("iso-vh")
+    user = broker.create_user("pw", "iso")
+    broker.management(
+        f"/api/permissions/{vhost}/{urllib.parse.quote(user, safe='')}",
+        "PUT",
+        {"configure": ".*", "write": ".*", "read": ".*"},
+    )
+    adapter = start_adapter(shared_subscriptions=True, amqp_sessions_per_connection=PER_CONNECTION)
+    topic = unique("iso-topic")
+
+    def session() -> RawSession:
+        raw = RawSession.__new__(RawSession)
+        raw.sock = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+        RawSession.opened.append(raw.sock)
+        raw.sock.sendall(
+            f"CONNECT\naccept-version:1.2\nhost:{vhost}\nlogin:{user}\npasscode:pw\n\n\0".encode()
+        )
+        frames, _ = read_frames(raw.sock, timeout=5, count=1)
+        raw.command, raw.headers, raw.body = frame_headers(frames[0])
+        raw._data, raw._pending = b"", []
+        assert raw.command == "CONNECTED", raw.body
+        return raw
+
+    member, joiner = session(), session()  # one shared AMQP connection
+    got = member.send(f"SUBSCRIBE\nid:s\ndestination:/topic/{topic}\nreceipt:r\n\n")
+    assert got[-1][0] == "RECEIPT", got  # the group's own connection: the vhost's second
+    broker.management(f"/api/vhost-limits/{vhost}/max-connections", "PUT", {"value": 2})
+    got = joiner.send(f"SUBSCRIBE\nid:s\ndestination:/topic/{topic}\nreceipt:r\n\n")
+    assert got[-1][0] == "ERROR" and b"limit" in got[-1][2], got
+    broker.management(f"/api/vhost-limits/{vhost}/max-connections", "DELETE")
+    assert member.send(f"SEND\ndestination:/topic/{topic}\nreceipt:p\n\nstill")[-1][0] == "RECEIPT"
+    assert member.frames_until(("MESSAGE",))[-1][2] == b"still"  # the group goes on

@@ -16,7 +16,9 @@ from adapter.server.rights_check import RightsCheck
 
 
 class Spawner:
-    """The server's ``spawn``: the checks' tasks."""
+    """The server's ``spawn``: the checks' tasks (and its login timeout, which bounds a check)."""
+
+    login_timeout = 5.0
 
     def spawn(self, coro: Any) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(coro)
@@ -30,8 +32,13 @@ class AnsweredCheck(RightsCheck):
     def __init__(self) -> None:
         services = Spawner()
         super().__init__(
-            services, asyncio.get_running_loop(), ("u", "p", "/"), ops.QueueBind("q", "x", "k"), "t"
-        )  # type: ignore[arg-type]
+            services,  # type: ignore[arg-type]
+            asyncio.get_running_loop(),
+            ("u", "p", "/"),
+            ops.QueueBind("q", "x", "k"),
+            "t",
+            min_interval=0.0,
+        )
         self.asked: list[asyncio.Future[None]] = []
 
     async def _ask(self) -> None:
@@ -96,3 +103,49 @@ async def test_a_join_that_goes_away_does_not_cancel_the_check_the_others_wait_f
     check.asked[1].set_result(None)
     await settle()
     assert staying.done() and staying.exception() is None
+
+
+def test_which_failures_say_the_rights_are_gone() -> None:
+    from adapter.server.rights_check import revokes
+
+    assert revokes(AmqpError(403, "ACCESS_REFUSED - access to exchange 'amq.topic' refused"))
+    assert revokes(AmqpError(530, "NOT_ALLOWED - access to vhost '/' refused for user 'u'"))
+    # limits and failures to ask say nothing about the user's rights: the group goes on
+    assert not revokes(
+        AmqpError(
+            530, "NOT_ALLOWED - access to vhost 'v' refused for user 'u': connection limit (3) is reached"
+        )
+    )
+    assert not revokes(
+        AmqpError(530, "NOT_ALLOWED - number of channels opened for user 'u' has reached the limit")
+    )
+    assert not revokes(AmqpError(0, "the broker could not be asked: timed out"))
+    assert not revokes(AmqpError(406, "PRECONDITION_FAILED - inequivalent arg"))
+
+
+async def test_a_check_that_never_answers_fails_within_the_login_timeouts() -> None:
+    class Stuck(AnsweredCheck):
+        async def _ask(self) -> None:
+            await asyncio.sleep(3600)
+
+    check = Stuck()
+    check._services.login_timeout = 0.01  # type: ignore[attr-defined]
+    with pytest.raises(AmqpError) as error:
+        await check.confirm()
+    assert error.value.code == 0
+
+
+async def test_rounds_start_at_most_once_per_interval() -> None:
+    check = AnsweredCheck()
+    check._min_interval = 0.2
+    first = asyncio.ensure_future(check.confirm())
+    await settle()
+    check.asked[0].set_result(None)
+    await first
+    second = asyncio.ensure_future(check.confirm())
+    await settle()
+    assert len(check.asked) == 1  # waits out the interval before it asks
+    await asyncio.sleep(0.25)
+    assert len(check.asked) == 2
+    check.asked[1].set_result(None)
+    await second
