@@ -155,22 +155,40 @@ def split_urls(text: str) -> list[str]:
     return _NEXT_URL.split(text)
 
 
+def _secret_without_at(url: str) -> str | None:
+    """The user of a ``scheme://user:secret`` with no @ of its own (not ``host:port``), else
+    None: in a list, a password whose @ (and more) went to the next URL when it was split
+    (``amqps://u:p,amqp://x@h``)."""
+    _, _, rest = url.partition("://")
+    authority = rest.split("/", 1)[0]
+    if "@" in url or ":" not in authority or authority.startswith("["):
+        return None
+    user, _, after = authority.partition(":")
+    return None if after.isdigit() else user
+
+
 def redact_url(url: str) -> str:
     """Return *url* with any password replaced by ``***`` (for logs and error messages); a
     comma-separated list of URLs (several broker nodes) URL by URL, split before redacting
     only where the next URL begins (``split_urls``), so a comma in a password is hidden too."""
     urls = split_urls(url)
     if len(urls) > 1:
+        for one in urls:
+            user = _secret_without_at(one) if "@" in url else None
+            if user is not None:
+                # a password that holds ",scheme://": hide all from its colon to the last @
+                return f"{one.partition('://')[0]}://{user}:***@{url.rpartition('@')[2]}"
         return ",".join(redact_url(one) for one in urls)
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            if "@" not in url or "@" in parts.netloc or "://" not in url:
-                return url  # no user, or a user without a password
-            # an unencoded / ? # in the password ends the user part early: hide all up to the last @
-            scheme, _, rest = url.partition("://")
+        scheme, _, rest = url.partition("://")
+        if "@" in rest and url.count("@") != parts.netloc.count("@"):
+            # an unencoded / ? # @ in the password ends the user part early, or makes part of it
+            # a host: hide all up to the last @
             user = re.split(r"[:@/?#]", rest, maxsplit=1)[0]
             return f"{scheme}://{user}:***@{rest.rpartition('@')[2]}"
+        if parts.password is None:
+            return url  # no user, or a user without a password
         userinfo, _, hostport = parts.netloc.rpartition("@")
         user = userinfo.partition(":")[0]
         return urlunsplit(parts._replace(netloc=f"{user}:***@{hostport}"))
@@ -211,8 +229,9 @@ def _amqp_url(value: object) -> str:
             raise ValueError(allowed) from None
         if parts.scheme.lower() not in ("amqp", "amqps") or not parts.hostname or port == 0:
             raise ValueError(allowed)
-        if "@" in url and "@" not in parts.netloc:
-            # "amqp://user:12345/secret@host/" reads as host "user", port 12345
+        if url.count("@") != parts.netloc.count("@"):
+            # "amqp://user:12345/secret@host/" reads as host "user", port 12345; "s3@cr/et@host"
+            # as a password "s3" and a host "cr": an @ beyond the authority is in the password
             raise ValueError(f"{allowed}; percent-encode / ? # @ in the user and password")
         urls.append(url)
     return ",".join(urls)

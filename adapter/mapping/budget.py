@@ -55,12 +55,15 @@ class Pool:
 
     ``evicts``: when a reservation would take the pool past its bound, the owner (a user)
     holding the most in all its accounts gives up its largest account (``on_evicted`` ends that
-    session) until the reservation fits, rather than the account that happened to reserve
-    last; the reserving account is refused only when it is that largest one itself.  So one
-    user's idle sessions cannot get another user's briefly slow session ended (the paused
-    bytes of shared AMQP connections, adapter/amqp/shared.py)."""
+    session), if that frees enough for the reservation; otherwise, or when that largest account
+    is the reserving one, the reservation is refused as without eviction.  At most one account
+    is evicted per reservation, so one delivery can never end more than one other session, and
+    the owners' totals are kept as accounts change, so choosing costs one pass over the owners
+    and one over the heaviest owner's accounts.  So one user's idle sessions cannot get another
+    user's briefly slow session ended (the paused bytes of shared AMQP connections,
+    adapter/amqp/shared.py)."""
 
-    __slots__ = ("_accounts", "evicts", "limit", "setting", "used", "what")
+    __slots__ = ("_by_owner", "_totals", "evicts", "limit", "setting", "used", "what")
 
     def __init__(self, limit: int, setting: str, what: str, *, evicts: bool = False) -> None:
         self.limit = limit
@@ -68,7 +71,9 @@ class Pool:
         self.what = what  # what the bytes are, for the ERROR ("Open transactions")
         self.used = 0
         self.evicts = evicts
-        self._accounts: set[Account] = set()  # the open accounts holding bytes (evicts only)
+        # evicts only: the open accounts holding bytes, by owner, and each owner's total
+        self._by_owner: dict[str, set[Account]] = {}
+        self._totals: dict[str, int] = {}
 
     def account(
         self,
@@ -89,27 +94,35 @@ class Pool:
         )
 
     def _make_room(self, reserving: Account, size: int) -> None:
-        """Evict until ``size`` more bytes for ``reserving`` fit, or raise for ``reserving``."""
-        while self.used + size > self.limit:
-            totals: dict[str, int] = {}
-            for account in self._accounts:
-                totals[account.owner] = totals.get(account.owner, 0) + account.held
-            totals[reserving.owner] = totals.get(reserving.owner, 0) + size
-            heaviest = max(totals, key=totals.__getitem__)
-            candidates = [a for a in self._accounts if a.owner == heaviest]
-            if reserving.owner == heaviest:
-                candidates.append(reserving)
-            victim = max(candidates, key=lambda a: a.held + (size if a is reserving else 0))
-            if victim is reserving:
-                raise reserving.refused(self._over().detail)
-            victim.evict(self._over())
+        """Evict one account so that ``size`` more bytes for ``reserving`` fit, or raise for
+        ``reserving``."""
+        needed = self.used + size - self.limit
+        totals = self._totals
+        heaviest = max(totals, key=totals.__getitem__, default=None)
+        mine = totals.get(reserving.owner, 0) + size
+        if heaviest is None or mine >= totals[heaviest]:
+            raise reserving.refused(self._over().detail)  # its own owner is the heaviest
+        victim = max(self._by_owner[heaviest], key=lambda account: account.held)
+        if victim.held < needed:
+            raise reserving.refused(self._over().detail)  # one eviction would not make room
+        victim.evict(self._over())
 
-    def _holding(self, account: Account) -> None:
-        if self.evicts:
-            if account.held:
-                self._accounts.add(account)
-            else:
-                self._accounts.discard(account)
+    def _changed(self, account: Account, delta: int) -> None:
+        """``account`` holds ``delta`` bytes more (or fewer): the owners' books follow."""
+        if not self.evicts or not delta:
+            return
+        owner = account.owner
+        total = self._totals.get(owner, 0) + delta
+        accounts = self._by_owner.setdefault(owner, set())
+        if account.held:
+            accounts.add(account)
+        else:
+            accounts.discard(account)
+        if total > 0 and accounts:
+            self._totals[owner] = total
+        else:
+            self._totals.pop(owner, None)
+            self._by_owner.pop(owner, None)
 
 
 class Account:
@@ -153,7 +166,7 @@ class Account:
             pool._make_room(self, size)
         self.held += size
         pool.used += size
-        pool._holding(self)
+        pool._changed(self, size)
 
     def release(self, size: int) -> None:
         """Give back ``size`` bytes reserved earlier (never more than the account holds)."""
@@ -162,15 +175,15 @@ class Account:
         size = min(size, self.held)
         self.held -= size
         self.pool.used -= size
-        self.pool._holding(self)
+        self.pool._changed(self, -size)
 
     def close(self) -> None:
         """The connection is gone: give back everything; later calls change nothing."""
         if not self._closed:
-            self.pool.used -= self.held
-            self.held = 0
+            held, self.held = self.held, 0
+            self.pool.used -= held
             self._closed = True
-            self.pool._holding(self)
+            self.pool._changed(self, -held)
 
     def evict(self, error: BudgetExceeded) -> None:
         """The pool needs this account's bytes: give them all back, then tell its owner

@@ -37,8 +37,9 @@ from ..amqp.shared import ChannelLink, PausedBytes, SharedConnection
 
 log = logging.getLogger(__name__)
 
-# connection.close 530: a channel.open over a channel limit (user or node)
+# connection.close 530: a channel.open over a channel limit
 NOT_ALLOWED = 530
+_USER_CHANNEL_LIMIT = "channels opened for user"
 
 
 class _ConnectionEvents(DropChannelEvents):
@@ -52,7 +53,14 @@ class _ConnectionEvents(DropChannelEvents):
         self._connection = connection
 
     def on_amqp_closed(self, error: AmqpError) -> None:
-        if error.code == NOT_ALLOWED and error.from_broker and "channels" in error.text and not error.phase:
+        # the per-user limit only ("number of channels opened for user ..."): a node-wide one or
+        # the negotiated channel_max says nothing about this user, and must not unshare it
+        if (
+            error.code == NOT_ALLOWED
+            and error.from_broker
+            and _USER_CHANNEL_LIMIT in error.text
+            and not error.phase
+        ):
             self._mux.channels_refused(self._connection)
         self._mux.forget(self._connection)
 

@@ -152,9 +152,10 @@ class Login:
             client_heart_beat = heartbeat.parse_heart_beat(headers.get("heart-beat"))
         except heartbeat.HeartBeatError as error:
             return Refused("Processing error", str(error))
-        if not _is_utf8(vhost):
+        if not _is_utf8(vhost) or len(vhost.encode("utf-8", "surrogateescape")) > 255:
             # no virtual host has such a name, and connection.open would carry it in a short
-            # string the broker answers with a connection error: the plugin's answer, unasked
+            # string the broker answers with a connection error (or that AMQP cannot carry at
+            # all): the plugin's answer, unasked
             self.failure = "vhost"
             return Refused("Bad CONNECT", f"Virtual host '{vhost}' access denied")
         result = yield OpenConnection(user, password or "", vhost)

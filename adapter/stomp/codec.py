@@ -98,15 +98,16 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-_SECRET_COMMANDS = (b"CONNECT", b"STOMP")
+_SECRET_COMMANDS = (b"connect", b"stomp")
+_NOT_COMMAND = b"\r\n\t \xef\xbb\xbf"  # line ends, blanks and a UTF-8 BOM a client may put first
 
 
 def quoted_line(line: bytes, command_line: bytes) -> str:
-    """How an ERROR's text shows a broken line: its first 64 bytes quoted, except in a CONNECT
-    or STOMP frame (``command_line`` starts with its command), whose lines may hold the
-    passcode, and whose ERROR a tap, a proxy or the client's own log may keep: nothing quoted
-    there, whatever the line holds (a bare CR can make the whole frame one line)."""
-    if command_line.lstrip(b"\r\n").startswith(_SECRET_COMMANDS):
+    """How an ERROR's text shows a broken line: its first 64 bytes quoted, except where it may
+    hold a passcode, which an ERROR must never carry (a tap, a proxy or the client's own log may
+    keep it): in a frame whose command looks like CONNECT or STOMP (any case, after blanks or a
+    BOM: a bare CR can make the whole frame one line), and in any line that names a passcode."""
+    if command_line.lstrip(_NOT_COMMAND).lower().startswith(_SECRET_COMMANDS) or b"passcode" in line.lower():
         return " (not shown: the lines of a CONNECT may hold its passcode)"
     return f" {line[:64]!r}"
 

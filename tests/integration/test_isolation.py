@@ -400,3 +400,14 @@ def test_a_connection_limit_at_the_check_refuses_the_join_and_keeps_the_group(
     broker.management(f"/api/vhost-limits/{vhost}/max-connections", "DELETE")
     assert member.send(f"SEND\ndestination:/topic/{topic}\nreceipt:p\n\nstill")[-1][0] == "RECEIPT"
     assert member.frames_until(("MESSAGE",))[-1][2] == b"still"  # the group goes on
+
+
+def test_a_virtual_host_too_long_for_amqp_is_refused_without_a_login(start_adapter: Any) -> None:
+    adapter = start_adapter()
+    sock = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+    RawSession.opened.append(sock)
+    sock.sendall(b"CONNECT\naccept-version:1.2\nhost:" + b"v" * 300 + b"\nlogin:guest\npasscode:guest\n\n\0")
+    frames, _ = read_frames(sock, timeout=5, count=1)
+    command, headers, body = frame_headers(frames[0])
+    assert (command, headers.get("message")) == ("ERROR", "Bad CONNECT"), (command, headers, body)
+    assert body.startswith(b"Virtual host 'vvv") and body.endswith(b"' access denied")

@@ -299,3 +299,20 @@ def test_an_evicting_pool_stays_within_its_limit_and_the_sum_of_its_accounts(
         else:
             account.close()
         assert pool.used == sum(a.held for a in accounts) <= pool.limit
+
+
+def test_one_reservation_evicts_at_most_one_account() -> None:
+    """A large delivery to a light user must not end hundreds of the heavy user's small
+    sessions: when the heaviest owner's largest account would not make room, the reservation is
+    refused instead (review of issue 33)."""
+    pool, evicted = evicting_pool(1000)
+    small = [member(pool, evicted, "web", f"w{n}") for n in range(10)]
+    for account in small:
+        account.reserve(90)
+    big = member(pool, evicted, "m", "big")
+    with pytest.raises(BudgetExceeded):
+        big.reserve(300)  # 200 over: no single web session holds that much
+    assert evicted == [] and pool.used == 900
+    big.reserve(80)  # 0 over... fits as is
+    big.reserve(60)  # 40 over: one web session (90) makes room
+    assert len(evicted) == 1 and pool.used == 900 - 90 + 140

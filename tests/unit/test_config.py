@@ -747,3 +747,18 @@ def test_a_comma_in_a_password_is_not_shown(
     printed = capsys.readouterr()
     assert "secret" not in printed.err + printed.out and "ret@" not in printed.err + printed.out
     assert "percent-encode" in printed.err
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("amqps://u:p,amqp://x@h", "p,amqp://x"),  # a comma and a scheme inside the password
+        ("amqp://user:s3@cr/et@127.0.0.1:5672/", "s3@cr/et"),  # an @ that would make a host of it
+    ],
+)
+def test_a_password_that_looks_like_more_urls_or_hosts_is_refused_and_not_shown(
+    tmp_path: Path, url: str, secret: str
+) -> None:
+    message = config_error(tmp_path, f"adapter.amqp_url = {url}\n")
+    assert secret not in message and "cr/et" not in message and ",amqp://x" not in message
+    assert "percent-encode" in message or "must be amqp://" in message

@@ -169,6 +169,10 @@ SECRET_LINES = [
     b"CONNECT\nlogin:u\npasscode secret\n\n\0",  # no colon
     b"CONNECT\rlogin:u\rpasscode:secret\r\n\n\0",  # CRs as line ends: one long command line
     b"STOMP\r\npasscode:s\re\rcret\r\n\r\n\0",
+    b"connect\nlogin:u\npasscode:sec\rret\n\n\0",  # not a command the codec knows, all the same
+    b"\xef\xbb\xbfCONNECT\nlogin:u\npasscode secret\n\n\0",  # a BOM first
+    b"\tCONNECT\nlogin:u\npasscode secret\n\n\0",
+    b"SEND\npasscode secret\n\n\0",  # a line that names a passcode, in any frame
 ]
 
 
