@@ -97,8 +97,11 @@ class Frames:
         # the headers the message carries, from the one function that knows their order
         pairs = message_headers(properties)
         table = properties.headers
-        if table and (redelivered or "x-death" in table):
-            pairs = redelivery_headers(table, pairs)  # x-delivery-count (docs/destinations.md)
+        if table:
+            if redelivered or "x-death" in table:
+                pairs = redelivery_headers(table, pairs)  # x-delivery-count (docs/destinations.md)
+            if "x-stream-offset" in table and not subscription.stream:
+                subscription.stream = True  # its NACKs never reach the broker (subscriptions.py)
         if pairs:
             escaped_name, append = _ESCAPED_NAMES.get, lines.append
             for name, value in pairs:

@@ -66,6 +66,9 @@ class Subscription:
     hook: DeliveryHook | None = None
     # SUBSCRIBE x-retry-delays: what its NACKs do (adapter/session/retries.py), else None
     retry: RetryPlan | None = None
+    # its deliveries came from a stream (they carry x-stream-offset): RabbitMQ answers a NACK
+    # of one with a connection error, so the session answers it itself (subscriptions.py)
+    stream: bool = False
     # filled on the first delivery, reused for every MESSAGE: the command and subscription
     # lines, and the escaped message-id up to its delivery tag
     message_head: str = ""

@@ -123,6 +123,9 @@ class Subscriptions:
         # the broker refuses the consume or the bind, the plugin deletes it
         # (docs/destinations.md#common-steps)
         self.unfinished_queue: str | None = None
+        # the prefetch the channel's later consumers get (the last basic.qos of a plain
+        # SUBSCRIBE; 0: none): an auto-ack consume lifts it around itself (subscribe)
+        self.channel_prefetch = 0
         # adapter.shared_subscriptions is on and this profile shares (the activemq profile's
         # topic subscriptions carry its own semantics: never shared)
         self._shares = settings.shared is not None and settings.profile == Profile.RABBITMQ
@@ -204,8 +207,16 @@ class Subscriptions:
                 frame, queue, tag, dest, ack_mode, selector, prefetch_count
             )
             return
-        if prefetch_count is not None:
+        auto = ack_mode == "auto"
+        if prefetch_count is not None and not auto:
             yield BasicQos(prefetch_count)
+            self.channel_prefetch = prefetch_count
+        elif auto and self.channel_prefetch:
+            # a no-ack consume of a stream with a prefetch in effect is a connection error (540),
+            # which would end every session of a shared AMQP connection; without one, a channel
+            # error (406): the prefetch is lifted for the consume and put back after it (a no-ack
+            # consumer has no use for it, and later consumers get it as before)
+            yield BasicQos(0)
         arguments = consume_arguments(headers)
         hook = extension.delivery_hook(ack_mode, selector)
         retry = retry_plan(headers, queue, ack_mode)
@@ -215,10 +226,15 @@ class Subscriptions:
         yield BasicConsume(
             queue,
             tag,
-            no_ack=ack_mode == "auto",
+            no_ack=auto,
             arguments=arguments,
             exclusive=rules.exclusive_consumer(headers),
         )
+        if auto:
+            if prefetch_count is not None:
+                self.channel_prefetch = prefetch_count  # what the plugin's qos leaves for later consumers
+            if self.channel_prefetch:
+                yield BasicQos(self.channel_prefetch)
         if target.bind_exchange is not None:
             yield QueueBind(queue, target.bind_exchange, target.bind_key, target.bind_arguments)
         self.unfinished_queue = None
@@ -333,6 +349,16 @@ class Subscriptions:
                 )
             )
         transaction = self._transactions.of(headers)
+        if nack and subscription.stream:
+            # RabbitMQ answers basic.nack or basic.reject on a stream with a connection error
+            # (540), which would end every session of a shared AMQP connection: the same ERROR,
+            # for this session only, and the broker never sees the NACK
+            raise DestinationError(
+                *self._edition.broker_error(
+                    "not_implemented",
+                    "NOT_IMPLEMENTED - basic.nack and basic.reject not supported by stream queues",
+                )
+            )
         if subscription.retry is not None:
             if transaction is not None and nack:
                 raise ProcessingError(

@@ -411,3 +411,57 @@ def test_a_virtual_host_too_long_for_amqp_is_refused_without_a_login(start_adapt
     command, headers, body = frame_headers(frames[0])
     assert (command, headers.get("message")) == ("ERROR", "Bad CONNECT"), (command, headers, body)
     assert body.startswith(b"Virtual host 'vvv") and body.endswith(b"' access denied")
+
+
+@pytest.mark.parametrize("multiplexing", [False, True], ids=["own-connection", "multiplexed"])
+def test_a_nack_of_a_stream_message_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe, multiplexing: bool
+) -> None:
+    """RabbitMQ answers basic.nack on a stream with a connection error (540): the session
+    answers the NACK itself with that ERROR, so a shared connection's other sessions go on."""
+    adapter = mux_adapter(start_adapter) if multiplexing else start_adapter()
+    stream = unique("iso-stream")
+    broker.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
+    bystander = Bystander(adapter, broker)
+    session = RawSession(adapter.port)
+    got = session.send(
+        f"SUBSCRIBE\nid:s\ndestination:/amq/queue/{stream}\nack:client\nprefetch-count:10\n"
+        "x-stream-offset:first\nreceipt:r\n\n"
+    )
+    assert got[-1][0] == "RECEIPT", got
+    broker.publish("", stream, b"streamed")
+    message = [f for f in session.frames_until(("MESSAGE",), timeout=10) if f[0] == "MESSAGE"][-1]
+    got = session.send(f"NACK\nid:{message[1]['ack']}\nreceipt:n\n\n")
+    command, headers, body = got[-1]
+    assert (command, headers["message"]) == ("ERROR", "not_implemented"), got
+    assert b"not supported by stream queues" in body
+    bystander.served()
+
+
+@pytest.mark.parametrize("earlier_prefetch", [False, True], ids=["its-own-prefetch", "an-earlier-one"])
+def test_an_auto_ack_subscription_with_a_prefetch_to_a_stream_ends_only_its_session(
+    start_adapter: Any, broker: BrokerProbe, earlier_prefetch: bool
+) -> None:
+    """A no-ack consume of a stream with a prefetch in effect is a connection error (540); the
+    session lifts the prefetch around an auto-ack consume, so the broker answers with a channel
+    error (406) and the shared connection's other sessions go on."""
+    adapter = mux_adapter(start_adapter)
+    stream = unique("iso-stream")
+    broker.declare_queue(stream, durable=True, arguments={"x-queue-type": "stream"})
+    bystander = Bystander(adapter, broker)
+    session = RawSession(adapter.port)
+    if earlier_prefetch:
+        plain = unique("iso-q")
+        broker.track_queue(plain)
+        got = session.send(
+            f"SUBSCRIBE\nid:p\ndestination:/queue/{plain}\nack:client\nprefetch-count:5\nreceipt:p\n\n"
+        )
+        assert got[-1][0] == "RECEIPT", got
+        frame = f"SUBSCRIBE\nid:s\ndestination:/amq/queue/{stream}\nack:auto\nreceipt:r\n\n"
+    else:
+        frame = (
+            f"SUBSCRIBE\nid:s\ndestination:/amq/queue/{stream}\nack:auto\nprefetch-count:10\nreceipt:r\n\n"
+        )
+    got = session.send(frame)
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "precondition_failed", got
+    bystander.served()

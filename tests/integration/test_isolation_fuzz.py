@@ -105,6 +105,8 @@ class Run:
         self.topics = [unique("fz-t") for _ in range(3)]
         self.queues = [unique("fz-q") for _ in range(3)]
         broker.track_queue(*self.queues)
+        self.stream = unique("fz-stream")  # RabbitMQ answers some misuses of a stream with a connection error
+        broker.declare_queue(self.stream, durable=True, arguments={"x-queue-type": "stream"})
         self.players: list[Player] = []
         for user in (*self.steady, self.unread, self.changing):
             for _ in range(3):
@@ -191,6 +193,9 @@ class Run:
             + queue.encode()
             + b"\nx-unknown-argument:1\nreceipt:r\n\n",
             b"SEND\ndestination:/topic/t" + BAD + b"\nreceipt:r\n\nx",
+            f"SUBSCRIBE\nid:1\ndestination:/amq/queue/{self.stream}\nack:auto\nprefetch-count:10\nreceipt:r\n\n".encode(),
+            f"SUBSCRIBE\nid:1\ndestination:/amq/queue/{self.stream}\nack:auto\nreceipt:r\n\n".encode(),
+            f"SUBSCRIBE\nid:1\ndestination:/amq/queue/{self.stream}\nack:client\nreceipt:r\n\n".encode(),
         ]
         frame = self.rng.choice(frames)
         player.hostile_sent = True
