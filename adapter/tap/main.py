@@ -140,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 256 MiB)",
     )
     parser.add_argument(
+        "--max-record-bytes",
+        metavar="N",
+        type=_positive,
+        default=16 * MIB,
+        help="largest record made (default 16 MiB, at most --queue-bytes): a frame whose record could "
+        "be larger is recorded without its headers, or without its body when only the headers fit "
+        "(its record says what it leaves out)",
+    )
+    parser.add_argument(
         "--connect-timeout",
         metavar="S",
         type=_seconds,
@@ -213,6 +222,11 @@ def upstream_trust(args: argparse.Namespace) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> TapSettings:
+    if args.max_record_bytes > args.queue_bytes:
+        raise UsageError(
+            f"--max-record-bytes {args.max_record_bytes} is more than --queue-bytes {args.queue_bytes}: "
+            "a record that does not fit the queue is never written"
+        )
     return TapSettings(
         listeners=[parse_address(text, "--listen") for text in args.listen],
         upstream=parse_address(args.upstream, "--upstream"),
@@ -222,6 +236,7 @@ def settings_from(args: argparse.Namespace) -> TapSettings:
         record_bodies=args.record_bodies,
         limits=FrameLimits(args.max_frame_size, 10_000, min(args.max_frame_size, 1 * MIB)),
         parse_buffer_bytes=args.parse_buffer_bytes,
+        max_record_bytes=args.max_record_bytes,
         connect_timeout=args.connect_timeout,
     )
 

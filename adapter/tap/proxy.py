@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..stomp.codec import FrameLimits
-from .recorder import Batches, ConnectionRecorder, DirectionRecorder, Emit, ParseBudget
+from .recorder import MAX_RECORD_BYTES, Batches, ConnectionRecorder, DirectionRecorder, Emit, ParseBudget
 
 log = logging.getLogger("adapter.tap")
 
@@ -55,6 +55,7 @@ class TapSettings:
     record_bodies: bool = False
     limits: FrameLimits = field(default_factory=lambda: FrameLimits(64 * 1024 * 1024, 10_000, 1024 * 1024))
     parse_buffer_bytes: int = 256 * 1024 * 1024
+    max_record_bytes: int = MAX_RECORD_BYTES
     connect_timeout: float = 10.0
 
 
@@ -402,6 +403,7 @@ class Tap:
             budget=self.budget,
             batches=self.batches,
             now=self._clock(),
+            max_record_bytes=self.settings.max_record_bytes,
         )
 
     def finished(self, link: Link) -> None:

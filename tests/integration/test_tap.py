@@ -304,3 +304,61 @@ def test_a_full_disk_drops_records_with_a_warning_and_the_proxy_goes_on(tmp_path
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(record)], check=False)
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def _wait_for_metric(tap: TapProcess, name: str, labels: str, at_least: float) -> None:
+    deadline = time.monotonic() + 60
+    while tap.metric(name, labels) < at_least:
+        assert time.monotonic() < deadline, f"{name}{labels} stayed below {at_least}"
+        time.sleep(0.05)
+
+
+def test_one_huge_connect_of_control_characters_costs_the_tap_its_size_and_the_others_stay_served(
+    tmp_path, plugin, taps
+):
+    """Issue 33 item 5: a 24 MiB CONNECT of control-character header lines (RabbitMQ's plugin
+    accepts it) cost the tap about 16x its size, before any login: the JSON of its head was made
+    before its size was looked at, six characters per control character.  Now the record is
+    bounded before it is made: the tap's peak RSS grows by about twice the frame (the incomplete
+    head it holds, one copy while the head is checked), the frame is recorded without its
+    headers, and a client already connected through the tap goes on being served."""
+    tap = taps(plugin, tmp_path / "rec")
+    queue = f"/queue/{unique('tap-hostile')}"
+    bystander = StompClient(tap.port)
+    try:
+        bystander.conn.subscribe(queue, id="s1", headers={"receipt": "sub"})
+        bystander.next("RECEIPT")
+        before = _peak_rss(tap.process.pid)
+        frames_in = tap.metric("frames_total", '{dir="in"}')
+        line = b"x:" + b"\x01" * 3000 + b"\n"
+        head = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n" + line * 8000 + b"\n\0"
+        with socket.create_connection(("127.0.0.1", tap.port), timeout=60) as hostile:
+            hostile.sendall(head)
+            hostile.settimeout(60)
+            assert hostile.recv(4096).startswith(b"CONNECTED")  # every byte went through
+            _wait_for_metric(tap, "frames_total", '{dir="in"}', frames_in + 1)  # and was recorded
+            growth = _peak_rss(tap.process.pid) - before
+            bystander.conn.send(queue, "still served")
+            assert str(bystander.next("MESSAGE").body) == "still served"
+        assert growth < 3 * len(head), (
+            f"the tap's peak RSS grew by {growth >> 20} MiB for a {len(head) >> 20} MiB frame"
+        )
+    finally:
+        bystander.close()
+    assert tap.stop() == 0
+    records = tap.records()
+    [connect] = [
+        r for r in records if r["kind"] == "frame" and r["command"] == "CONNECT" and r["headers"] == []
+    ]
+    assert connect["omitted"] == ["headers"]
+    assert not [r for r in records if r["kind"] == "dropped"]
+    assert tap.log().count("WARNING") == 0
