@@ -54,8 +54,11 @@ from ..stomp.scanner import OTHER, PLAIN, FrameScanner, ScannedFrame, header_pai
 
 FORMAT_VERSION = 1
 REDACTED = "***"
-# a passcode header line quoted in an error text, up to the end of its quoted bytes
-_PASSCODE_IN_ERROR = re.compile(r"passcode:[^'\"]*")
+# the word in a text that may quote a passcode line (an error text, an upstream's ERROR): what
+# follows it is never recorded, whatever its bytes (a bare CR, quotes, escapes: a redaction that
+# stopped at a quote let the rest of a passcode through)
+_PASSCODE_WORD = re.compile("passcode", re.IGNORECASE)
+_PASSCODE_WORD_BYTES = re.compile(b"passcode", re.IGNORECASE)
 HEARTBEAT_WINDOW = 1.0  # seconds: at most one heartbeats record per connection and direction
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # the default of --max-record-bytes
 # a frame record's text but its command, headers and body (its time, connection, client,
@@ -92,10 +95,25 @@ encode_json = _json_encoder()
 _string = json.encoder.encode_basestring_ascii
 
 
-def headers_json(lines: list[str]) -> str:
+def redact_text(text: str) -> str:
+    """``text`` cut after its first "passcode" (in any case), then ``:***``; as it is without one."""
+    found = _PASSCODE_WORD.search(text)
+    return text if found is None else text[: found.end()] + ":" + REDACTED
+
+
+def redact_body(body: bytes) -> bytes:
+    """``redact_text`` for the bytes of an ERROR's body."""
+    found = _PASSCODE_WORD_BYTES.search(body)
+    return body if found is None else body[: found.end()] + b":" + REDACTED.encode()
+
+
+def headers_json(lines: list[str], *, error: bool = False) -> str:
     """The ``headers`` field of a frame record: the scanned header lines as JSON pairs, passcode
     values redacted; the text ``encode_json`` gives for ``header_pairs``, made faster when it can:
-    text that JSON writes as it is (printable ASCII but '"' and '\\') needs no encoder."""
+    text that JSON writes as it is (printable ASCII but '"' and '\\') needs no encoder.
+
+    ``error``: the lines of an ERROR, whose texts may quote a client's passcode line: each line
+    is cut after the word passcode (``redact_text``) before it is split into name and value."""
     if not lines:
         return "[]"
     text = "".join(lines)
@@ -105,9 +123,10 @@ def headers_json(lines: list[str]) -> str:
         and '"' not in text
         and "\\" not in text
         and "passcode" not in text
+        and not (error and _PASSCODE_WORD.search(text))
     ):
         return '[["' + '"],["'.join([line.replace(":", '","', 1) for line in lines]) + '"]]'
-    pairs = header_pairs(lines)
+    pairs = header_pairs([redact_text(line) for line in lines] if error else lines)
     for pair in pairs:
         if pair[0] == "passcode":
             pair[1] = REDACTED
@@ -127,7 +146,8 @@ def heads_json(heads: list[bytes], plain: int) -> list[str]:
     """
     if plain != OTHER:
         joined = b":" + b"\n\n:".join(heads)
-        if joined.find(b"passcode") < 0:
+        # an ERROR's texts are redacted whatever the case of the word (``headers_json``)
+        if joined.find(b"passcode") < 0 and joined.find(b":ERROR") < 0:
             if plain == PLAIN:
                 text = joined.replace(b":", b'","').replace(b"\n", b'"],["').decode("ascii")
             else:  # a ':' in a value: only the first of each line separates
@@ -151,7 +171,7 @@ _ONCE = repeat(1)
 
 def _head_json(head: bytes) -> str:
     command, header_lines = split_head(head)
-    return f'{_string(command)},"headers":{headers_json(header_lines)}'
+    return f'{_string(command)},"headers":{headers_json(header_lines, error=command == "ERROR")}'
 
 
 def head_json_bound(head: bytes) -> int:
@@ -166,6 +186,10 @@ def head_json_bound(head: bytes) -> int:
         ]
     )
     return len(head) + 5 * escaped + 10 * (head.count(b"\n") + 1) + 16
+
+
+def _is_error(head: bytes) -> bool:
+    return head.startswith(b"ERROR") and head[5:6] in (b"", b"\n", b"\r")
 
 
 def _base64_length(size: int) -> int:
@@ -377,7 +401,7 @@ class DirectionRecorder:
             ends = list(accumulate(map(len, reads)))
         read = -1
         append = lines.append
-        for index, ((_, body_len, body, end), head_json) in enumerate(zip(found, made, strict=True)):
+        for index, ((head, body_len, body, end), head_json) in enumerate(zip(found, made, strict=True)):
             if ends and (read < 0 or end > ends[read]):
                 read = bisect_left(ends, end, read + 1)
                 start = f'{{"v":{FORMAT_VERSION},"ts":{_seconds(times[read])}{prefix}'
@@ -386,6 +410,8 @@ class DirectionRecorder:
             elif body is None:
                 append(f'{start}{head_json},"body_len":{body_len}}}\n')
             else:
+                if _is_error(head):  # the upstream's own text: it may quote a passcode line
+                    body = redact_body(body)
                 append(
                     f'{start}{head_json},"body_len":{body_len},"body":"'
                     + base64.b64encode(body).decode("ascii")
@@ -451,9 +477,9 @@ class DirectionRecorder:
 
     def _stop(self, lines: list[str], now: float, error: str) -> None:
         """Parsing of this direction ends here; its buffers are let go.  The error may quote the
-        header line it could not read: a passcode's value is redacted there as in the headers."""
-        if "passcode:" in error:
-            error = _PASSCODE_IN_ERROR.sub("passcode:" + REDACTED, error)
+        header line it could not read, whatever its bytes: nothing after the word passcode is
+        kept (``redact_text``)."""
+        error = redact_text(error)
         self._scanner = None
         budget = self._budget
         budget.held -= self._held

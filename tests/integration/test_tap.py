@@ -5,7 +5,9 @@ closing mid-frame, a client vanishing, a full disk).  Nothing may hang: every wa
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import gzip
 import os
 import resource
 import socket
@@ -174,8 +176,6 @@ def test_every_byte_passes_unchanged_both_ways_with_heartbeats_and_half_closes(t
 
 
 def test_bodies_are_recorded_only_with_record_bodies(tmp_path, taps):
-    import base64
-
     def script(conn: socket.socket, up: ScriptedUpstream) -> None:
         up.read_to_end(conn)
 
@@ -362,3 +362,39 @@ def test_one_huge_connect_of_control_characters_costs_the_tap_its_size_and_the_o
     assert connect["omitted"] == ["headers"]
     assert not [r for r in records if r["kind"] == "dropped"]
     assert tap.log().count("WARNING") == 0
+
+
+def test_a_passcode_line_with_a_bare_cr_reaches_no_recording_even_quoted_back_by_the_upstream(tmp_path, taps):
+    """Issue 33 item 6: a passcode line holding a bare CR and a quote, which the scanner
+    refuses, and an upstream that quotes the whole line back in its ERROR (in a header and in
+    the body, as the adapter did), recorded with --record-bodies: no part of the passcode is in
+    the recording's files."""
+    secret = b"Zq7'Xj8\"Wv9"
+    connect = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:" + secret + b"\rX\n\n\0"
+    detail = b"CR not followed by LF in header line " + repr(b"passcode:" + secret + b"\rX").encode()
+    error = (
+        b"ERROR\nmessage:Bad header passcode:" + secret.replace(b"\\", b"\\\\") + b"\\rX\n"
+        b"content-type:text/plain\ncontent-length:%d\n\n" % len(detail) + detail + b"\0\n"
+    )
+
+    def script(conn: socket.socket, up: ScriptedUpstream) -> None:
+        up.read_until(conn, b"\0")
+        up.send(conn, error)
+        conn.shutdown(socket.SHUT_WR)
+        up.read_to_end(conn)
+
+    upstream = ScriptedUpstream(script)
+    tap = taps(upstream.address, tmp_path / "rec", "--record-bodies")
+    with socket.create_connection(("127.0.0.1", tap.port), timeout=30) as client:
+        client.sendall(connect)
+        assert recv_all(client) == error  # passed on as it came
+    upstream.join()
+    assert tap.stop() == 0
+    records = tap.records()
+    refused, answer = [r for r in records if r["kind"] == "frame"]
+    assert refused["dir"] == "in" and refused["command"] is None and "passcode:***" in refused["error"]
+    assert answer["command"] == "ERROR" and answer["headers"][0] == ["message", "Bad header passcode:***"]
+    stored = b"".join(gzip.decompress(path.read_bytes()) for path in (tmp_path / "rec").iterdir())
+    bodies = [base64.b64decode(r["body"]) for r in records if r.get("body")]
+    for part in (b"Zq7", b"Xj8", b"Wv9"):
+        assert part not in stored and not any(part in body for body in bodies), part

@@ -458,3 +458,71 @@ def test_a_command_line_too_long_for_its_record_is_cut():
     [frame] = sink.frames()
     assert frame["omitted"] == ["command", "headers"] and frame["command"] == "\x02" * 1024
     assert frame["headers"] == []
+
+
+SECRET = b"Zq7'Xj8\"Wv9"  # a passcode with both quotes: each part must stay out of a recording
+
+
+def leaks(records: list[dict]) -> list[str]:
+    """The parts of ``SECRET`` found in the records (their JSON, and their bodies decoded)."""
+    texts = [json.dumps(records)]
+    texts += [base64.b64decode(r["body"]).decode("latin-1") for r in records if r.get("body")]
+    return [part for part in ("Zq7", "Xj8", "Wv9") if any(part in text for text in texts)]
+
+
+def test_a_passcode_line_the_scanner_refuses_never_reaches_the_error_record_whatever_it_holds():
+    """Issue 33 item 6: the error record quotes the line the scanner refused, and its passcode
+    was redacted only up to the first quote.  Now nothing after the word passcode is kept, with
+    a bare CR, quotes, no ':' at all, or another case."""
+    for line in (
+        b"passcode:" + SECRET + b"\rX",
+        b"passcode:\r" + SECRET,
+        b"login:guest\rpasscode:" + SECRET,
+        b"passcode " + SECRET,
+        b"PASSCODE " + SECRET,
+    ):
+        sink = Sink()
+        recorder = direction(sink)
+        recorder.feed(b"CONNECT\naccept-version:1.2\nlogin:guest\n" + line + b"\n\n\0", 1.0)
+        recorder.finish(2.0)
+        [frame] = sink.frames()
+        assert frame["command"] is None and "passcode" in frame["error"].lower(), frame
+        assert leaks(sink.records) == [], (line, frame["error"])
+
+
+def test_an_upstream_error_that_quotes_a_passcode_line_is_redacted_in_its_headers_and_body():
+    """The upstream's ERROR may quote the CONNECT's passcode line (the adapter did, in its body,
+    and a header may too): with --record-bodies the body was recorded as it came.  In an ERROR,
+    whatever follows the word passcode is redacted, in every header and in the body; other
+    frames' bodies are the application's and stay as they are."""
+    detail = b"CR not followed by LF in header line b'passcode:Zq7\\'Xj8\"Wv9\\rX'\nbye"
+    error = (
+        b"ERROR\nmessage:Bad header passcode:"
+        + SECRET
+        + b"\\r\nx-passcode-echo:"
+        + SECRET
+        + b"\ncontent-type:text/plain\ncontent-length:%d\n\n" % len(detail)
+        + detail
+        + b"\0\n"
+    )
+    message = b"MESSAGE\ndestination:/queue/a\nmessage-id:1\nsubscription:0\n\npasscode:kept\0\n"
+    sink = Sink()
+    recorder = DirectionRecorder(
+        "c-1",
+        "10.0.0.5:51234",
+        "out",
+        sink,
+        bodies=True,
+        limits=FrameLimits(),
+        budget=ParseBudget(1 << 30),
+        batches=batches(),
+    )
+    recorder.feed(message + error, 1_795_650_000_000_000_000)
+    recorder.flush()
+    kept, redacted = sink.frames()
+    assert base64.b64decode(kept["body"]) == b"passcode:kept"
+    assert redacted["command"] == "ERROR" and redacted["body_len"] == len(detail)
+    assert redacted["headers"][0] == ["message", "Bad header passcode:***"]
+    assert redacted["headers"][1] == ["x-passcode", "***"]
+    assert base64.b64decode(redacted["body"]) == b"CR not followed by LF in header line b'passcode:***"
+    assert leaks(sink.records) == []
