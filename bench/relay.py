@@ -2,11 +2,11 @@
 
 What one would write first to put a Python process between STOMP clients and a broker: asyncio
 streams, one task per direction that reads what is there (up to 64 KiB) and writes it on, waiting
-for the other side to drain.  It parses nothing and records nothing.  A stream task runs one loop
-turn after its read arrived, so the reads that arrive meanwhile go out in one write: under load
-it coalesces writes (docs/performance.md, "The recording tap").  With ``--nagle`` the kernel
-coalesces more: asyncio sets TCP_NODELAY, this takes it off, so a small write waits while an
-earlier one is not acknowledged.
+for the other side to drain.  It parses nothing and records nothing.  What arrives while a
+direction's task waits (to run, or for a drain) is read and written in one go.  With
+``--nagle`` the kernel coalesces small writes too: asyncio sets TCP_NODELAY on every TCP
+socket, this takes it off, so a small write waits while an earlier one is not acknowledged
+(docs/performance.md, "The recording tap").
 
     python -m bench.relay --listen 127.0.0.1:PORT --upstream 127.0.0.1:61613 [--nagle]
 """
