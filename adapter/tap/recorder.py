@@ -401,13 +401,20 @@ class DirectionRecorder:
             ends = list(accumulate(map(len, reads)))
         read = -1
         append = lines.append
-        for index, ((head, body_len, body, end), head_json) in enumerate(zip(found, made, strict=True)):
+        if omitted is not None:  # some records leave something out
+            made = [
+                f'{head_json},"omitted":{what}' if what else head_json
+                for head_json, what in zip(made, omitted, strict=True)
+            ]
+            found = [
+                (head, body_len, None, end) if what else (head, body_len, body, end)
+                for (head, body_len, body, end), what in zip(found, omitted, strict=True)
+            ]
+        for (head, body_len, body, end), head_json in zip(found, made, strict=True):
             if ends and (read < 0 or end > ends[read]):
                 read = bisect_left(ends, end, read + 1)
                 start = f'{{"v":{FORMAT_VERSION},"ts":{_seconds(times[read])}{prefix}'
-            if omitted is not None and omitted[index]:
-                append(f'{start}{head_json},"body_len":{body_len},"omitted":{omitted[index]}}}\n')
-            elif body is None:
+            if body is None:
                 append(f'{start}{head_json},"body_len":{body_len}}}\n')
             else:
                 if _is_error(head):  # the upstream's own text: it may quote a passcode line
