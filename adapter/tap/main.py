@@ -149,6 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(its record says what it leaves out)",
     )
     parser.add_argument(
+        "--tcp-nodelay",
+        metavar="BOOL",
+        type=_bool,
+        default=True,
+        help="TCP_NODELAY on the client's and the upstream's sockets (default true: each read is "
+        "sent on at once; false: the kernel coalesces small writes while an earlier one is not "
+        "acknowledged, more throughput and a longer tail latency)",
+    )
+    parser.add_argument(
         "--connect-timeout",
         metavar="S",
         type=_seconds,
@@ -238,6 +247,7 @@ def settings_from(args: argparse.Namespace) -> TapSettings:
         parse_buffer_bytes=args.parse_buffer_bytes,
         max_record_bytes=args.max_record_bytes,
         connect_timeout=args.connect_timeout,
+        tcp_nodelay=args.tcp_nodelay,
     )
 
 

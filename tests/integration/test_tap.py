@@ -398,3 +398,45 @@ def test_a_passcode_line_with_a_bare_cr_reaches_no_recording_even_quoted_back_by
     bodies = [base64.b64decode(r["body"]) for r in records if r.get("body")]
     for part in (b"Zq7", b"Xj8", b"Wv9"):
         assert part not in stored and not any(part in body for body in bodies), part
+
+
+@pytest.mark.parametrize("nodelay", [False, True])
+def test_tcp_nodelay_is_set_as_asked_on_both_sockets_of_a_connection(nodelay):
+    """--tcp-nodelay: on by default (each read goes out at once); off, the kernel coalesces
+    small writes both ways (Nagle), as the sockets of a plain relay do.  asyncio sets it on every
+    TCP socket, so the tap sets it either way, on both sockets of a connection."""
+    import asyncio
+
+    from adapter.tap.proxy import Tap, TapSettings
+
+    async def run() -> list[int]:
+        accepted: list[asyncio.StreamWriter] = []
+        upstream = await asyncio.start_server(lambda _, writer: accepted.append(writer), "127.0.0.1", 0)
+        upstream_port = upstream.sockets[0].getsockname()[1]
+        settings = TapSettings(
+            listeners=[("127.0.0.1", 0)], upstream=("127.0.0.1", upstream_port), tcp_nodelay=nodelay
+        )
+        tap = Tap(settings, None)
+        await tap.start()
+        port = int(tap.addresses[0].rpartition(":")[2])
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(500):  # until the tap has connected upstream (each turn lets it go on)
+            if tap.links and next(iter(tap.links)).upstream is not None:
+                break
+            await asyncio.sleep(0.01)
+        [link] = tap.links
+        assert link.upstream is not None
+        options = [
+            transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            for transport in (link.client, link.upstream)
+        ]
+        await tap.stop()
+        for writer in (client, *accepted):
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        upstream.close()
+        await upstream.wait_closed()
+        return options
+
+    assert asyncio.run(run()) == [int(nodelay)] * 2
