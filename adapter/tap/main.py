@@ -29,6 +29,9 @@ from .writer import RecordWriter
 log = logging.getLogger("adapter.tap")
 
 MIB = 1024 * 1024
+# a record without its headers, its command cut to 1 KiB (six characters of JSON per byte at
+# most), must fit whatever the connection's address
+MIN_RECORD_BYTES = 64 * 1024
 SWITCH_INTERVAL = 0.0005
 _TLS_VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_3}
 
@@ -144,9 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_positive,
         default=16 * MIB,
-        help="largest record made (default 16 MiB, at most --queue-bytes): a frame whose record could "
-        "be larger is recorded without its headers, or without its body when only the headers fit "
-        "(its record says what it leaves out)",
+        help="largest record made (default 16 MiB; at least 64 KiB, at most --queue-bytes): a frame "
+        "whose record could be larger is recorded without its headers, or without its body when "
+        "only the headers fit (its record says what it leaves out)",
     )
     parser.add_argument(
         "--tcp-nodelay",
@@ -231,6 +234,8 @@ def upstream_trust(args: argparse.Namespace) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> TapSettings:
+    if args.max_record_bytes < MIN_RECORD_BYTES:
+        raise UsageError(f"--max-record-bytes must be at least {MIN_RECORD_BYTES} (64 KiB)")
     if args.max_record_bytes > args.queue_bytes:
         raise UsageError(
             f"--max-record-bytes {args.max_record_bytes} is more than --queue-bytes {args.queue_bytes}: "
