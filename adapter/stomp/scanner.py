@@ -19,7 +19,6 @@ connection's memory is the incomplete head at most.  Pure: no sockets, no event 
 from __future__ import annotations
 
 from itertools import repeat
-from operator import contains
 
 from .codec import (
     _BETWEEN_FRAMES_FIRST,
@@ -388,8 +387,9 @@ class FrameScanner:
                 )
         if not lines:
             return None
-        if not all(map(contains, lines, _COLON_BYTES)):
-            colonless = next(line for line in lines if b":" not in line)
+        # bytes.find, not ``in``: with a bytes argument ``in`` first tries it as an integer
+        if min(map(bytes.find, lines, _COLON_BYTES)) < 0:
+            colonless = next(line for line in lines if line.find(b":") < 0)
             raise FrameError("Bad header", f"Header line without ':' {colonless[:64]!r}")
         if (
             len(lines) > limits.max_headers
@@ -410,11 +410,11 @@ def _split_head_bytes(raw: bytes) -> tuple[bytes, list[bytes]]:
     lines = raw.split(b"\n")
     if raw.find(b"\r") >= 0:  # CR LF line ends: the CR is line ending, not value; any other CR is refused
         lines = [line.removesuffix(b"\r") for line in lines]
-        if b"\r" in lines[0]:
+        if lines[0].find(b"\r") >= 0:
             raise FrameError("Bad frame", f"CR not followed by LF in command line {lines[0][:64]!r}")
-        for line in lines:
-            if b"\r" in line:
-                raise FrameError("Bad header", f"CR not followed by LF in header line {line[:64]!r}")
+        if max(map(bytes.find, lines, _CR_BYTES)) >= 0:
+            bare = next(line for line in lines if line.find(b"\r") >= 0)
+            raise FrameError("Bad header", f"CR not followed by LF in header line {bare[:64]!r}")
     return lines[0], lines[1:]
 
 
@@ -443,6 +443,7 @@ def header_pairs(lines: list[str]) -> list[list[str]]:
 
 _LENGTHS_KEPT = 64
 _COLON_BYTES = repeat(b":")  # endless: one for every map over header lines
+_CR_BYTES = repeat(b"\r")
 
 
 def _wire(line: str) -> bytes:
