@@ -164,9 +164,7 @@ def main() -> int:
         for name, rows in results.items():
             ratios = [r["queue:adapter"] / r["queue:plugin"] for r in rows if r.get("queue:plugin")]
             text = f"{name}: queue {_median(rows, 'queue:adapter'):,.0f} msg/s"
-            text += (
-                f", direct {_median(rows, 'queue:plugin'):,.0f}, {_median_of(ratios):.2f}x of direct"
-            )
+            text += f", direct {_median(rows, 'queue:plugin'):,.0f}, {_median_of(ratios):.2f}x of direct"
             for relay_name, _ in relays if not name.startswith("relay") else []:
                 per_round = [
                     r["queue:adapter"] / q["queue:adapter"]
