@@ -19,7 +19,6 @@ connection's memory is the incomplete head at most.  Pure: no sockets, no event 
 from __future__ import annotations
 
 from itertools import repeat
-from operator import contains
 
 from .codec import (
     _BETWEEN_FRAMES_FIRST,
@@ -271,7 +270,11 @@ class FrameScanner:
                 return
             if head_end - pos > limits.max_frame_size:
                 raise _too_big(limits, "Frame headers exceed")
-            head: bytes = bytes(view[pos:head_end]) if shift else view[pos:head_end]  # type: ignore[assignment]  # bytes unless shifted
+            if shift:  # out of the held buffer: one copy (a bytearray slice would be one more)
+                with memoryview(view) as held:
+                    head = bytes(held[pos:head_end])
+            else:
+                head = view[pos:head_end]  # type: ignore[assignment]  # bytes unless shifted
             try:
                 # the first content-length: every header line follows an LF
                 length: int | None = None
@@ -371,32 +374,52 @@ class FrameScanner:
 
     def _checked_head(self, raw: bytes) -> int | None:
         """A head (blank line excluded) checked as the codec checks it, one check after the
-        other; its ``content-length`` (the first one's: STOMP 1.2, first occurrence wins)."""
+        other; its ``content-length`` (the first one's: STOMP 1.2, first occurrence wins).
+        Checked on the bytes, not decoded: a long head costs its lines' bytes once more."""
         limits = self._limits
-        command, lines = split_head(raw)
+        command, lines = _split_head_bytes(raw)
         if len(raw) > limits.max_header_length:
-            if len(command.encode("utf-8", "surrogateescape")) > limits.max_header_length:
+            if len(command) > limits.max_header_length:
                 raise FrameError("Bad frame", "Command line too long")
-            if any(len(line.encode("utf-8", "surrogateescape")) > limits.max_header_length for line in lines):
+            if any(len(line) > limits.max_header_length for line in lines):
                 raise FrameError(
                     "Header too long",
                     f"A header line is longer than the maximum of {limits.max_header_length} bytes",
                 )
         if not lines:
             return None
-        if not all(map(contains, lines, _COLONS)):
-            colonless = next(line for line in lines if ":" not in line)
-            where = quoted_line(_wire(colonless), _wire(command))
-            raise FrameError("Bad header", f"Header line without ':'{where}")
-        if len(lines) > limits.max_headers and len(set(_names(lines))) > limits.max_headers:
+        # bytes.find, not ``in``: with a bytes argument ``in`` first tries it as an integer
+        if min(map(bytes.find, lines, _COLON_BYTES)) < 0:
+            colonless = next(line for line in lines if line.find(b":") < 0)
+            raise FrameError("Bad header", f"Header line without ':'{quoted_line(colonless, command)}")
+        if (
+            len(lines) > limits.max_headers
+            and len({line.partition(b":")[0] for line in lines}) > limits.max_headers
+        ):
             raise FrameError("Too many headers", f"A frame may carry at most {limits.max_headers} headers")
         for line in lines:  # the first header line named content-length
-            if line.startswith("content-length:"):
+            if line.startswith(b"content-length:"):
                 value = line[15:]
-                if value.isdigit() and value.isascii() and len(value) < 16:
+                if value.isdigit() and len(value) < 16:
                     return int(value)
-                return content_length(value)
+                return content_length(value.decode("utf-8", "surrogateescape"))
         return None
+
+
+def _split_head_bytes(raw: bytes) -> tuple[bytes, list[bytes]]:
+    """``split_head`` without decoding: the command line and header lines as bytes."""
+    lines = raw.split(b"\n")
+    if raw.find(b"\r") >= 0:  # CR LF line ends: the CR is line ending, not value; any other CR is refused
+        lines = [line.removesuffix(b"\r") for line in lines]
+        if lines[0].find(b"\r") >= 0:
+            where = quoted_line(lines[0], lines[0])
+            raise FrameError("Bad frame", f"CR not followed by LF in command line{where}")
+        if max(map(bytes.find, lines, _CR_BYTES)) >= 0:
+            bare = next(line for line in lines if line.find(b"\r") >= 0)
+            raise FrameError(
+                "Bad header", f"CR not followed by LF in header line{quoted_line(bare, lines[0])}"
+            )
+    return lines[0], lines[1:]
 
 
 def split_head(raw: bytes) -> tuple[str, list[str]]:
@@ -426,11 +449,8 @@ def header_pairs(lines: list[str]) -> list[list[str]]:
 
 
 _LENGTHS_KEPT = 64
-_COLONS = repeat(":")  # endless: one for every map over header lines
-
-
-def _names(lines: list[str]) -> list[str]:
-    return [line.partition(":")[0] for line in lines]
+_COLON_BYTES = repeat(b":")  # endless: one for every map over header lines
+_CR_BYTES = repeat(b"\r")
 
 
 def _wire(line: str) -> bytes:

@@ -29,6 +29,9 @@ from .writer import RecordWriter
 log = logging.getLogger("adapter.tap")
 
 MIB = 1024 * 1024
+# a record without its headers, its command cut to 1 KiB (six characters of JSON per byte at
+# most), must fit whatever the connection's address
+MIN_RECORD_BYTES = 64 * 1024
 SWITCH_INTERVAL = 0.0005
 _TLS_VERSIONS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_3}
 
@@ -140,6 +143,24 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 256 MiB)",
     )
     parser.add_argument(
+        "--max-record-bytes",
+        metavar="N",
+        type=_positive,
+        default=16 * MIB,
+        help="largest record made (default 16 MiB; at least 64 KiB, at most --queue-bytes): a frame "
+        "whose record could be larger is recorded without its headers, or without its body when "
+        "only the headers fit (its record says what it leaves out)",
+    )
+    parser.add_argument(
+        "--tcp-nodelay",
+        metavar="BOOL",
+        type=_bool,
+        default=True,
+        help="TCP_NODELAY on the client's and the upstream's sockets (default true: each read is "
+        "sent on at once; false: the kernel coalesces small writes while an earlier one is not "
+        "acknowledged, more throughput and a longer tail latency)",
+    )
+    parser.add_argument(
         "--connect-timeout",
         metavar="S",
         type=_seconds,
@@ -213,6 +234,13 @@ def upstream_trust(args: argparse.Namespace) -> str:
 
 
 def settings_from(args: argparse.Namespace) -> TapSettings:
+    if args.max_record_bytes < MIN_RECORD_BYTES:
+        raise UsageError(f"--max-record-bytes must be at least {MIN_RECORD_BYTES} (64 KiB)")
+    if args.max_record_bytes > args.queue_bytes:
+        raise UsageError(
+            f"--max-record-bytes {args.max_record_bytes} is more than --queue-bytes {args.queue_bytes}: "
+            "a record that does not fit the queue is never written"
+        )
     return TapSettings(
         listeners=[parse_address(text, "--listen") for text in args.listen],
         upstream=parse_address(args.upstream, "--upstream"),
@@ -222,7 +250,9 @@ def settings_from(args: argparse.Namespace) -> TapSettings:
         record_bodies=args.record_bodies,
         limits=FrameLimits(args.max_frame_size, 10_000, min(args.max_frame_size, 1 * MIB)),
         parse_buffer_bytes=args.parse_buffer_bytes,
+        max_record_bytes=args.max_record_bytes,
         connect_timeout=args.connect_timeout,
+        tcp_nodelay=args.tcp_nodelay,
     )
 
 

@@ -5,7 +5,11 @@ from one side is written to the other unchanged and in order, before anything el
 it; only then does the connection's recorder (adapter/tap/recorder.py) look at it.  Each side's
 reading pauses while the other side's write buffer is full (asyncio's flow control), so a slow
 reader holds the writer back exactly as a direct connection would, and the tap buffers no more
-than the transports' high-water marks per connection.
+than the transports' high-water marks per connection.  Each read is written on in one write.
+With ``tcp_nodelay`` off (``--tcp-nodelay false``; asyncio sets it on every TCP socket) the
+kernel also coalesces small writes on both sockets while an earlier one is not acknowledged
+(Nagle's algorithm): the broker and the client read fewer, larger segments, which raises the
+throughput and the tail latency (docs/performance.md, "The recording tap").
 
 Life of a connection: the tap accepts the client and stops reading from it until the upstream
 connection is open.  If the upstream cannot be reached (refused, unreachable, TLS handshake
@@ -31,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..stomp.codec import FrameLimits
-from .recorder import Batches, ConnectionRecorder, DirectionRecorder, Emit, ParseBudget
+from .recorder import MAX_RECORD_BYTES, Batches, ConnectionRecorder, DirectionRecorder, Emit, ParseBudget
 
 log = logging.getLogger("adapter.tap")
 
@@ -55,7 +59,10 @@ class TapSettings:
     record_bodies: bool = False
     limits: FrameLimits = field(default_factory=lambda: FrameLimits(64 * 1024 * 1024, 10_000, 1024 * 1024))
     parse_buffer_bytes: int = 256 * 1024 * 1024
+    max_record_bytes: int = MAX_RECORD_BYTES
     connect_timeout: float = 10.0
+    # TCP_NODELAY on both sockets of a connection; off, the kernel coalesces small writes (Nagle)
+    tcp_nodelay: bool = True
 
 
 def host_port(host: str, port: int) -> str:
@@ -72,6 +79,14 @@ def _peer(transport: asyncio.BaseTransport) -> str:
 def _describe(error: BaseException) -> str:
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _set_nodelay(transport: asyncio.BaseTransport, on: bool) -> None:
+    """TCP_NODELAY on the transport's socket (asyncio and uvloop set it on every TCP socket)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if on else 0)
 
 
 def _reset(transport: asyncio.Transport) -> None:
@@ -172,6 +187,8 @@ class Link:
             return
         self._connecting = None
         self.upstream = transport
+        _set_nodelay(transport, settings.tcp_nodelay)
+        _set_nodelay(self.client, settings.tcp_nodelay)
         early, self._early = self._early, None
         for data in early or ():
             self.from_client(data)
@@ -402,6 +419,7 @@ class Tap:
             budget=self.budget,
             batches=self.batches,
             now=self._clock(),
+            max_record_bytes=self.settings.max_record_bytes,
         )
 
     def finished(self, link: Link) -> None:

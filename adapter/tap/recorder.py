@@ -24,6 +24,14 @@ and never holds a body it does not record: without ``--record-bodies`` a body in
 counted.  Nothing is unescaped, so no escape the upstream accepts can fail; the limits are the
 tap's own, generous ones.
 
+Bounds: a record is never made bigger than ``max_record_bytes`` (``--max-record-bytes``): its size
+is bounded before it is made (``head_json_bound``: from a few C-level counts of the head, not
+from its JSON), and a frame whose record could be bigger is recorded without its headers (and
+body), with ``omitted``.  A control character is six characters of JSON, so a head's JSON can
+be six times the head: it is not made to find that out.  The records of a flush are made one
+after the other and go to the writer's bounded queue (``--queue-bytes``) before the next flush,
+so what records cost the process is that queue, plus one flush's records.
+
 Tolerance: when the scanner refuses the stream (a frame too big, a broken header line), parsing of
 that direction stops for good, one ``frame`` record says why (``command`` null, ``error``), and
 the bytes keep flowing through the proxy untouched.  Heart-beats (EOLs between frames) are
@@ -46,9 +54,22 @@ from ..stomp.scanner import OTHER, PLAIN, FrameScanner, ScannedFrame, header_pai
 
 FORMAT_VERSION = 1
 REDACTED = "***"
-# a passcode header line quoted in an error text, up to the end of its quoted bytes
-_PASSCODE_IN_ERROR = re.compile(r"passcode:[^'\"]*")
+# the word in a text that may quote a passcode line (an error text, an upstream's ERROR): what
+# follows it is never recorded, whatever its bytes (a bare CR, quotes, escapes: a redaction that
+# stopped at a quote let the rest of a passcode through)
+_PASSCODE_WORD = re.compile("passcode", re.IGNORECASE)
+_PASSCODE_WORD_BYTES = re.compile(b"passcode", re.IGNORECASE)
 HEARTBEAT_WINDOW = 1.0  # seconds: at most one heartbeats record per connection and direction
+MAX_RECORD_BYTES = 16 * 1024 * 1024  # the default of --max-record-bytes
+# a frame record's text but its command, headers and body (its time, connection, client,
+# direction, body length and ``omitted``), on top of the length of those names and values
+_RECORD_FRAME = 160
+# the bytes JSON writes as they are (printable ASCII but '"' and '\\'): any other byte of a head
+# is at most six characters of JSON (\u0001, \udcff for a byte that is not UTF-8)
+_JSON_AS_IS = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
+_COUNT_SLICE = 64 * 1024
+# what a command line longer than its record can hold is cut to
+_COMMAND_KEPT = 1024
 
 Record = dict[str, Any]
 # a batch of records of one connection: its id, their JSON Lines text (each line ends with LF),
@@ -74,10 +95,25 @@ encode_json = _json_encoder()
 _string = json.encoder.encode_basestring_ascii
 
 
-def headers_json(lines: list[str]) -> str:
+def redact_text(text: str) -> str:
+    """``text`` cut after its first "passcode" (in any case), then ``:***``; as it is without one."""
+    found = _PASSCODE_WORD.search(text)
+    return text if found is None else text[: found.end()] + ":" + REDACTED
+
+
+def redact_body(body: bytes) -> bytes:
+    """``redact_text`` for the bytes of an ERROR's body."""
+    found = _PASSCODE_WORD_BYTES.search(body)
+    return body if found is None else body[: found.end()] + b":" + REDACTED.encode()
+
+
+def headers_json(lines: list[str], *, error: bool = False) -> str:
     """The ``headers`` field of a frame record: the scanned header lines as JSON pairs, passcode
     values redacted; the text ``encode_json`` gives for ``header_pairs``, made faster when it can:
-    text that JSON writes as it is (printable ASCII but '"' and '\\') needs no encoder."""
+    text that JSON writes as it is (printable ASCII but '"' and '\\') needs no encoder.
+
+    ``error``: the lines of an ERROR, whose texts may quote a client's passcode line: each line
+    is cut after the word passcode (``redact_text``) before it is split into name and value."""
     if not lines:
         return "[]"
     text = "".join(lines)
@@ -87,9 +123,10 @@ def headers_json(lines: list[str]) -> str:
         and '"' not in text
         and "\\" not in text
         and "passcode" not in text
+        and not (error and _PASSCODE_WORD.search(text))
     ):
         return '[["' + '"],["'.join([line.replace(":", '","', 1) for line in lines]) + '"]]'
-    pairs = header_pairs(lines)
+    pairs = header_pairs([redact_text(line) for line in lines] if error else lines)
     for pair in pairs:
         if pair[0] == "passcode":
             pair[1] = REDACTED
@@ -109,7 +146,8 @@ def heads_json(heads: list[bytes], plain: int) -> list[str]:
     """
     if plain != OTHER:
         joined = b":" + b"\n\n:".join(heads)
-        if joined.find(b"passcode") < 0:
+        # an ERROR's texts are redacted whatever the case of the word (``headers_json``)
+        if joined.find(b"passcode") < 0 and joined.find(b":ERROR") < 0:
             if plain == PLAIN:
                 text = joined.replace(b":", b'","').replace(b"\n", b'"],["').decode("ascii")
             else:  # a ':' in a value: only the first of each line separates
@@ -133,7 +171,39 @@ _ONCE = repeat(1)
 
 def _head_json(head: bytes) -> str:
     command, header_lines = split_head(head)
-    return f'{_string(command)},"headers":{headers_json(header_lines)}'
+    return f'{_string(command)},"headers":{headers_json(header_lines, error=command == "ERROR")}'
+
+
+def head_json_bound(head: bytes) -> int:
+    """An upper bound of the length of a head's JSON (what ``heads_json`` makes of it) without
+    making it: each byte JSON writes as more than itself is at most six characters, and a line
+    at most ten more (its separators, a passcode value's ``***``, a redaction's text).  The
+    head is counted in slices, so the count allocates ``_COUNT_SLICE`` bytes at most."""
+    escaped = sum(
+        [
+            len(head[start : start + _COUNT_SLICE].translate(None, _JSON_AS_IS))
+            for start in range(0, len(head), _COUNT_SLICE)
+        ]
+    )
+    return len(head) + 5 * escaped + 10 * (head.count(b"\n") + 1) + 16
+
+
+def _is_error(head: bytes) -> bool:
+    return head.startswith(b"ERROR") and head[5:6] in (b"", b"\n", b"\r")
+
+
+def _base64_length(size: int) -> int:
+    return 4 * ((size + 2) // 3)
+
+
+def _command_only_json(head: bytes, room: int) -> tuple[str, bool]:
+    """A head's ``"CMD","headers":[]`` for a record without its headers; the command is cut to
+    ``_COMMAND_KEPT`` bytes when even it could pass ``room`` (True: it was cut)."""
+    end = head.find(b"\n")
+    command = head if end < 0 else head[:end]  # not partition: that would copy the rest too
+    cut = 6 * len(command) + 32 > room
+    command = command[:_COMMAND_KEPT] if cut else command.removesuffix(b"\r")
+    return f'{_string(command.decode("utf-8", "surrogateescape"))},"headers":[]', cut
 
 
 def _seconds(ns: int) -> str:
@@ -208,6 +278,7 @@ class DirectionRecorder:
         "_prefix",
         "_budget",
         "_batches",
+        "_room",
         "_reads",
         "_times",
         "_waiting",
@@ -229,6 +300,7 @@ class DirectionRecorder:
         limits: FrameLimits,
         budget: ParseBudget,
         batches: Batches,
+        max_record_bytes: int = MAX_RECORD_BYTES,
     ) -> None:
         self._conn = conn
         self._client = client
@@ -243,6 +315,8 @@ class DirectionRecorder:
         )
         self._budget = budget
         self._batches = batches
+        # what a frame's command, headers and body may take of its record
+        self._room = max_record_bytes - len(self._prefix) - _RECORD_FRAME
         self._reads: list[bytes] = []  # the reads not recorded yet, and when each came
         self._times: list[int] = []
         self._waiting = 0  # their bytes
@@ -309,7 +383,17 @@ class DirectionRecorder:
     ) -> None:
         """The ``frame`` records of ``found``, each with the time of the read that completed it."""
         prefix = self._prefix
-        made = heads_json([frame[0] for frame in found], plain)
+        heads = [frame[0] for frame in found]
+        # a head is at most six times its size in JSON, a body 4/3 in base64: most flushes
+        # cannot come near the bound, and only the others look at each frame
+        worst = 6 * max(map(len, heads)) + 16
+        if self._bodies:
+            worst += _base64_length(max([frame[1] for frame in found]))
+        omitted: list[str] | None = None
+        if worst <= self._room:
+            made = heads_json(heads, plain)
+        else:
+            made, omitted = self._bounded_heads(found, plain)
         if len(reads) == 1:
             ends: list[int] = []
             start = f'{{"v":{FORMAT_VERSION},"ts":{_seconds(times[0])}{prefix}'
@@ -317,19 +401,56 @@ class DirectionRecorder:
             ends = list(accumulate(map(len, reads)))
         read = -1
         append = lines.append
-        for (_, body_len, body, end), head_json in zip(found, made, strict=True):
+        if omitted is not None:  # some records leave something out
+            made = [
+                f'{head_json},"omitted":{what}' if what else head_json
+                for head_json, what in zip(made, omitted, strict=True)
+            ]
+            found = [
+                (head, body_len, None, end) if what else (head, body_len, body, end)
+                for (head, body_len, body, end), what in zip(found, omitted, strict=True)
+            ]
+        for (head, body_len, body, end), head_json in zip(found, made, strict=True):
             if ends and (read < 0 or end > ends[read]):
                 read = bisect_left(ends, end, read + 1)
                 start = f'{{"v":{FORMAT_VERSION},"ts":{_seconds(times[read])}{prefix}'
             if body is None:
                 append(f'{start}{head_json},"body_len":{body_len}}}\n')
             else:
+                if _is_error(head):  # the upstream's own text: it may quote a passcode line
+                    body = redact_body(body)
                 append(
                     f'{start}{head_json},"body_len":{body_len},"body":"'
                     + base64.b64encode(body).decode("ascii")
                     + '"}\n'
                 )
         self.frames += len(found)
+
+    def _bounded_heads(self, found: list[ScannedFrame], plain: int) -> tuple[list[str], list[str]]:
+        """``heads_json`` of the frames whose headers fit ``max_record_bytes``, their command only
+        for the others; and per frame the JSON list of what its record leaves out ("" for
+        nothing): its body when only the headers fit, else its headers and body (and the
+        command's end when even the command could not fit)."""
+        room = self._room
+        sizes = [
+            size if size <= room else head_json_bound(head)
+            for head, size in ((frame[0], 6 * len(frame[0]) + 16) for frame in found)
+        ]
+        kept = [frame[0] for frame, size in zip(found, sizes, strict=True) if size <= room]
+        made_kept = iter(heads_json(kept, plain) if kept else [])
+        made: list[str] = []
+        omitted: list[str] = []
+        for (head, _, body, _), size in zip(found, sizes, strict=True):
+            if size <= room:
+                made.append(next(made_kept))
+                fits = body is None or size + _base64_length(len(body)) <= room
+                omitted.append("" if fits else '["body"]')
+                continue
+            command_json, cut = _command_only_json(head, room)
+            made.append(command_json)
+            what = ["command", "headers"] if cut else ["headers"]
+            omitted.append(encode_json(what if body is None else [*what, "body"]))
+        return made, omitted
 
     def _account(self, held: int, now: float, lines: list[str]) -> None:
         budget = self._budget
@@ -363,9 +484,9 @@ class DirectionRecorder:
 
     def _stop(self, lines: list[str], now: float, error: str) -> None:
         """Parsing of this direction ends here; its buffers are let go.  The error may quote the
-        header line it could not read: a passcode's value is redacted there as in the headers."""
-        if "passcode:" in error:
-            error = _PASSCODE_IN_ERROR.sub("passcode:" + REDACTED, error)
+        header line it could not read, whatever its bytes: nothing after the word passcode is
+        kept (``redact_text``)."""
+        error = redact_text(error)
         self._scanner = None
         budget = self._budget
         budget.held -= self._held
@@ -427,16 +548,25 @@ class ConnectionRecorder:
         budget: ParseBudget,
         batches: Batches,
         now: float,
+        max_record_bytes: int = MAX_RECORD_BYTES,
     ) -> None:
         self.conn = conn
         self.client = client
         self._emit = emit
         self._closed = False
-        self.inbound = DirectionRecorder(
-            conn, client, "in", emit, bodies=bodies, limits=limits, budget=budget, batches=batches
-        )
-        self.outbound = DirectionRecorder(
-            conn, client, "out", emit, bodies=bodies, limits=limits, budget=budget, batches=batches
+        self.inbound, self.outbound = (
+            DirectionRecorder(
+                conn,
+                client,
+                direction,
+                emit,
+                bodies=bodies,
+                limits=limits,
+                budget=budget,
+                batches=batches,
+                max_record_bytes=max_record_bytes,
+            )
+            for direction in ("in", "out")
         )
         emit(
             conn,

@@ -5,7 +5,9 @@ closing mid-frame, a client vanishing, a full disk).  Nothing may hang: every wa
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import gzip
 import os
 import resource
 import socket
@@ -174,8 +176,6 @@ def test_every_byte_passes_unchanged_both_ways_with_heartbeats_and_half_closes(t
 
 
 def test_bodies_are_recorded_only_with_record_bodies(tmp_path, taps):
-    import base64
-
     def script(conn: socket.socket, up: ScriptedUpstream) -> None:
         up.read_to_end(conn)
 
@@ -304,3 +304,139 @@ def test_a_full_disk_drops_records_with_a_warning_and_the_proxy_goes_on(tmp_path
     finally:
         if mounted:
             subprocess.run(["umount", "-l", str(record)], check=False)
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def _wait_for_metric(tap: TapProcess, name: str, labels: str, at_least: float) -> None:
+    deadline = time.monotonic() + 60
+    while tap.metric(name, labels) < at_least:
+        assert time.monotonic() < deadline, f"{name}{labels} stayed below {at_least}"
+        time.sleep(0.05)
+
+
+def test_one_huge_connect_of_control_characters_costs_the_tap_its_size_and_the_others_stay_served(
+    tmp_path, plugin, taps
+):
+    """Issue 33 item 5: a 24 MiB CONNECT of control-character header lines (RabbitMQ's plugin
+    accepts it) cost the tap about 16x its size, before any login: the JSON of its head was made
+    before its size was looked at, six characters per control character.  Now the record is
+    bounded before it is made: the tap's peak RSS grows by about twice the frame (the incomplete
+    head it holds, one copy while the head is checked), the frame is recorded without its
+    headers, and a client already connected through the tap goes on being served."""
+    tap = taps(plugin, tmp_path / "rec")
+    queue = f"/queue/{unique('tap-hostile')}"
+    bystander = StompClient(tap.port)
+    try:
+        bystander.conn.subscribe(queue, id="s1", headers={"receipt": "sub"})
+        bystander.next("RECEIPT")
+        before = _peak_rss(tap.process.pid)
+        frames_in = tap.metric("frames_total", '{dir="in"}')
+        line = b"x:" + b"\x01" * 3000 + b"\n"
+        head = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n" + line * 8000 + b"\n\0"
+        with socket.create_connection(("127.0.0.1", tap.port), timeout=60) as hostile:
+            hostile.sendall(head)
+            hostile.settimeout(60)
+            assert hostile.recv(4096).startswith(b"CONNECTED")  # every byte went through
+            _wait_for_metric(tap, "frames_total", '{dir="in"}', frames_in + 1)  # and was recorded
+            growth = _peak_rss(tap.process.pid) - before
+            bystander.conn.send(queue, "still served")
+            assert str(bystander.next("MESSAGE").body) == "still served"
+        assert growth < 3 * len(head), (
+            f"the tap's peak RSS grew by {growth >> 20} MiB for a {len(head) >> 20} MiB frame"
+        )
+    finally:
+        bystander.close()
+    assert tap.stop() == 0
+    records = tap.records()
+    [connect] = [
+        r for r in records if r["kind"] == "frame" and r["command"] == "CONNECT" and r["headers"] == []
+    ]
+    assert connect["omitted"] == ["headers"]
+    assert not [r for r in records if r["kind"] == "dropped"]
+    assert tap.log().count("WARNING") == 0
+
+
+def test_a_passcode_line_with_a_bare_cr_reaches_no_recording_even_quoted_back_by_the_upstream(tmp_path, taps):
+    """Issue 33 item 6: a passcode line holding a bare CR and a quote, which the scanner
+    refuses, and an upstream that quotes the whole line back in its ERROR (in a header and in
+    the body, as the adapter did), recorded with --record-bodies: no part of the passcode is in
+    the recording's files."""
+    secret = b"Zq7'Xj8\"Wv9"
+    connect = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:" + secret + b"\rX\n\n\0"
+    detail = b"CR not followed by LF in header line " + repr(b"passcode:" + secret + b"\rX").encode()
+    error = (
+        b"ERROR\nmessage:Bad header passcode:" + secret.replace(b"\\", b"\\\\") + b"\\rX\n"
+        b"content-type:text/plain\ncontent-length:%d\n\n" % len(detail) + detail + b"\0\n"
+    )
+
+    def script(conn: socket.socket, up: ScriptedUpstream) -> None:
+        up.read_until(conn, b"\0")
+        up.send(conn, error)
+        conn.shutdown(socket.SHUT_WR)
+        up.read_to_end(conn)
+
+    upstream = ScriptedUpstream(script)
+    tap = taps(upstream.address, tmp_path / "rec", "--record-bodies")
+    with socket.create_connection(("127.0.0.1", tap.port), timeout=30) as client:
+        client.sendall(connect)
+        assert recv_all(client) == error  # passed on as it came
+    upstream.join()
+    assert tap.stop() == 0
+    records = tap.records()
+    refused, answer = [r for r in records if r["kind"] == "frame"]
+    assert refused["dir"] == "in" and refused["command"] is None and "passcode:***" in refused["error"]
+    assert answer["command"] == "ERROR" and answer["headers"][0] == ["message", "Bad header passcode:***"]
+    stored = b"".join(gzip.decompress(path.read_bytes()) for path in (tmp_path / "rec").iterdir())
+    bodies = [base64.b64decode(r["body"]) for r in records if r.get("body")]
+    for part in (b"Zq7", b"Xj8", b"Wv9"):
+        assert part not in stored and not any(part in body for body in bodies), part
+
+
+@pytest.mark.parametrize("nodelay", [False, True])
+def test_tcp_nodelay_is_set_as_asked_on_both_sockets_of_a_connection(nodelay):
+    """--tcp-nodelay: on by default (each read goes out at once); off, the kernel coalesces
+    small writes both ways (Nagle), as the sockets of a plain relay do.  asyncio sets it on every
+    TCP socket, so the tap sets it either way, on both sockets of a connection."""
+    import asyncio
+
+    from adapter.tap.proxy import Tap, TapSettings
+
+    async def run() -> list[int]:
+        accepted: list[asyncio.StreamWriter] = []
+        upstream = await asyncio.start_server(lambda _, writer: accepted.append(writer), "127.0.0.1", 0)
+        upstream_port = upstream.sockets[0].getsockname()[1]
+        settings = TapSettings(
+            listeners=[("127.0.0.1", 0)], upstream=("127.0.0.1", upstream_port), tcp_nodelay=nodelay
+        )
+        tap = Tap(settings, None)
+        await tap.start()
+        port = int(tap.addresses[0].rpartition(":")[2])
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(500):  # until the tap has connected upstream (each turn lets it go on)
+            if tap.links and next(iter(tap.links)).upstream is not None:
+                break
+            await asyncio.sleep(0.01)
+        [link] = tap.links
+        assert link.upstream is not None
+        options = [
+            transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            for transport in (link.client, link.upstream)
+        ]
+        await tap.stop()
+        for writer in (client, *accepted):
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        upstream.close()
+        await upstream.wait_closed()
+        return options
+
+    assert asyncio.run(run()) == [int(nodelay)] * 2

@@ -23,6 +23,10 @@ def test_stomp_amqp_adapter_tap_runs_the_tap_command(tmp_path, capsys):
     assert "--upstream-tls-cafile needs --upstream-tls" in capsys.readouterr().err
     assert cli.main([*common[:-2], "--record", str(tmp_path), "--upstream", "nonsense"]) == 2
     assert "expected HOST:PORT" in capsys.readouterr().err
+    assert cli.main([*common, "--queue-bytes", "1000000", "--max-record-bytes", "1000001"]) == 2
+    assert "--max-record-bytes 1000001 is more than --queue-bytes 1000000" in capsys.readouterr().err
+    assert cli.main([*common, "--max-record-bytes", "65535"]) == 2
+    assert "--max-record-bytes must be at least 65536" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         cli.main(["tap", "--help"])
     assert exit_.value.code == 0 and "--record-bodies" in capsys.readouterr().out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import tracemalloc
 
 from adapter.stomp.codec import FrameLimits
 from adapter.tap.recorder import Batches, ConnectionRecorder, DirectionRecorder, ParseBudget, headers_json
@@ -343,3 +344,185 @@ def test_a_flush_is_forced_per_direction_and_process_wide():
     assert shared.held == 30
     shared.flush()  # what the tap's timer does
     assert shared.held == 0 and sink.records[-1]["kind"] == "heartbeats"
+
+
+def hostile_connect(size: int, filler: bytes = b"\x01") -> bytes:
+    """A CONNECT whose header lines are ``size`` bytes of control characters (each one six
+    characters of JSON), in lines the tap's limits accept."""
+    line = b"x:" + filler * 4000 + b"\n"
+    return b"CONNECT\naccept-version:1.2\nlogin:app\npasscode:s3cret\n" + line * (size // len(line)) + b"\n\0"
+
+
+def test_a_head_too_big_to_record_is_never_made_into_json():
+    """Issue 33 item 5: the JSON of a frame head was made before its size was looked at, and a
+    control character is six characters of JSON, so one large CONNECT cost the tap about 16x
+    its size.  Now a record that could pass ``max_record_bytes`` is not made: its frame is
+    recorded with its command, no headers and ``omitted``; what the recorder allocates while it
+    scans and records the frame stays within a small multiple of the frame (tracemalloc's peak:
+    allocations, not time)."""
+    head = hostile_connect(4 * 1024 * 1024)
+    sink = Sink()
+    recorder = DirectionRecorder(
+        "c-1",
+        "10.0.0.5:51234",
+        "in",
+        sink,
+        bodies=False,
+        limits=FrameLimits(64 * 1024 * 1024, 10_000, 1024 * 1024),
+        budget=ParseBudget(256 * 1024 * 1024),
+        batches=Batches(lambda: None, limit=32 * 1024 * 1024, direction_limit=256 * 1024),
+        max_record_bytes=1024 * 1024,
+    )
+    reads = [head[i : i + 65536] for i in range(0, len(head), 65536)]
+    tracemalloc.start()
+    try:
+        for n, read in enumerate(reads):
+            recorder.feed(read, 1_795_650_000_000_000_000 + n)
+        recorder.flush()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    [frame] = sink.frames()
+    assert frame["command"] == "CONNECT" and frame["headers"] == [] and frame["omitted"] == ["headers"]
+    assert frame["body_len"] == 0
+    assert len(json.dumps(frame)) < 1024
+    assert peak < 3 * len(head), f"peak {peak} bytes for a frame of {len(head)}"
+
+
+def test_head_json_bound_is_never_below_the_json_made():
+    """The bound decides which records are not made: it must hold for every head, whatever its
+    bytes (control characters, quotes, UTF-8, bytes that are not UTF-8, CR LF line ends, empty
+    passcodes redacted to ``***``, ERROR texts redacted)."""
+    from adapter.stomp.scanner import OTHER
+    from adapter.tap.recorder import head_json_bound, heads_json
+
+    rng = random.Random(5)
+    pieces = [
+        b"a",
+        b":",
+        b"\x01",
+        b'"',
+        b"\\",
+        b"\xff",
+        "é".encode(),
+        "😀".encode(),
+        b"\t",
+        b"\x7f",
+        b"passcode:",
+    ]
+    for _ in range(3000):
+        command = rng.choice([b"SEND", b"CONNECT", b"ERROR", b"X\x01\xff"])
+        lines = [command]
+        for _ in range(rng.randrange(0, 6)):
+            name = rng.choice([b"passcode", b"message", b"x", b""])
+            value = b"".join(rng.choice(pieces) for _ in range(rng.randrange(0, 8)))
+            lines.append(name + b":" + value)
+        head = (b"\r\n" if rng.random() < 0.2 else b"\n").join(lines)
+        [made] = heads_json([head], OTHER)
+        assert len(made) <= head_json_bound(head), head
+
+
+def record_bounded(max_record_bytes: int, *, bodies: bool = False) -> tuple[Sink, DirectionRecorder]:
+    sink = Sink()
+    recorder = DirectionRecorder(
+        "c-1",
+        "10.0.0.5:51234",
+        "in",
+        sink,
+        bodies=bodies,
+        limits=FrameLimits(64 * 1024 * 1024, 10_000, 1024 * 1024),
+        budget=ParseBudget(1 << 30),
+        batches=batches(),
+        max_record_bytes=max_record_bytes,
+    )
+    return sink, recorder
+
+
+def test_a_body_too_big_for_its_record_is_left_out_and_the_headers_kept():
+    sink, recorder = record_bounded(64 * 1024, bodies=True)
+    small = b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0"
+    big = b"SEND\ndestination:/queue/a\ncontent-length:60000\n\n" + b"b" * 60_000 + b"\0"
+    recorder.feed(small + big + small, 1_795_650_000_000_000_000)
+    recorder.flush()
+    first, second, third = sink.frames()
+    assert first["body"] == third["body"] == base64.b64encode(b"hello").decode() and "omitted" not in first
+    assert second["omitted"] == ["body"] and "body" not in second and second["body_len"] == 60_000
+    assert second["headers"] == [["destination", "/queue/a"], ["content-length", "60000"]]
+    assert all(len(json.dumps(frame)) <= 64 * 1024 for frame in sink.frames())
+
+
+def test_a_command_line_too_long_for_its_record_is_cut():
+    sink, recorder = record_bounded(64 * 1024)
+    recorder.feed(b"\x02" * 200_000 + b"\nx:1\n\n\0", 1_795_650_000_000_000_000)
+    recorder.flush()
+    [frame] = sink.frames()
+    assert frame["omitted"] == ["command", "headers"] and frame["command"] == "\x02" * 1024
+    assert frame["headers"] == []
+
+
+SECRET = b"Zq7'Xj8\"Wv9"  # a passcode with both quotes: each part must stay out of a recording
+
+
+def leaks(records: list[dict]) -> list[str]:
+    """The parts of ``SECRET`` found in the records (their JSON, and their bodies decoded)."""
+    texts = [json.dumps(records)]
+    texts += [base64.b64decode(r["body"]).decode("latin-1") for r in records if r.get("body")]
+    return [part for part in ("Zq7", "Xj8", "Wv9") if any(part in text for text in texts)]
+
+
+def test_a_passcode_line_the_scanner_refuses_never_reaches_the_error_record_whatever_it_holds():
+    """Issue 33 item 6: the error record quotes the line the scanner refused, and its passcode
+    was redacted only up to the first quote.  Now nothing after the word passcode is kept, with
+    a bare CR, quotes, no ':' at all, or another case."""
+    for line in (
+        b"passcode:" + SECRET + b"\rX",
+        b"passcode:\r" + SECRET,
+        b"login:guest\rpasscode:" + SECRET,
+        b"passcode " + SECRET,
+        b"PASSCODE " + SECRET,
+    ):
+        sink = Sink()
+        recorder = direction(sink)
+        recorder.feed(b"CONNECT\naccept-version:1.2\nlogin:guest\n" + line + b"\n\n\0", 1.0)
+        recorder.finish(2.0)
+        [frame] = sink.frames()
+        assert frame["command"] is None and "passcode" in frame["error"].lower(), frame
+        assert leaks(sink.records) == [], (line, frame["error"])
+
+
+def test_an_upstream_error_that_quotes_a_passcode_line_is_redacted_in_its_headers_and_body():
+    """The upstream's ERROR may quote the CONNECT's passcode line (the adapter did, in its body,
+    and a header may too): with --record-bodies the body was recorded as it came.  In an ERROR,
+    whatever follows the word passcode is redacted, in every header and in the body; other
+    frames' bodies are the application's and stay as they are."""
+    detail = b"CR not followed by LF in header line b'passcode:Zq7\\'Xj8\"Wv9\\rX'\nbye"
+    error = (
+        b"ERROR\nmessage:Bad header passcode:"
+        + SECRET
+        + b"\\r\nx-passcode-echo:"
+        + SECRET
+        + b"\ncontent-type:text/plain\ncontent-length:%d\n\n" % len(detail)
+        + detail
+        + b"\0\n"
+    )
+    message = b"MESSAGE\ndestination:/queue/a\nmessage-id:1\nsubscription:0\n\npasscode:kept\0\n"
+    sink = Sink()
+    recorder = DirectionRecorder(
+        "c-1",
+        "10.0.0.5:51234",
+        "out",
+        sink,
+        bodies=True,
+        limits=FrameLimits(),
+        budget=ParseBudget(1 << 30),
+        batches=batches(),
+    )
+    recorder.feed(message + error, 1_795_650_000_000_000_000)
+    recorder.flush()
+    kept, redacted = sink.frames()
+    assert base64.b64decode(kept["body"]) == b"passcode:kept"
+    assert redacted["command"] == "ERROR" and redacted["body_len"] == len(detail)
+    assert redacted["headers"][0] == ["message", "Bad header passcode:***"]
+    assert redacted["headers"][1] == ["x-passcode", "***"]
+    assert base64.b64decode(redacted["body"]) == b"CR not followed by LF in header line b'passcode:***"
+    assert leaks(sink.records) == []
