@@ -137,6 +137,7 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
         hide_server_info=settings.hide_server_info,
         default_nack_requeue=settings.default_nack_requeue,
         min_client_heartbeat=settings.min_client_heartbeat,
+        default_retry_delays=settings.default_retry_delays,
         default_topic_exchange=settings.default_topic_exchange,
         loopback_users=frozenset(settings.loopback_users),
         trailing_lf=settings.trailing_lf,

@@ -31,6 +31,7 @@ from .values import (
     _optional,
     _optional_path,
     _origins,
+    _retry_defaults,
     _tls_versions,
     _to_bool,
     _trusted_peers,
@@ -356,6 +357,12 @@ class Settings(BaseSettings):
     loopback_users: Annotated[tuple[str, ...], Setting(_SESSION, _user_list, "adapter.loopback_users")] = (
         "guest",
     )
+    # NACK retry with back-off by default for the ack:client-individual subscriptions of
+    # destinations with these prefixes (adapter/session/retries.py): PREFIX=DELAYS;...; none: only
+    # SUBSCRIBEs with x-retry-delays retry.
+    default_retry_delays: Annotated[
+        tuple[tuple[str, str], ...], Setting(_SESSION, _retry_defaults, "adapter.default_retry_delays")
+    ] = ()
     # Append LF after the NUL of every outgoing frame, as the plugin does.
     trailing_lf: Annotated[bool, Setting(_SESSION, _to_bool, "adapter.trailing_lf")] = True
     # Whose visible behaviour (ERROR texts, what a consumer timeout does) the adapter copies: the

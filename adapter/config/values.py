@@ -410,3 +410,34 @@ def _milliseconds(minimum: int) -> Callable[[object], float]:
         return integer(value) / 1000
 
     return convert
+
+
+def _retry_defaults(value: object) -> tuple[tuple[str, str], ...]:
+    """``adapter.default_retry_delays``: ``PREFIX=DELAYS`` entries separated by ``;`` (DELAYS as
+    SUBSCRIBE's ``x-retry-delays`` takes them: 1 to 32 integers from 1 to 86400000, comma-
+    separated), or none."""
+    allowed = (
+        "must be PREFIX=DELAYS entries separated by ';', each DELAYS 1 to 32 milliseconds from 1 to "
+        "86400000 separated by commas (e.g. /queue/orders.=1000,5000,30000), or none"
+    )
+    if isinstance(value, list | tuple):
+        value = ";".join(str(item) for item in value)
+    if not isinstance(value, str):
+        raise ValueError(allowed)
+    if value.strip().lower() in ("", "none"):
+        return ()
+    entries: list[tuple[str, str]] = []
+    for entry in value.split(";"):
+        if not entry.strip():
+            continue
+        prefix, equals, delays = entry.strip().partition("=")
+        parts = [part.strip() for part in delays.split(",")]
+        if (
+            not equals
+            or not prefix.startswith("/")
+            or not 1 <= len(parts) <= 32
+            or not all(part.isascii() and part.isdigit() and 1 <= int(part) <= 86_400_000 for part in parts)
+        ):
+            raise ValueError(allowed)
+        entries.append((prefix.strip(), ",".join(parts)))
+    return tuple(entries)

@@ -61,6 +61,7 @@ __all__ = [
     "RetryPlan",
     "Retries",
     "attempts_made",
+    "default_delays",
     "retry_plan",
     "retry_queue",
 ]
@@ -74,11 +75,22 @@ MAX_DELAY_MS: Final = 24 * 3600 * 1000  # a day: longer is a scheduler's job, no
 _EXPIRES_AFTER_MS: Final = 60_000
 
 
-def retry_plan(headers: Mapping[str, str], queue: str, ack_mode: str) -> RetryPlan | None:
-    """The plan of a SUBSCRIBE's ``x-retry-delays`` (None without it); ProcessingError for a
-    list that is not 1 to 32 integers from 1 to 86,400,000, or an ack mode other than
-    client-individual."""
-    raw = headers.get(DELAYS_HEADER)
+def default_delays(destination: str, ack_mode: str, defaults: tuple[tuple[str, str], ...]) -> str | None:
+    """The ``x-retry-delays`` ``adapter.default_retry_delays`` gives a client-individual
+    subscription of ``destination`` that does not say (the longest matching prefix), or None."""
+    if ack_mode != "client-individual" or not defaults:
+        return None
+    matching = [(prefix, delays) for prefix, delays in defaults if destination.startswith(prefix)]
+    return max(matching, key=lambda entry: len(entry[0]))[1] if matching else None
+
+
+def retry_plan(
+    headers: Mapping[str, str], queue: str, ack_mode: str, default: str | None = None
+) -> RetryPlan | None:
+    """The plan of a SUBSCRIBE's ``x-retry-delays`` (or of ``default``, the setting's for its
+    destination, without one; None without either); ProcessingError for a list that is not 1 to
+    32 integers from 1 to 86,400,000, or an ack mode other than client-individual."""
+    raw = headers.get(DELAYS_HEADER, default)
     if raw is None:
         return None
     parts = [part.strip() for part in raw.split(",")]

@@ -41,6 +41,9 @@ class SessionSettings:
     default_nack_requeue: bool = True
     # adapter.min_client_heartbeat (ms): what CONNECTED asks of a client that can send heart-beats
     min_client_heartbeat: int = 0
+    # adapter.default_retry_delays: (destination prefix, x-retry-delays) for the client-individual
+    # subscriptions that do not say (adapter/session/retries.py)
+    default_retry_delays: tuple[tuple[str, str], ...] = ()
     default_topic_exchange: str = "amq.topic"
     loopback_users: frozenset[str] = frozenset({"guest"})
     trailing_lf: bool = True

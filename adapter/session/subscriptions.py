@@ -41,7 +41,7 @@ from ..mapping.profile import Profile, RabbitMQRules
 from ..stomp.frame import Frame
 from .edition import edition_for
 from .fanout import shareable
-from .retries import DELAYS_HEADER, retry_plan
+from .retries import DELAYS_HEADER, default_delays, retry_plan
 from .settings import RefusedWithReceipt, SessionSettings, Steps
 from .subscription import ACK_MODES, Subscription
 from .targets import Targets
@@ -219,7 +219,13 @@ class Subscriptions:
             yield BasicQos(0)
         arguments = consume_arguments(headers)
         hook = extension.delivery_hook(ack_mode, selector)
-        retry = retry_plan(headers, queue, ack_mode)
+        settings = self._settings
+        default = (
+            default_delays(raw, ack_mode, settings.default_retry_delays)
+            if settings.profile == Profile.RABBITMQ
+            else None
+        )
+        retry = retry_plan(headers, queue, ack_mode, default)
         if retry is not None:
             hook = self._retries  # keeps each delivery's body for its NACK
         self.add(Subscription(tag, sub_id, raw, dest, ack_mode, selector, hook=hook, retry=retry))

@@ -6,6 +6,8 @@ duplicated on the way."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from adapter.session.retries import retry_queue
@@ -109,3 +111,31 @@ def test_a_retry_header_that_cannot_work_is_a_processing_error(
     command, frame_headers, body = got[-1]
     assert (command, frame_headers["message"]) == ("ERROR", "Processing error"), got
     assert reason in body
+
+
+def test_a_destination_prefix_can_retry_by_default(start_adapter: Any, broker: BrokerProbe) -> None:
+    """adapter.default_retry_delays gives the client-individual subscriptions of matching
+    destinations their retries, without the header; other destinations and ack modes as before."""
+    work, other = unique("retry-default"), unique("retry-other")
+    broker.declare_queue(work)
+    broker.declare_queue(other)
+    broker.track_queue(retry_queue(50, work).queue)
+    adapter = start_adapter(default_retry_delays="/amq/queue/retry-nothing=9; /amq/queue/retry-def=50")
+    session = RawSession(adapter.port)
+    got = session.send(
+        f"SUBSCRIBE\nid:s\ndestination:/amq/queue/{work}\nack:client-individual\nreceipt:r\n\n"
+    )
+    assert got[-1][0] == "RECEIPT", got
+    broker.publish("", work, b"again")
+    message = next_message(session)
+    settle(session, "NACK", message)
+    message = next_message(session)
+    assert message[1]["x-delivery-count"] == "1" and message[2] == b"again"
+    plain = RawSession(adapter.port)
+    got = plain.send(f"SUBSCRIBE\nid:s\ndestination:/amq/queue/{other}\nack:client-individual\nreceipt:r\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    broker.publish("", other, b"requeued")
+    message = next_message(plain)
+    settle(plain, "NACK", message)
+    message = next_message(plain)  # requeued at once, as without the setting
+    assert message[1]["redelivered"] == "true" and "x-delivery-count" not in message[1]

@@ -142,3 +142,19 @@ def test_an_ack_and_a_sweep_give_the_kept_bytes_back() -> None:
     retries.swept(2)
     retries.forget("T_s")
     assert retries._account.held == 0
+
+
+def test_the_default_per_destination_prefix() -> None:
+    from adapter.config import ConfigError, load_settings
+    from adapter.session.retries import default_delays
+
+    settings = load_settings(None, {"default_retry_delays": "/queue/orders.=1000,5000; /queue/orders.eu=10"})
+    defaults = settings.default_retry_delays
+    assert defaults == (("/queue/orders.", "1000,5000"), ("/queue/orders.eu", "10"))
+    assert default_delays("/queue/orders.eu.1", "client-individual", defaults) == "10"  # the longest prefix
+    assert default_delays("/queue/orders.us", "client-individual", defaults) == "1000,5000"
+    assert default_delays("/queue/orders.us", "client", defaults) is None  # only client-individual
+    assert default_delays("/queue/other", "client-individual", defaults) is None
+    for bad in ("/queue/x", "/queue/x=", "queue/x=10", "/queue/x=0", "/queue/x=ten"):
+        with pytest.raises(ConfigError, match="PREFIX=DELAYS"):
+            load_settings(None, {"default_retry_delays": bad})
