@@ -58,9 +58,9 @@ from .sharing import SharedLink
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from ..amqp.multiplex_runtime import AmqpMultiplex
+    from ..amqp.pool_runtime import AmqpReuse
     from ..session.fanout import Member
-    from .amqp_mux import AmqpMultiplex
-    from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats

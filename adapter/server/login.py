@@ -8,7 +8,7 @@ it) or the ``LoginResult`` of a failure, whose text never names a node, address,
 certificate problem or setting (the log has those; the client has not logged in).
 ``BrokerLogin.pooled`` takes a connection from adapter.amqp_connection_reuse's pool instead, or,
 with adapter.amqp_sessions_per_connection above 1, a channel on a shared connection
-(adapter/server/amqp_mux.py); ``release`` gives one back (or closes it).  The shell
+(adapter/amqp/multiplex_runtime.py); ``release`` gives one back (or closes it).  The shell
 (``ClientConnection``) decides what a
 result means for the session; this module knows nothing of STOMP.
 """
@@ -30,8 +30,8 @@ from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
     from ..amqp.connection import BrokerEvents
-    from .amqp_mux import AmqpMultiplex
-    from .amqp_pool import AmqpReuse
+    from ..amqp.multiplex_runtime import AmqpMultiplex
+    from ..amqp.pool_runtime import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
@@ -51,8 +51,9 @@ class BrokerSettings:
     tls_server_name: str | None = None
 
 
-# opens one AMQP connection: AmqpConnection.open's signature (a test passes its own)
-Opener = Callable[..., Awaitable[AmqpConnection]]
+# opens one AMQP connection: AmqpConnection.open's signature (a test passes its own); with
+# multiplexing SharedConnection.open, whose connection the registry shares
+Opener = Callable[..., Awaitable[AmqpConnection | SharedConnection]]
 
 
 class LoginServices(Protocol):
@@ -137,9 +138,9 @@ class BrokerLogin:
 
     def pooled(self, op: ops.OpenConnection, events: BrokerEvents) -> SessionLink | None:
         """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
-        passcode, with a fresh channel number (adapter/server/amqp_pool.py); with
+        passcode, with a fresh channel number (adapter/amqp/pool_runtime.py); with
         adapter.amqp_sessions_per_connection above 1, a channel on a shared connection of theirs
-        with room, no I/O (adapter/server/amqp_mux.py); None: log in afresh, and the broker
+        with room, no I/O (adapter/amqp/multiplex_runtime.py); None: log in afresh, and the broker
         decides, as without either."""
         # the configured order: attempt_order() would advance the round robin of fresh logins
         labels = (node.label for node in self._services.nodes.nodes)
@@ -238,6 +239,7 @@ class BrokerLogin:
                 nodes.announced(node, amqp.broker_version)  # logged and exported once per node
                 if mux is not None:
                     return mux.logged_in(amqp, node.label, op.user, op.vhost, op.password, events)
+                assert not isinstance(amqp, SharedConnection), "a shared connection without multiplexing"
                 if reuse is not None:
                     reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 return amqp
@@ -248,8 +250,8 @@ class BrokerLogin:
     async def release(self, amqp: SessionLink, *, queues_to_delete: bool, session_failed: bool) -> None:
         """The session is done with its AMQP link: close it, or, with
         adapter.amqp_connection_reuse, give it back to the pool if nothing of the session can
-        outlive its channel (adapter/server/amqp_pool.py decides), or, with multiplexing, close
-        its channel on the shared connection (adapter/server/amqp_mux.py)."""
+        outlive its channel (adapter/amqp/pool_runtime.py decides), or, with multiplexing, close
+        its channel on the shared connection (adapter/amqp/multiplex_runtime.py)."""
         mux = self._services.amqp_mux
         if mux is not None and isinstance(amqp, ChannelLink):
             await mux.release(amqp)

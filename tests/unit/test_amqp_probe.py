@@ -190,7 +190,7 @@ async def test_a_built_in_exchange_type_is_declared_on_the_sessions_own_channel(
     link.flush()
     ((channel, declare),) = transport.take_frames()
     assert channel == link.channel and isinstance(declare, commands.Exchange.Declare)
-    connection.data_received(broker((commands.Exchange.DeclareOk(), link.channel)))
+    connection.socket.data_received(broker((commands.Exchange.DeclareOk(), link.channel)))
     assert await call is None and opener.opened == []
 
 
@@ -228,7 +228,7 @@ async def test_the_shared_connection_failing_ends_the_probes_of_its_sessions() -
     opener = FakeOpener([[got(1)]])
     link.probe = probe = Probe(opener, "guest", "secret", "/")  # type: ignore[arg-type]
     await link.execute(GET)
-    connection.connection_lost(ConnectionResetError("reset"))
+    connection.socket.connection_lost(ConnectionResetError("reset"))
     assert probe.ended and opener.done_with == opener.opened
 
 
