@@ -152,6 +152,9 @@ def _method_of(payload: bytes) -> tuple[int, int]:
         raise wire.DecodeError("method frame shorter than its method id") from None
 
 
+_OTHER: Final = Input.OTHER_CONNECTION_METHOD
+
+
 def method_input(method: tuple[int, int]) -> Input:
     """The phase-table input a method from the broker is."""
     if method[0] == 10:
@@ -207,6 +210,24 @@ def server_properties(payload: bytes) -> dict[str, object]:
             _SERVER_PROPERTIES.clear()
         _SERVER_PROPERTIES[payload] = properties
     return properties
+
+
+# tune-ok + connection.open by (channel_max, frame_max, heart-beat, vhost): the same for every
+# login of a vhost to one broker (building them was a tenth of a login's encoding calls)
+_TUNE_OK_AND_OPEN: dict[tuple[int, int, int, str], bytes] = {}
+_TUNE_OK_AND_OPEN_CACHE_SIZE: Final = 64
+
+
+def tune_ok_and_open(channel_max: int, frame_max: int, heartbeat: int, vhost: str) -> bytes:
+    """connection.tune-ok with the negotiated values and connection.open of ``vhost``, encoded."""
+    key = (channel_max, frame_max, heartbeat, vhost)
+    frames = _TUNE_OK_AND_OPEN.get(key)
+    if frames is None:
+        frames = wire.connection_tune_ok(channel_max, frame_max, heartbeat) + wire.connection_open(vhost)
+        if len(_TUNE_OK_AND_OPEN) >= _TUNE_OK_AND_OPEN_CACHE_SIZE:
+            _TUNE_OK_AND_OPEN.clear()
+        _TUNE_OK_AND_OPEN[key] = frames
+    return frames
 
 
 _UTF8_STRICT_SINCE: Final = (4, 3)
@@ -386,7 +407,6 @@ class ConnectionCore:
         """Hand every frame after the handshake to ``channel`` (a connection with one session
         at a time): the reader calls the channel's own handlers, no routing in between."""
         self._only = channel
-        self.reader.set_content_handlers(channel.on_content_header, channel.on_body)
 
     def route(self, hooks: RoutingHooks) -> None:
         """Hand frames after the handshake to the channel of ``channels`` their number names
@@ -455,8 +475,12 @@ class ConnectionCore:
 
     # ----------------------------------------------------------------- the handshake
     def _on_handshake_method(self, channel: int, payload: bytes) -> None:
-        method = _method_of(payload)
-        event = method_input(method)
+        try:
+            method = _method_id(payload)
+        except struct.error:
+            raise wire.DecodeError("method frame shorter than its method id") from None
+        # method_input, inline: a login runs this once per handshake step
+        event = _CONNECTION_INPUTS.get(method, _OTHER) if method[0] == 10 else Input.CHANNEL_METHOD
         if event is Input.START:
             self.advance(event)
             self.server_properties = server_properties(payload)
@@ -484,8 +508,7 @@ class ConnectionCore:
             # tune-ok and connection.open in one write (AMQP lets a client send open without
             # waiting), one round trip per login fewer; the channel is opened lazily
             self.out.append(
-                wire.connection_tune_ok(self.channel_max, self.frame_max, self.heartbeat)
-                + wire.connection_open(self._credentials[2])
+                tune_ok_and_open(self.channel_max, self.frame_max, self.heartbeat, self._credentials[2])
             )
         elif event is Input.OPEN_OK:
             self.advance(event)
@@ -494,11 +517,11 @@ class ConnectionCore:
             user, _, vhost = self._credentials
             self._credentials = (user, "", vhost)
             # from now on every frame goes to its channel; takes effect within the current read
-            if self._only is not None:
-                self.reader.set_method_handler(self._only.on_method)
+            only = self._only
+            if only is not None:
+                self.reader.set_handlers(only.on_method, only.on_content_header, only.on_body)
             else:
-                self.reader.set_method_handler(self._route_method)
-                self.reader.set_content_handlers(self._route_header, self._route_body)
+                self.reader.set_handlers(self._route_method, self._route_header, self._route_body)
             self.hooks.handshake_done()
         elif event is Input.CHANNEL_METHOD:
             # refused in the handshake phases; in a close begun before open-ok (refused input)

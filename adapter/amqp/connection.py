@@ -5,7 +5,7 @@ connection of its own.
 everything that needs the event loop: ``connect()`` with its timeout and the contract with the
 login's node loop (which failures are the broker refusing and which a node failing, TLS
 included), the future of the handshake, the flush of the connection's output buffer, flow
-control in both directions, the heart-beat timer (``_Heartbeats``), and closing.  What the bytes
+control in both directions, the heart-beat timer, and closing.  What the bytes
 mean (handshake, phases, connection methods) is the core's.  It reports to its owner
 (``SocketOwner``): a session's link with a connection of its own (``AmqpConnection``, here) or a
 shared connection (adapter/amqp/shared.py), each of which owns one socket.
@@ -33,7 +33,8 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import Protocol, cast
+from collections.abc import Awaitable
+from typing import Generic, Protocol, TypeVar, cast
 
 from ..liveness import Liveness
 from ..mapping.destinations import BrokerGeneration
@@ -102,49 +103,21 @@ class SocketOwner(Protocol):
         """The broker blocked the connection, or its socket is full (or neither any more)."""
 
 
-class _Heartbeats:
-    """The heart-beat timer of one socket: the monitor the STOMP shell uses too, ticked at half
-    the negotiated interval; four silent ticks (two heart-beat periods) fail the link."""
-
-    __slots__ = ("_handle", "_socket", "liveness")
-
-    def __init__(self, socket: AmqpSocket) -> None:
-        self._socket = socket
-        self.liveness = Liveness(misses_allowed=4)
-        self._handle: asyncio.TimerHandle | None = None
-
-    def start(self) -> None:
-        socket = self._socket
-        self._handle = socket.loop.call_later(socket.core.heartbeat / 2, self._tick)
-
-    def _tick(self) -> None:
-        socket = self._socket
-        transport = socket.transport
-        if transport is None:
-            return
-        liveness = self.liveness
-        if liveness.send_tick(bool(socket.core.out)):
-            transport.write(wire.HEARTBEAT_FRAME)
-        # while we hold the broker back for a slow client, its heart-beats wait unread: excused
-        if liveness.receive_tick(socket.reading_paused):
-            socket.core.fail(
-                AmqpError(0, f"missed heart-beats from the broker for {2 * socket.core.heartbeat} s")
-            )
-            socket.abort()
-            return
-        self.start()
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
+Owner = TypeVar("Owner", bound=SocketOwner)
 
 
-class AmqpSocket(asyncio.Protocol):
+class AmqpSocket(asyncio.Protocol, Generic[Owner]):
     """The asyncio shell over one ``ConnectionCore`` (see the module docstring); its core's
     ``ConnectionHooks``."""
 
     def __init__(
-        self, owner: SocketOwner, *, heartbeat: int, connection_name: str, many_channels: bool = False
+        self,
+        owner: Owner,
+        *,
+        heartbeat: int,
+        connection_name: str,
+        many_channels: bool = False,
+        credentials: tuple[str, str, str] = ("", "", "/"),
     ) -> None:
         self.owner = owner
         self.loop = asyncio.get_running_loop()
@@ -154,6 +127,7 @@ class AmqpSocket(asyncio.Protocol):
             heartbeat=heartbeat,
             client_properties=client_properties_table(connection_name),
             many_channels=many_channels,
+            credentials=credentials,
         )
         self.transport: asyncio.Transport | None = None
         self._handshake: asyncio.Future[None] = self.loop.create_future()
@@ -163,9 +137,11 @@ class AmqpSocket(asyncio.Protocol):
         self.reading_paused = False
         self.writing_paused = False
         self._closed: asyncio.Future[None] = self.loop.create_future()
-        self.heartbeats = _Heartbeats(self)
-        # the heart-beat monitor: a read or a write on any channel is one on the socket
-        self.liveness = self.heartbeats.liveness
+        # heart-beats (below): the monitor the STOMP shell uses too, ticked at half the
+        # negotiated interval; four silent ticks (two heart-beat periods) fail the link.  A read
+        # or a write on any channel is one on the socket.
+        self.liveness = Liveness(misses_allowed=4)
+        self._heartbeat_handle: asyncio.TimerHandle | None = None
 
     # --------------------------------------------------------------------- opening
     async def connect(
@@ -176,10 +152,11 @@ class AmqpSocket(asyncio.Protocol):
         timeout: float,
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
-    ) -> None:
+    ) -> Owner:
         """Connect, authenticate and open the vhost (the core's credentials; channels open with
-        their first frame).  Raises AmqpError (the broker refused: final for this login) or
-        OSError / TimeoutError (this node failed: try another; ssl.SSLError for TLS problems)."""
+        their first frame); returns the owner, handed over.  Raises AmqpError (the broker
+        refused: final for this login) or OSError / TimeoutError (this node failed: try another;
+        ssl.SSLError for TLS problems)."""
         connected = False
         try:
             async with asyncio.timeout(timeout):
@@ -205,6 +182,7 @@ class AmqpSocket(asyncio.Protocol):
                 f"the node closed the connection as it opened: {self._failed_before_handover.text}"
             )
         self.opened = True
+        return self.owner
 
     def _give_up(self) -> None:
         """connect() gave up (refused, failed, or timed out, possibly in the very iteration the
@@ -221,13 +199,9 @@ class AmqpSocket(asyncio.Protocol):
 
     def handshake_done(self) -> None:
         if self.core.heartbeat:
-            self.heartbeats.start()
+            self._schedule_heartbeat()
         if not self._handshake.done():
             self._handshake.set_result(None)
-
-    @property
-    def handshake_finished(self) -> bool:
-        return self._handshake.done()
 
     # --------------------------------------------------------------------- reading
     def data_received(self, data: bytes) -> None:
@@ -290,6 +264,26 @@ class AmqpSocket(asyncio.Protocol):
             self.reading_paused = False
             self.transport.resume_reading()
 
+    # --------------------------------------------------------------------- heart-beats
+    def _schedule_heartbeat(self) -> None:
+        self._heartbeat_handle = self.loop.call_later(self.core.heartbeat / 2, self._heartbeat_tick)
+
+    def _heartbeat_tick(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        liveness = self.liveness
+        if liveness.send_tick(bool(self.core.out)):
+            transport.write(wire.HEARTBEAT_FRAME)
+        # while we hold the broker back for a slow client, its heart-beats wait unread: excused
+        if liveness.receive_tick(self.reading_paused):
+            self.core.fail(
+                AmqpError(0, f"missed heart-beats from the broker for {2 * self.core.heartbeat} s")
+            )
+            self.abort()
+            return
+        self._schedule_heartbeat()
+
     # --------------------------------------------------------------------- failing
     def connection_failed(self, error: AmqpError) -> None:
         """The core failed: before the handover the login's business, after it the owner's."""
@@ -317,7 +311,8 @@ class AmqpSocket(asyncio.Protocol):
         self.transport = None
         step = self.core.handshake_step
         self.core.lost()
-        self.heartbeats.stop()
+        if self._heartbeat_handle is not None:
+            self._heartbeat_handle.cancel()
         if not self._handshake.done() and (isinstance(exc, ssl.SSLError) or step != Phase.AUTH):
             # the node failed, the broker refused nothing: connect() raises an OSError and the
             # login tries the next node.  A TLS alert is named as such (e.g. a broker that wants
@@ -375,29 +370,26 @@ class AmqpSocket(asyncio.Protocol):
         self.flush()
         self.loop.call_later(5.0, self.close_transport)
 
-    @property
-    def peer_address(self) -> str | None:
-        """The broker's IP address this connection reached."""
-        if self.transport is None:
-            return None
-        peer = self.transport.get_extra_info("peername")
-        return str(peer[0]) if peer else None
-
-    @property
-    def is_open(self) -> bool:
-        """The socket is up and nobody has asked the broker to close the connection yet."""
-        return self.transport is not None and not self.core.close_sent
-
 
 class AmqpConnection:
     """A session's link with a connection of its own (``SessionLink``; see the module
     docstring): one ``AmqpSocket`` and one ``AsyncChannel`` on it."""
 
     def __init__(
-        self, events: BrokerEvents, *, heartbeat: int, connection_name: str, reusable: bool = False
+        self,
+        events: BrokerEvents,
+        *,
+        heartbeat: int,
+        connection_name: str,
+        reusable: bool = False,
+        credentials: tuple[str, str, str] = ("", "", "/"),
     ) -> None:
         socket = AmqpSocket(
-            self, heartbeat=heartbeat, connection_name=connection_name, many_channels=reusable
+            self,
+            heartbeat=heartbeat,
+            connection_name=connection_name,
+            many_channels=reusable,
+            credentials=credentials,
         )
         self.socket = socket
         # adapter.amqp_connection_reuse: the connection may serve several sessions, one after
@@ -432,9 +424,12 @@ class AmqpConnection:
         self.call = self._channel.call
         self.pause_reading = socket.pause_reading
         self.resume_reading = socket.resume_reading
+        # what the socket reports: reads done go to the session's events, failures to the channel
+        self.read_done = events.on_read_done
+        self.connection_failed = self._channel.fail
 
     @classmethod
-    async def open(
+    def open(
         cls,
         events: BrokerEvents,
         *,
@@ -449,15 +444,19 @@ class AmqpConnection:
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         reusable: bool = False,
-    ) -> AmqpConnection:
+    ) -> Awaitable[AmqpConnection]:
         """Connect, authenticate and open the vhost (the channel opens with its first frame):
-        ``AmqpSocket.connect``, whose errors it raises."""
-        link = cls(events, heartbeat=heartbeat, connection_name=connection_name, reusable=reusable)
-        link.socket.core.login_as(user, password, vhost)
-        await link.socket.connect(
+        ``AmqpSocket.connect``, whose errors it raises, and which returns the link."""
+        link = cls(
+            events,
+            heartbeat=heartbeat,
+            connection_name=connection_name,
+            reusable=reusable,
+            credentials=(user, password, vhost),
+        )
+        return link.socket.connect(
             host=host, port=port, timeout=timeout, ssl_context=ssl_context, server_hostname=server_hostname
         )
-        return link
 
     # --------------------------------------------------------------------- what the broker is
     @property
@@ -473,12 +472,6 @@ class AmqpConnection:
         return self.socket.core.broker_generation
 
     # --------------------------------------------------------------------- the socket's owner
-    def read_done(self) -> None:
-        self._core.events.on_read_done()
-
-    def connection_failed(self, error: AmqpError) -> None:
-        self._channel.fail(error)
-
     def backpressure(self, paused: bool) -> None:
         self._core.events.on_broker_backpressure(paused)
 
@@ -519,6 +512,7 @@ class AmqpConnection:
     def attach(self, events: BrokerEvents) -> None:
         """From now on broker events go to ``events`` (the next session, or the pool)."""
         self._core.events = events
+        self.read_done = events.on_read_done
 
     async def recycle_channel(self) -> None:
         """Close the session's channel and wait for close-ok: by then the broker has cancelled
@@ -581,11 +575,17 @@ class AmqpConnection:
 
     @property
     def peer_address(self) -> str | None:
-        return self.socket.peer_address
+        """The broker's IP address this connection reached."""
+        transport = self.socket.transport
+        if transport is None:
+            return None
+        peer = transport.get_extra_info("peername")
+        return str(peer[0]) if peer else None
 
     @property
     def is_open(self) -> bool:
-        return self.socket.is_open
+        """The socket is up and nobody has asked the broker to close the connection yet."""
+        return self.socket.transport is not None and not self.socket.core.close_sent
 
     @property
     def channel(self) -> int:

@@ -214,7 +214,10 @@ class AsyncChannel:
     # --------------------------------------------------------------------- failing
     def fail(self, error: AmqpError) -> None:
         """The link is unusable: reject the pending call and tell the session once."""
-        self.reject_pending(error)
+        rpc, self.pending = self.pending, None
+        self.core.call_replies = None
+        if rpc is not None and not rpc.done():
+            rpc.set_exception(error)
         if not self.closing:
             self.closing = True
             self.core.events.on_amqp_closed(error)

@@ -97,11 +97,21 @@ class SharedConnection:
     paused_bytes: PausedBytes = PausedBytes(8 * 1024 * 1024, 256 * 1024 * 1024)
 
     def __init__(
-        self, events: BrokerEvents, *, heartbeat: int, connection_name: str, reusable: bool = False
+        self,
+        events: BrokerEvents,
+        *,
+        heartbeat: int,
+        connection_name: str,
+        reusable: bool = False,
+        credentials: tuple[str, str, str] = ("", "", "/"),
     ) -> None:
         # many channels: negotiate the broker's channel_max (one channel per session)
         self.socket = AmqpSocket(
-            self, heartbeat=heartbeat, connection_name=connection_name, many_channels=True
+            self,
+            heartbeat=heartbeat,
+            connection_name=connection_name,
+            many_channels=True,
+            credentials=credentials,
         )
         self.events = events
         self._told = False  # the registry heard of the end (or asked for it)
@@ -112,7 +122,7 @@ class SharedConnection:
         self.socket.core.route(self)
 
     @classmethod
-    async def open(
+    def open(
         cls,
         events: BrokerEvents,
         *,
@@ -127,15 +137,16 @@ class SharedConnection:
         ssl_context: ssl.SSLContext | None = None,
         server_hostname: str | None = None,
         reusable: bool = False,
-    ) -> SharedConnection:
+    ) -> Awaitable[SharedConnection]:
         """Connect, authenticate and open the vhost (``AmqpSocket.connect``, whose errors it
-        raises); the sessions' channels open with their first frames."""
-        connection = cls(events, heartbeat=heartbeat, connection_name=connection_name)
-        connection.socket.core.login_as(user, password, vhost)
-        await connection.socket.connect(
+        raises, and which returns the connection); the sessions' channels open with their first
+        frames."""
+        connection = cls(
+            events, heartbeat=heartbeat, connection_name=connection_name, credentials=(user, password, vhost)
+        )
+        return connection.socket.connect(
             host=host, port=port, timeout=timeout, ssl_context=ssl_context, server_hostname=server_hostname
         )
-        return connection
 
     def attach(self, events: BrokerEvents) -> None:
         """What concerns the connection as a whole goes to ``events`` from now on."""
@@ -165,20 +176,21 @@ class SharedConnection:
     def renumber(self, link: ChannelLink, *, close_ok_due: bool) -> int:
         """Give ``link`` a new channel number (its own was closed by the broker); with
         ``close_ok_due`` the old number waits for the close-ok of a close sent without waiting."""
-        self._forget_number(link.core.channel, link, close_ok_due=close_ok_due)
+        self.channel_closing(link, close_ok_due=close_ok_due)
+        self._link_of[link.core] = link
         number = self._free_channel()
         self.links[number] = link
         self.socket.core.channels[number] = link.core
         return number
 
     def channel_closing(self, link: ChannelLink, *, close_ok_due: bool) -> None:
-        """``link``'s session is over.  With ``close_ok_due`` its channel.close is on the way:
-        the number stays taken (frames still in flight are dropped) until close-ok comes."""
-        self._forget_number(link.core.channel, link, close_ok_due=close_ok_due)
-        if not link.core.in_read:  # else read_done forgets it, after its last frames
-            self._link_of.pop(link.core, None)
-
-    def _forget_number(self, number: int, link: ChannelLink, *, close_ok_due: bool) -> None:
+        """``link``'s session is over, or its number was closed by the broker.  With
+        ``close_ok_due`` its channel.close is on the way: the number stays taken (frames still
+        in flight are dropped) until close-ok comes."""
+        core = link.core
+        if not core.in_read:  # else read_done forgets it, after its last frames
+            self._link_of.pop(core, None)
+        number = core.channel
         if self.links.get(number) is link:
             del self.links[number]
             del self.socket.core.channels[number]
@@ -209,7 +221,7 @@ class SharedConnection:
             if link is not None:
                 link.core.events.on_read_done()
                 link.flush()
-                if not link.is_open:
+                if link.left:  # during this read: forgotten after its last frames
                     self._link_of.pop(routed, None)
 
     def connection_failed(self, error: AmqpError) -> None:
@@ -263,11 +275,16 @@ class SharedConnection:
 
     @property
     def peer_address(self) -> str | None:
-        return self.socket.peer_address
+        """The broker's IP address this connection reached."""
+        transport = self.socket.transport
+        if transport is None:
+            return None
+        peer = transport.get_extra_info("peername")
+        return str(peer[0]) if peer else None
 
     @property
     def is_open(self) -> bool:
-        return self.socket.is_open
+        return self.socket.transport is not None and not self.socket.core.close_sent
 
 
 class _WhilePaused:
@@ -342,7 +359,7 @@ class ChannelLink:
         self._carrier_lost = False  # the shared connection is gone
         self._reading_paused = False
         self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
-        self._left = False  # the session gave the link back
+        self.left = False  # the session gave the link back
         # a channel.close went without waiting for its close-ok (overflowed, refused input):
         # the number stays taken when the session leaves, as a reused number whose close-ok is
         # still to come would be a connection error (504) for every session on the connection
@@ -560,7 +577,7 @@ class ChannelLink:
     async def close(self, timeout: float = 5.0) -> None:
         """The session is over: close its channel (waiting for close-ok, by which time the
         broker has requeued what the session had not acknowledged), and give the number back."""
-        if self._left:
+        if self.left:
             return
         self._channel.closing = True
         connected = not self._carrier_lost and self._socket.transport is not None
@@ -581,7 +598,7 @@ class ChannelLink:
 
     def close_nowait(self) -> None:
         """Close the channel without waiting (the session is gone, or a call is pending)."""
-        if self._left:
+        if self.left:
             return
         self._channel.closing = True
         connected = not self._carrier_lost and self._socket.transport is not None
@@ -589,15 +606,16 @@ class ChannelLink:
         self._leave(close_ok_due=due)
 
     def _leave(self, *, close_ok_due: bool) -> None:
-        self._left = True
+        self.left = True
         if self.probe is not None:
             self.probe.end()
         self.resume_reading()  # gives back what it held of the paused-bytes bounds
-        self._channel.reject_pending(AmqpError(504, "AMQP channel is closed", channel_only=True))
+        if self._channel.pending is not None:
+            self._channel.reject_pending(AmqpError(504, "AMQP channel is closed", channel_only=True))
         self.carrier.channel_closing(self, close_ok_due=close_ok_due or self._close_ok_pending)
         if self.on_left is not None:
             self.on_left(self)
 
     @property
     def is_open(self) -> bool:
-        return not self._carrier_lost and self._socket.transport is not None and not self._left
+        return not self._carrier_lost and self._socket.transport is not None and not self.left

@@ -429,9 +429,9 @@ async def test_missed_heartbeats_drop_the_link_at_once() -> None:
     connection, transport, events = await open_connection(heartbeat_seconds=1)
     # the half-period ticks, called instead of waited for: the first sees the handshake's reads
     for _ in range(4):
-        connection.socket.heartbeats._tick()
+        connection.socket._heartbeat_tick()
     assert events.closed == [] and not transport.aborted
-    connection.socket.heartbeats._tick()
+    connection.socket._heartbeat_tick()
     (error,) = events.closed
     assert "missed heart-beats" in error.text
     assert transport.aborted and not transport.closed

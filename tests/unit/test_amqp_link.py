@@ -77,8 +77,10 @@ async def test_both_kinds_are_made_of_the_same_parts_and_neither_is_the_other() 
 
 
 async def test_a_channel_link_has_none_of_a_connection_of_its_own() -> None:
-    """A join costs one object: no socket, handshake future, heart-beat timer or pool identity
+    """A join costs a few small objects: no socket, handshake future, heart-beat timer or pool identity
     of its own (those are the carrier's)."""
     link = (await links())["ChannelLink"]
-    assert not any(hasattr(link, name) for name in ("socket", "_handshake", "heartbeats", "pool_identity"))
+    assert not any(
+        hasattr(link, name) for name in ("socket", "_handshake", "_heartbeat_handle", "pool_identity")
+    )
     assert link._socket is link.carrier.socket  # the carrier's, not a copy
