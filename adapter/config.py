@@ -876,7 +876,7 @@ class Settings(BaseModel):
         int, Setting(_LIMITS, _int_converter(1), "adapter.unacked_bytes_budget")
     ] = 1024 * 1024 * 1024
     # AMQP logins of one process talking to the broker at once; the others wait their turn
-    # (adapter/server/admission.py, docs/configuration.md "Connection caps").
+    # (adapter/amqp/admission.py, docs/configuration.md "Connection caps").
     max_logins_in_flight: Annotated[
         int, Setting(_LIMITS, _int_converter(1), "adapter.max_logins_in_flight")
     ] = 64

@@ -20,12 +20,13 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from ..amqp.admission import Gate, turn
 from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout, SessionLink
+from ..amqp.probe_runtime import ProbeLogin, Unheard
 from ..amqp.shared import ChannelLink, SharedConnection
 from ..mapping import operations as ops
-from .admission import Gate, turn
 from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class _OwnLoginView:
 def own_login(services: OwnLoginServices, loop: asyncio.AbstractEventLoop) -> BrokerLogin:
     """The login of a connection the adapter opens on a logged-in session's behalf, with its
     credentials (a shared subscription's: adapter/server/sharing.py; a probe:
-    adapter/server/amqp_probe.py): a connection of its own, never pooled, taken from the pool
+    adapter/amqp/probe_runtime.py): a connection of its own, never pooled, taken from the pool
     nor multiplexed."""
     return BrokerLogin(
         _OwnLoginView(
@@ -111,6 +112,21 @@ def own_login(services: OwnLoginServices, loop: asyncio.AbstractEventLoop) -> Br
         ),
         loop,
     )
+
+
+def probe_login(services: OwnLoginServices) -> ProbeLogin:
+    """The login of a probe connection (adapter/amqp/probe_runtime.py): ``own_login`` with the
+    session's credentials, a refusal raised as the error the session's call meets."""
+
+    async def open_probe(user: str, password: str, vhost: str, ended: Callable[[], bool]) -> AmqpConnection:
+        result = await own_login(services, asyncio.get_running_loop()).open(
+            ops.OpenConnection(user, password, vhost), Unheard(), "probe", ended
+        )
+        if isinstance(result, ops.LoginResult):
+            raise login_refused(result)
+        return cast(AmqpConnection, result)  # a login of its own: never a shared channel
+
+    return open_probe
 
 
 def login_refused(result: ops.LoginResult) -> AmqpError:
@@ -156,7 +172,7 @@ class BrokerLogin:
         self, op: ops.OpenConnection, events: BrokerEvents, peer: str, closed: Callable[[], bool]
     ) -> SessionLink | ops.LoginResult:
         """Log in on the first node that answers, once the login's turn has come (at most
-        adapter.max_logins_in_flight at once: adapter/server/admission.py).  ``closed``: the
+        adapter.max_logins_in_flight at once: adapter/amqp/admission.py).  ``closed``: the
         client went away meanwhile (the login timeout closed it), so stop trying."""
         async with turn(self._services.logins):
             return await self._open(op, events, peer, closed)
