@@ -31,13 +31,13 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from .amqp.multiplex_runtime import AmqpMultiplex
+from .amqp.pool_runtime import AmqpReuse
 from .amqp.shared import PausedBytes
 from .caps import ConnectionCap
 from .config import DECLARED, ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .mapping.budget import Budgets
-from .server.amqp_mux import AmqpMultiplex
-from .server.amqp_pool import AmqpReuse
 from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit

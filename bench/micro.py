@@ -8,7 +8,7 @@ part a code change can make cheaper, with the real classes the server runs:
   ``amqp://guest:guest@127.0.0.1:5672/``), then both of its transports are swapped for sinks that
   only count bytes, so nothing more reaches the broker;
 * ``send``: STOMP SEND frames in (``ClientConnection.data_received``), AMQP publish frames out;
-* ``deliver``: AMQP basic.deliver + content header + body in (``AmqpConnection.data_received``),
+* ``deliver``: AMQP basic.deliver + content header + body in (``AmqpSocket.data_received``),
   STOMP MESSAGE frames out;
 * ``ack``: STOMP ACK frames in (client-individual), AMQP basic.ack out;
 * ``reply``: a SEND with ``reply-to:/temp-queue/...`` and a ``correlation-id`` (the request/reply
@@ -98,7 +98,7 @@ def confirmed(conn: ClientConnection, amqp: AmqpConnection, data: bytes, reads: 
         for _ in range(reads):
             conn.data_received(data)
             confirm = session.publish_seq.to_bytes(8, "big") + wire.bits(True)
-            amqp.data_received(wire.method_frame(1, wire.BASIC_ACK, confirm))
+            amqp.socket.data_received(wire.method_frame(1, wire.BASIC_ACK, confirm))
 
     return run
 
@@ -141,11 +141,11 @@ async def measure(
     await wait_for(client, b"receipt-id:r0")
     await asyncio.sleep(0.2)  # that request's delivery arrives on the real socket, then we swap
     amqp = conn._amqp  # noqa: SLF001 - a harness, on purpose
-    assert amqp is not None
-    real_amqp_transport = amqp._transport  # noqa: SLF001
+    assert isinstance(amqp, AmqpConnection)
+    real_amqp_transport = amqp.socket.transport
     temp_queue = conn.session._temp_queues["micro"]  # type: ignore[union-attr]  # noqa: SLF001
     amqp_sink = CountingSink()
-    amqp._transport = amqp_sink  # type: ignore[assignment]  # noqa: SLF001
+    amqp.socket.transport = amqp_sink  # type: ignore[assignment]
     client_sink = CountingSink()
     conn.transport = client_sink  # type: ignore[assignment]
 
@@ -176,20 +176,20 @@ async def measure(
         total = reads * batch
         cases = (
             ("send", conn.data_received, send),
-            ("deliver", amqp.data_received, plain),
+            ("deliver", amqp.socket.data_received, plain),
             ("ack", conn.data_received, ack),
             ("request", conn.data_received, request),
-            ("reply", amqp.data_received, with_reply),
+            ("reply", amqp.socket.data_received, with_reply),
         )
         for name, receive, chunk in cases:
             results[f"{name} x{batch}"] = timed(feeder(receive, chunk * batch, reads), total, repeat)
         receipts = confirmed(conn, amqp, b"".join(receipted[:batch]), reads)
         results[f"receipt x{batch}"] = timed(receipts, total, repeat)
         # the client-individual consumer's deliveries, so the ACKs above stay valid
-        amqp.data_received(ack_delivery)
+        amqp.socket.data_received(ack_delivery)
 
     # put the real sockets back and say goodbye properly, so the queues go away
-    amqp._transport = real_amqp_transport  # noqa: SLF001
+    amqp.socket.transport = real_amqp_transport
     conn.transport = client
     conn.data_received(b"DISCONNECT\nreceipt:bye\n\n\0")
     await wait_for(client, b"receipt-id:bye")

@@ -1,33 +1,34 @@
-"""The AMQP 0-9-1 client with one channel, sans-IO: bytes in, events out; calls in, bytes out.
+"""The AMQP 0-9-1 connection core, sans-IO: bytes in, events out; calls in, bytes out.
 
-Owns everything about an AMQP connection that is not a socket or a clock: the handshake
-(connection.start, tune, open, with the broker's version read from connection.start and the
-password forgotten at open-ok), the connection's phases and the one table of their transitions,
-the lazily opened channel, the one synchronous call at a time, delivery assembly (method,
-content header, body frames), publisher confirms, the broker's closes and cancels, and the
-publish / ack / nack / declare encoding.  Thin shells drive it: the server's asyncio links
-(``link.AsyncClient``, the future of the one call; ``connection.AmqpConnection``: socket,
-handshake future, heart-beat timer, flow control, reuse; ``shared.ChannelLink``: one channel on a
-shared connection) and the Spark reader's blocking client (``adapter/spark/broker.py``: a
-blocking socket and deadlines).
+Owns everything about an AMQP connection that is not a socket, a clock or a channel: the
+handshake (connection.start, tune, open, with the broker's version read from connection.start
+and the password forgotten at open-ok), the connection's phases and the one table of their
+transitions, the negotiated values (frame_max, channel_max, heart-beat interval), the
+connection-class methods (close, close-ok, blocked, unblocked), and where every frame after the
+handshake goes: to the one channel of a connection that carries one session at a time
+(``ConnectionCore.carry``: the reader calls that channel core's handlers directly), or to the
+channel its number names (``ConnectionCore.route``: a shared connection).  Also here: what a
+channel core needs beside it (the calls a session makes, their encoding checks, the events a
+channel reports).  The channel core itself (pending call, delivery assembly, confirms, publish
+cache) is adapter/amqp/channel.py.
 
-Bytes in: a shell hands what it read to ``self._reader.feed`` (the ``FrameReader``, one call
-per read); bytes out: everything to send is appended to ``self._out``, which the shell writes
-when it likes (the link once per batch of frames, the Spark client before every wait).
+Shells own these cores, none extends them: the server's asyncio socket
+(adapter/amqp/connection.py ``AmqpSocket``: socket, handshake future, heart-beat timer, flow
+control) with a session's link on it (``AmqpConnection``, a connection of its own;
+adapter/amqp/shared.py ``ChannelLink``, a channel on a shared one), and the Spark reader's
+blocking client (adapter/spark/broker.py: a blocking socket and deadlines).
 
-Events out, as direct calls, not returned event objects: this runs for every delivery and every
-confirm, and a call on the sink (``ChannelEvents``: on_deliver, on_confirm, on_server_cancel) is
-the cheapest way out, the same reason the frame reader uses callbacks.  What concerns the shell
-itself comes as calls to the hooks a shell overrides (``_handshake_done``, ``_replied``,
-``_failed``, ``_close_ok_received``, ``_blocked_changed``, ``_returned``, ``_encode_failed``).
-The shells subclass the core rather than wrap it, so the per-message methods (``publish``,
-``ack``, ``nack``, the frame callbacks) are the core's own: no call in between.
+Bytes in: a shell hands what it read to ``reader.feed`` (the ``FrameReader``, one call per
+read); bytes out: everything to send is appended to ``out``, which the shell writes when it
+likes.  Events out, as direct calls on the shell's ``ConnectionHooks`` (and, for routing by
+number, ``RoutingHooks``): this runs per frame, and a direct call is the cheapest way out, the
+same reason the frame reader uses callbacks.
 
 Phases: ``TRANSITIONS`` maps (phase, input) to the next phase; an input the table has no entry
 for is the broker breaking the protocol (``UnexpectedMethod``: the shell closes with 503
-command_invalid).  The per-message methods need no lookup: during the handshake the reader's
-method callback is ``_on_handshake_method``, and ``_on_method`` (deliveries and confirms first)
-only from open-ok on.
+command_invalid).  The per-message handlers need no lookup: during the handshake the reader's
+method callback is the core's handshake handler, and from open-ok on the channel's (or the
+router's).
 
 Heart-beats stay in the asyncio shell (``connection.py``): only their negotiation is here.
 
@@ -39,9 +40,9 @@ from __future__ import annotations
 import logging
 import re
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Final, Protocol, assert_never
+from typing import Final, Protocol
 
 from ..mapping.destinations import NEWEST_BROKER, BrokerGeneration, broker_generation
 from ..mapping.operations import (
@@ -56,7 +57,6 @@ from ..mapping.operations import (
     QueueDeclare,
     QueueDelete,
 )
-from ..mapping.properties import MessageProperties
 from . import wire
 from .errors import AmqpError
 from .framing import DEFAULT_FRAME_MAX, FrameReader
@@ -77,8 +77,6 @@ BrokerCall = (
 )
 
 CHANNEL: Final = 1  # the first channel of a connection (the only one unless it is reused)
-# publish method frames kept per connection; clients use a handful of destinations
-_PUBLISH_METHOD_CACHE_SIZE: Final = 256
 
 
 # --------------------------------------------------------------------------- phases
@@ -143,7 +141,6 @@ _CONNECTION_INPUTS: Final = {
 }
 
 
-_new_delivery: Final = tuple.__new__
 _method_id: Final[Callable[[bytes], tuple[int, int]]] = struct.Struct(">HH").unpack_from
 
 
@@ -153,6 +150,9 @@ def _method_of(payload: bytes) -> tuple[int, int]:
         return _method_id(payload)
     except struct.error:
         raise wire.DecodeError("method frame shorter than its method id") from None
+
+
+_OTHER: Final = Input.OTHER_CONNECTION_METHOD
 
 
 def method_input(method: tuple[int, int]) -> Input:
@@ -210,6 +210,24 @@ def server_properties(payload: bytes) -> dict[str, object]:
             _SERVER_PROPERTIES.clear()
         _SERVER_PROPERTIES[payload] = properties
     return properties
+
+
+# tune-ok + connection.open by (channel_max, frame_max, heart-beat, vhost): the same for every
+# login of a vhost to one broker (building them was a tenth of a login's encoding calls)
+_TUNE_OK_AND_OPEN: dict[tuple[int, int, int, str], bytes] = {}
+_TUNE_OK_AND_OPEN_CACHE_SIZE: Final = 64
+
+
+def tune_ok_and_open(channel_max: int, frame_max: int, heartbeat: int, vhost: str) -> bytes:
+    """connection.tune-ok with the negotiated values and connection.open of ``vhost``, encoded."""
+    key = (channel_max, frame_max, heartbeat, vhost)
+    frames = _TUNE_OK_AND_OPEN.get(key)
+    if frames is None:
+        frames = wire.connection_tune_ok(channel_max, frame_max, heartbeat) + wire.connection_open(vhost)
+        if len(_TUNE_OK_AND_OPEN) >= _TUNE_OK_AND_OPEN_CACHE_SIZE:
+            _TUNE_OK_AND_OPEN.clear()
+        _TUNE_OK_AND_OPEN[key] = frames
+    return frames
 
 
 _UTF8_STRICT_SINCE: Final = (4, 3)
@@ -276,7 +294,7 @@ def queue_declare_frame(channel: int, op: QueueDeclare) -> bytes:
 
 
 class ChannelEvents(Protocol):
-    """What the broker sends on the channel, for whoever consumes it (a STOMP session, the
+    """What the broker sends on a channel, for whoever consumes it (a STOMP session, the
     Spark reader): called as each arrives."""
 
     def on_deliver(self, delivery: Delivery) -> None: ...
@@ -286,63 +304,87 @@ class ChannelEvents(Protocol):
     def on_server_cancel(self, consumer_tag: str) -> None: ...
 
 
-class _GetReply:
-    """The channel's events while a basic.get's content comes: that message is the call's reply
-    (``AmqpClient._got``), then the events go back to their owner; every other event passes
-    through.  Swapped in for that one message, so deliveries pay nothing for it."""
+class ConnectionHooks(Protocol):
+    """What the connection core tells the shell that owns it."""
 
-    __slots__ = ("_client", "_events")
+    def handshake_done(self) -> None:
+        """open-ok: the connection is open."""
 
-    def __init__(self, client: AmqpClient, events: ChannelEvents) -> None:
-        self._client = client
-        self._events = events
+    def connection_failed(self, error: AmqpError) -> None:
+        """The connection is unusable (the broker closed it, its input was refused, the socket
+        ended); a channel's own failure goes to that channel's owner instead."""
 
-    def on_deliver(self, delivery: Delivery) -> None:
-        client = self._client
-        client._events = self._events  # noqa: SLF001 - the client's own helper
-        client._got(delivery)  # noqa: SLF001
+    def close_ok_received(self) -> None:
+        """Our connection.close is answered: nothing more comes."""
 
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        self._events.on_confirm(delivery_tag, multiple, ack)
-
-    def on_server_cancel(self, consumer_tag: str) -> None:
-        self._events.on_server_cancel(consumer_tag)
-
-    def __getattr__(self, name: str) -> object:
-        # the owner's other events (a shell's: reads done, the link closing) pass through
-        return getattr(self._events, name)
+    def blocked_changed(self) -> None:
+        """connection.blocked or unblocked (``ConnectionCore.blocked``)."""
 
 
-# --------------------------------------------------------------------------- the client
-class AmqpClient:
-    """One AMQP connection with one channel at a time, without I/O.  A shell subclasses it,
-    feeds ``_reader`` what it reads, writes ``_out`` and overrides the hooks."""
+class RoutingHooks(Protocol):
+    """What the connection core tells the owner of the channels it routes frames to by number
+    (a shared connection)."""
+
+    def channel_input_refused(self, channel: RoutedChannel, error: Exception) -> None:
+        """A frame on ``channel`` could not be handled (undecodable, out of sequence, or a
+        bug); the connection's other channels go on (the frame itself was whole)."""
+
+    def closed_channel_answered(self, channel: int) -> None:
+        """The close-ok of a channel no session holds came, or the broker closed such a channel
+        and was answered: its number is free."""
+
+
+class RoutedChannel(Protocol):
+    """What the connection core uses of a channel core (adapter/amqp/channel.py) it hands
+    frames to."""
+
+    channel: int
+    in_read: bool  # had frames in the current read (routing by number)
+    header_bytes: int  # the size of the last content header routed to it
+
+    def on_method(self, channel: int, payload: bytes) -> None: ...
+
+    def on_content_header(self, payload: bytes) -> None: ...
+
+    def on_body(self, payload: bytes | memoryview) -> None: ...
+
+    def forget_delivery(self) -> None: ...
+
+    def delivery_context(self) -> str: ...
+
+
+# --------------------------------------------------------------------------- the connection core
+class ConnectionCore:
+    """One AMQP connection without I/O: the handshake, the phases, the negotiated values and
+    what connection.start said of the broker, connection-class methods, and where every frame
+    after the handshake goes (see the module docstring).  A shell feeds ``reader`` what it
+    reads and writes ``out``."""
 
     def __init__(
         self,
-        events: ChannelEvents,
+        hooks: ConnectionHooks,
         *,
         heartbeat: int,
         client_properties: bytes,
-        reusable: bool = False,
+        many_channels: bool = False,
         credentials: tuple[str, str, str] = ("", "", "/"),
     ) -> None:
-        self._events = events
-        # adapter.amqp_connection_reuse: the connection may serve several sessions, one after
-        # the other, each on a channel of its own (recycle_channel)
-        self._reusable = reusable
+        self.hooks = hooks
+        # adapter.amqp_connection_reuse or a shared connection: negotiate the broker's
+        # channel_max (a channel per session, one after the other or side by side)
+        self._many_channels = many_channels
         self._client_properties = client_properties
         self._credentials = credentials  # (user, password, vhost); the password goes at open-ok
         self._requested_heartbeat = heartbeat
         self.phase = Phase.CONNECT
-        self._reader = FrameReader(self._on_handshake_method, self._on_content_header, self._on_body)
-        self._out: list[bytes | memoryview] = [wire.PROTOCOL_HEADER]
-        self._out_large = False  # _out holds a large body: write it with writelines, unjoined
-        self._close_sent = False  # we queued connection.close (a shell's close, or refused input)
+        self.reader = FrameReader(self._on_handshake_method, _content_before_open, _body_before_open)
+        # bytes out: the socket's buffer; a channel of a connection of its own appends to it too
+        self.out: list[bytes | memoryview] = [wire.PROTOCOL_HEADER]
+        self.close_sent = False  # we queued connection.close (a shell's close, or refused input)
         self.had_error = False  # a broker close, refused input, a lost socket
         # negotiated: connection.tune's values as tune-ok gives them back
         self.frame_max = DEFAULT_FRAME_MAX
-        self.channel_max = 1  # one channel unless reusable
+        self.channel_max = 1  # one channel unless many_channels
         self.heartbeat = 0
         # what connection.start's server-properties say the broker is (None: no version), and
         # whose plugin's queue.declare flags suit it (unknown: the newest, which every version
@@ -353,58 +395,44 @@ class AmqpClient:
         # whether the broker refuses encoded surrogates in method short strings (4.3 and
         # newer, and a broker of unknown version): ``refuse_surrogates``
         self.strict_utf8 = True
-        self.channel = CHANNEL
-        # The channel is opened by the first frame written on it, not at login: channel.open
-        # costs the broker about a quarter of a login (a channel process, a limiter, stats),
-        # and a client that connects, sends nothing that needs it and leaves (a health check,
-        # a script that lost its work) never pays it.  channel.open goes in the same write as
-        # the first method on the channel: the broker handles a connection's frames in order.
-        self._channel_unopened = False  # set at open-ok; cleared by _open_channel
-        self._open_ok_due: int | None = None  # the channel whose lazy channel.open-ok is due
-        # set when a session declared an exclusive or auto-delete queue: it belongs to the
-        # connection, not the channel, so the connection must not serve another session
-        self.declared_connection_queue = False
-        self._blocked = False  # connection.blocked (a resource alarm) until unblocked
-        self._publish_methods: dict[tuple[str, str], bytes] = {}
-        # the replies that end the synchronous call waiting, if one is
-        self._call_replies: frozenset[tuple[int, int]] | None = None
-        # a delivery in progress: method args, properties, expected size, body parts
-        self._delivery: tuple[str, int, bool, str, str] | None = None
-        # the consumer tag a basic.get's message is given (BasicGet)
-        self._get_tag = ""
-        self._delivery_props: MessageProperties | None = None
-        self._delivery_size = 0
-        self._delivery_parts: list[bytes | memoryview] = []
-        self._delivery_received = 0
+        self.blocked = False  # connection.blocked (a resource alarm) until unblocked
+        # where frames go after open-ok: the one channel (``carry``), or by number (``route``)
+        self._only: RoutedChannel | None = None
+        self._routing: RoutingHooks | None = None
+        self.channels: dict[int, RoutedChannel] = {}
+        self.touched: list[RoutedChannel] = []  # channels that had frames in this read
 
-    # ----------------------------------------------------------------- hooks (shells override)
-    def _handshake_done(self) -> None:
-        """open-ok: the connection is open."""
+    # ----------------------------------------------------------------- where frames go
+    def carry(self, channel: RoutedChannel) -> None:
+        """Hand every frame after the handshake to ``channel`` (a connection with one session
+        at a time): the reader calls the channel's own handlers, no routing in between."""
+        self._only = channel
 
-    def _replied(self, method: tuple[int, int], payload: bytes) -> None:
-        """The reply of the call ``_start_call`` began (``payload`` includes the method id)."""
+    def route(self, hooks: RoutingHooks) -> None:
+        """Hand frames after the handshake to the channel of ``channels`` their number names
+        (a shared connection); connection methods come on channel 0."""
+        self._only = None
+        self._routing = hooks
 
-    def _got(self, delivery: Delivery) -> None:
-        """The message of a basic.get (its get-ok and content): the reply of that call."""
+    def login_as(self, user: str, password: str, vhost: str) -> None:
+        self._credentials = (user, password, vhost)
 
-    def _failed(self, error: AmqpError) -> None:
-        """The connection (or, ``error.channel_only``, its channel) is unusable."""
+    @property
+    def user(self) -> str:
+        """The user the connection logs in (or logged in) as."""
+        return self._credentials[0]
 
-    def _close_ok_received(self) -> None:
-        """Our connection.close is answered: nothing more comes."""
+    def delivery_context(self) -> str:
+        """Which message a failure concerns, for a log line ("" when no channel is carried)."""
+        return self._only.delivery_context() if self._only is not None else ""
 
-    def _blocked_changed(self) -> None:
-        """connection.blocked or unblocked (``_blocked``)."""
-
-    def _returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
-        """basic.return: a mandatory publish could not be routed."""
-
-    def _encode_failed(self, error: wire.EncodeError) -> Exception:
-        """What to raise for a value AMQP cannot carry (the link: the STOMP error)."""
-        return error
+    @property
+    def handshake_step(self) -> str:
+        """The handshake phase ("connect", "auth", "vhost"), "" once it is over."""
+        return self.phase.value if self.phase in HANDSHAKE else ""
 
     # ----------------------------------------------------------------- phases
-    def _advance(self, event: Input) -> Phase:
+    def advance(self, event: Input) -> Phase:
         """Take the transition for ``event``; returns the phase it leaves.  No transition: the
         broker broke the protocol (UnexpectedMethod)."""
         before = self.phase
@@ -414,55 +442,47 @@ class AmqpClient:
             raise UnexpectedMethod(f"{event} is not expected {where}")
         self.phase = after
         if after is Phase.CLOSED:
-            self._reader.stop()  # nothing the broker sends after the end is read
+            self.reader.stop()  # nothing the broker sends after the end is read
         return before
 
-    @property
-    def user(self) -> str:
-        """The user the connection logs in (or logged in) as."""
-        return self._credentials[0]
-
-    @property
-    def handshake_step(self) -> str:
-        """The handshake phase ("connect", "auth", "vhost"), "" once it is over."""
-        return self.phase.value if self.phase in HANDSHAKE else ""
-
-    def _fail(self, error: AmqpError) -> None:
+    def fail(self, error: AmqpError) -> None:
         self.had_error = True
-        self._failed(error)
+        self.hooks.connection_failed(error)
 
-    def _lost(self) -> None:
+    def lost(self) -> None:
         """The socket ended."""
-        self._advance(Input.LOST)
-        self._call_replies = None
+        self.advance(Input.LOST)
 
-    def _refuse_input(self, code: int, text: str) -> bool:
+    def refuse_input(self, code: int, text: str) -> bool:
         """The broker's bytes could not be handled (``code`` 501 undecodable, 503 out of
         sequence, 541 our bug): forget the delivery in progress, ask the broker to close (so it
         requeues what was not acknowledged) and fail.  True if a close was queued."""
-        self._delivery = None
-        self._delivery_props = None
-        self._delivery_parts = []
+        if self._only is not None:
+            self._only.forget_delivery()
         error = AmqpError(code, text, phase=self.handshake_step)
-        queued = self._send_close(code, text)
-        self._fail(error)
+        queued = self.send_close(code, text)
+        self.fail(error)
         return queued
 
-    def _send_close(self, code: int = 200, text: str = "Goodbye") -> bool:
+    def send_close(self, code: int = 200, text: str = "Goodbye") -> bool:
         """Queue connection.close unless one is queued or the connection is over; True if queued."""
-        if self._close_sent or self.phase is Phase.CLOSED or self.phase is Phase.CLOSING:
+        if self.close_sent or self.phase is Phase.CLOSED or self.phase is Phase.CLOSING:
             return False
-        self._advance(Input.SEND_CLOSE)
-        self._close_sent = True
-        self._out.append(wire.connection_close(code, text[:255]))
+        self.advance(Input.SEND_CLOSE)
+        self.close_sent = True
+        self.out.append(wire.connection_close(code, text[:255]))
         return True
 
     # ----------------------------------------------------------------- the handshake
     def _on_handshake_method(self, channel: int, payload: bytes) -> None:
-        method = _method_of(payload)
-        event = method_input(method)
+        try:
+            method = _method_id(payload)
+        except struct.error:
+            raise wire.DecodeError("method frame shorter than its method id") from None
+        # method_input, inline: a login runs this once per handshake step
+        event = _CONNECTION_INPUTS.get(method, _OTHER) if method[0] == 10 else Input.CHANNEL_METHOD
         if event is Input.START:
-            self._advance(event)
+            self.advance(event)
             self.server_properties = server_properties(payload)
             version = self.server_properties.get("version")
             if isinstance(version, bytes | str):
@@ -472,266 +492,142 @@ class AmqpClient:
             self.broker_generation = broker_generation(self.broker_version) or NEWEST_BROKER
             self.strict_utf8 = checks_utf8_strictly(self.broker_version)
             user, password, _ = self._credentials
-            self._out.append(wire.connection_start_ok(user, password, self._client_properties))
+            self.out.append(wire.connection_start_ok(user, password, self._client_properties))
         elif event is Input.TUNE:
             channel_max, frame_max, server_heartbeat = wire.decode_connection_tune(payload)
-            self._advance(event)
-            if self._reusable:
+            self.advance(event)
+            if self._many_channels:
                 # every session gets a new channel number (0 from the broker: no limit), and
                 # RabbitMQ counts a closed channel until its process has ended, so the next
                 # session's channel.open must not hit a limit of one
                 self.channel_max = channel_max or 65535
             self.frame_max = min(frame_max or DEFAULT_FRAME_MAX, DEFAULT_FRAME_MAX)
-            self._reader.frame_max = self.frame_max
+            self.reader.frame_max = self.frame_max
             wanted = self._requested_heartbeat
             self.heartbeat = min(server_heartbeat, wanted) if server_heartbeat and wanted else 0
             # tune-ok and connection.open in one write (AMQP lets a client send open without
             # waiting), one round trip per login fewer; the channel is opened lazily
-            self._out.append(
-                wire.connection_tune_ok(self.channel_max, self.frame_max, self.heartbeat)
-                + wire.connection_open(self._credentials[2])
+            self.out.append(
+                tune_ok_and_open(self.channel_max, self.frame_max, self.heartbeat, self._credentials[2])
             )
         elif event is Input.OPEN_OK:
-            self._advance(event)
+            self.advance(event)
             # nothing after the handshake needs the password (a recycled channel opens without
             # it, pooled reuse compares a keyed digest): a pooled connection must not keep it
             user, _, vhost = self._credentials
             self._credentials = (user, "", vhost)
-            self._channel_unopened = True
-            self._reader.set_method_handler(self._on_method)
-            self._handshake_done()
+            # from now on every frame goes to its channel; takes effect within the current read
+            only = self._only
+            if only is not None:
+                self.reader.set_handlers(only.on_method, only.on_content_header, only.on_body)
+            else:
+                self.reader.set_handlers(self._route_method, self._route_header, self._route_body)
+            self.hooks.handshake_done()
         elif event is Input.CHANNEL_METHOD:
             # refused in the handshake phases; in a close begun before open-ok (refused input)
             # there is no channel yet for it to mean anything: dropped
-            self._advance(event)
+            self.advance(event)
         else:
-            self._on_connection_method(event, channel, payload)
+            self.on_connection_method(event, channel, payload)
 
-    # ----------------------------------------------------------------- frames
-    def _on_method(self, channel: int, payload: bytes) -> None:
-        """A method after the handshake: deliveries and confirms first (per message)."""
-        try:
-            method = _method_id(payload)  # (class, method): one C call, compared with wire's tuples
-        except struct.error:
-            raise wire.DecodeError("method frame shorter than its method id") from None
-        if method == wire.BASIC_DELIVER:
-            self._delivery = wire.decode_deliver(payload)
-            return
-        if method == wire.BASIC_ACK or method == wire.BASIC_NACK:
-            tag, multiple, ack = wire.decode_ack(payload)
-            self._events.on_confirm(tag, multiple, ack)
-            return
-        if method[0] == 10:
-            self._on_connection_method(method_input(method), channel, payload)
-            return
-        self._advance(Input.CHANNEL_METHOD)  # checked: OPEN or CLOSING, never after the end
-        if method == wire.CHANNEL_CLOSE:
-            code, text = wire.decode_close(payload)
-            self._out.append(wire.channel_close_ok(channel))
-            self._fail(AmqpError(code, text, channel_only=True, from_broker=True))
-            return
-        if method == wire.BASIC_CANCEL:
-            consumer_tag, nowait = wire.decode_basic_cancel(payload)
-            if not nowait:
-                self._out.append(wire.basic_cancel_ok(self.channel, consumer_tag))
-            self._events.on_server_cancel(consumer_tag)
-            return
-        if method == wire.CHANNEL_OPEN_OK and channel == self._open_ok_due:
-            self._open_ok_due = None  # the lazy open's reply: nobody waits for it
-            return
-        replies = self._call_replies
-        if replies is not None and method in replies:
-            self._call_replies = None
-            if method == wire.BASIC_GET_OK:
-                # the call's reply is the message, once its content has come (_complete_delivery)
-                delivery_tag, redelivered, exchange, routing_key, _ = wire.decode_get_ok(payload)
-                self._delivery = (self._get_tag, delivery_tag, redelivered, exchange, routing_key)
-                # its content is the reply, not a delivery: it goes to _got (no test per delivery)
-                self._events = _GetReply(self, self._events)
-                return
-            self._replied(method, payload)
-            return
-        if method == wire.BASIC_RETURN:
-            self._returned(*wire.decode_basic_return(payload))
-            return
-        log.debug("unexpected AMQP method %s on channel %s", method, channel)
-
-    def _on_connection_method(self, event: Input, channel: int, payload: bytes) -> None:
+    def on_connection_method(self, event: Input, channel: int, payload: bytes) -> None:
         """connection.close, close-ok, blocked, unblocked; in the handshake also any method
         that is not the next step (the table refuses it)."""
         if event is Input.CLOSE:
             code, text = wire.decode_close(payload)
             step = self.handshake_step
-            self._out.append(wire.connection_close_ok())
-            self._advance(event)
-            self._call_replies = None
-            self._fail(AmqpError(code, text, phase=step, from_broker=True))
+            self.out.append(wire.connection_close_ok())
+            self.advance(event)
+            self.fail(AmqpError(code, text, phase=step, from_broker=True))
         elif event is Input.CLOSE_OK:
-            self._advance(event)
-            self._close_ok_received()
+            self.advance(event)
+            self.hooks.close_ok_received()
         elif event is Input.BLOCKED or event is Input.UNBLOCKED:
-            self._advance(event)
-            self._blocked = event is Input.BLOCKED
-            self._blocked_changed()
+            self.advance(event)
+            self.blocked = event is Input.BLOCKED
+            self.hooks.blocked_changed()
         else:
-            self._advance(event)  # raises: nothing else is valid here (a handshake step out of turn)
+            self.advance(event)  # raises: nothing else is valid here (a handshake step out of turn)
             raise AssertionError(f"TRANSITIONS lets {event} through in phase {self.phase!r}")
 
-    def _on_content_header(self, payload: bytes) -> None:
-        size, properties = wire.decode_content_header(payload)
-        self._delivery_props = properties
-        self._delivery_size = size
-        self._delivery_parts = []
-        self._delivery_received = 0
-        if size == 0:
-            self._complete_delivery(b"")
-
-    def _on_body(self, payload: bytes | memoryview) -> None:
-        self._delivery_received += len(payload)
-        if self._delivery_received >= self._delivery_size and not self._delivery_parts:
-            self._complete_delivery(payload if isinstance(payload, bytes) else bytes(payload))
+    # ----------------------------------------------------------------- routing by number (per frame)
+    def _route_method(self, channel: int, payload: bytes) -> None:
+        routed = self.channels.get(channel)
+        if routed is not None:
+            if not routed.in_read:
+                routed.in_read = True
+                self.touched.append(routed)
+            try:
+                routed.on_method(channel, payload)
+            except Exception as error:  # noqa: BLE001 - one channel's input ends that channel only
+                self._refused(routed, error)
             return
-        self._delivery_parts.append(payload)
-        if self._delivery_received >= self._delivery_size:
-            self._complete_delivery(b"".join(self._delivery_parts))
+        method = _method_of(payload)
+        if channel != 0:
+            self._closed_channel_method(channel, method)
+        elif method[0] == 10:
+            self.on_connection_method(method_input(method), channel, payload)
+        else:
+            self.advance(Input.CHANNEL_METHOD)  # checked: OPEN or CLOSING
+            log.debug("unexpected AMQP method %s on channel 0", method)
 
-    def _complete_delivery(self, body: bytes) -> None:
-        delivery = self._delivery
-        properties = self._delivery_props
-        self._delivery = None
-        self._delivery_props = None
-        self._delivery_parts = []
-        if delivery is None or properties is None:
-            return  # a basic.return's content, or a header without its method
-        # tuple.__new__ directly: a NamedTuple's generated __new__ is one more Python call per message
-        self._events.on_deliver(_new_delivery(Delivery, (*delivery, properties, body)))
+    def _refused(self, routed: RoutedChannel, error: Exception) -> None:
+        if self._routing is not None:
+            self._routing.channel_input_refused(routed, error)
+        routed.forget_delivery()
 
-    def delivery_context(self) -> str:
-        """Which message a failure concerns, for a log line."""
-        if self._delivery is None:
-            return ""
-        tag, delivery_tag, redelivered, exchange, routing_key = self._delivery
-        return (
-            f" (consumer tag {tag!r}, delivery tag {delivery_tag}, exchange {exchange!r},"
-            f" routing key {routing_key!r}, redelivered {redelivered})"
-        )
+    # A delivery may be completed by its content frames alone, in a read after its method's
+    # (a body larger than one read, TCP segments split anywhere): the content routes mark
+    # their channel as having had frames in this read too, or its MESSAGE would wait for the
+    # next method of its channel.
+    def _route_header(self, payload: bytes) -> None:
+        routed = self.channels.get(self.reader.channel)
+        if routed is not None:
+            if not routed.in_read:
+                routed.in_read = True
+                self.touched.append(routed)
+            routed.header_bytes = len(payload)  # what the properties cost, should it be paused
+            try:
+                routed.on_content_header(payload)
+            except Exception as error:  # noqa: BLE001
+                self._refused(routed, error)
 
-    # ----------------------------------------------------------------- calls in, bytes out
-    # publish, ack, nack and declare_nowait only buffer: the shell writes _out when it likes.
-    def _open_channel(self) -> None:
-        """Put channel.open before the first frame on the session's channel."""
-        self._channel_unopened = False
-        self._open_ok_due = self.channel
-        self._out.append(wire.channel_open(self.channel))
+    def _route_body(self, payload: bytes | memoryview) -> None:
+        routed = self.channels.get(self.reader.channel)
+        if routed is not None:
+            if not routed.in_read:
+                routed.in_read = True
+                self.touched.append(routed)
+            try:
+                routed.on_body(payload)
+            except Exception as error:  # noqa: BLE001
+                self._refused(routed, error)
 
-    def publish(self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes) -> None:
-        if self._channel_unopened:
-            self._open_channel()
-        # clients publish to a handful of destinations: encode each one's method frame once
-        method = self._publish_methods.get((exchange, routing_key))
-        try:
-            if method is None:
-                method = wire.publish_method(self.channel, exchange, routing_key)
-                if len(self._publish_methods) >= _PUBLISH_METHOD_CACHE_SIZE:
-                    self._publish_methods.clear()
-                self._publish_methods[(exchange, routing_key)] = method
-            frames = wire.content_frames(self.channel, properties, body, self.frame_max)
-        except wire.EncodeError as error:
-            raise self._encode_failed(error) from error
-        out = self._out
-        out.append(method)
-        out += frames
-        if len(body) >= wire.ZERO_COPY_MIN:
-            self._out_large = True
+    def _closed_channel_method(self, channel: int, method: tuple[int, int]) -> None:
+        """A method on a channel no session holds: a closing one's close-ok frees its number
+        (``RoutingHooks.closed_channel_answered``); the broker closing one we no longer track
+        gets its close-ok; the rest (deliveries in flight) is dropped: the broker requeues them
+        when the channel closes."""
+        if method == wire.CHANNEL_CLOSE:
+            self.out.append(wire.channel_close_ok(channel))
+        elif method != wire.CHANNEL_CLOSE_OK:
+            return
+        if self._routing is not None:
+            self._routing.closed_channel_answered(channel)
 
-    def ack(self, delivery_tag: int, multiple: bool) -> None:
-        if self._channel_unopened:
-            self._open_channel()
-        self._out.append(wire.basic_ack(self.channel, delivery_tag, multiple))
+    def take_touched(self) -> list[RoutedChannel]:
+        """The channels that had frames in this read (each once), cleared for the next read."""
+        touched, self.touched = self.touched, []
+        for routed in touched:
+            routed.in_read = False
+        return touched
 
-    def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
-        if self._channel_unopened:
-            self._open_channel()
-        self._out.append(wire.basic_nack(self.channel, delivery_tag, multiple, requeue))
 
-    def requeue_got(self, delivery_tags: tuple[int, ...]) -> Awaitable[None] | None:
-        """Hand back what basic.get took (``RequeueGot``): one nack each, never ``multiple``,
-        which would also cover the deliveries of the channel's subscriptions.  Returns what the
-        session must wait for before its next call: nothing here (the nacks precede it on this
-        channel); a probe's close on a shared connection (adapter/amqp/probe.py)."""
-        for delivery_tag in delivery_tags:
-            self.nack(delivery_tag, False, True)
-        return None
+def _content_before_open(payload: bytes) -> None:
+    """A content header before any channel is open: decoded (a bad one is refused as any
+    undecodable frame is) and dropped."""
+    wire.decode_content_header(payload)
 
-    def declare_nowait(self, op: QueueDeclare) -> None:
-        """queue.declare with nowait (a /queue on SEND): buffered like a publish, no reply."""
-        if op.exclusive or op.auto_delete:
-            self.declared_connection_queue = True
-        if self._channel_unopened:
-            self._open_channel()
-        try:
-            if self.strict_utf8:
-                refuse_surrogates(op)
-            self._out.append(fits(queue_declare_frame(self.channel, op), self.frame_max))
-        except wire.EncodeError as error:
-            raise self._encode_failed(error) from error
 
-    def _operation_call(self, op: BrokerCall) -> tuple[bytes, tuple[int, int]]:
-        """The method frame of one of the session's synchronous operations and its reply."""
-        if self._channel_unopened:
-            self._open_channel()
-        channel = self.channel
-        try:
-            if self.strict_utf8:
-                refuse_surrogates(op)
-            if isinstance(op, QueueDeclare):
-                if op.exclusive or op.auto_delete:
-                    # the queue lives as long as the connection (exclusive) or until its last
-                    # consumer goes (auto-delete): a connection that declared one is never reused
-                    self.declared_connection_queue = True
-                return fits(queue_declare_frame(channel, op), self.frame_max), wire.QUEUE_DECLARE_OK
-            if isinstance(op, BasicConsume):
-                frame = wire.basic_consume(
-                    channel, op.queue, op.consumer_tag, op.no_ack, op.arguments, op.exclusive
-                )
-                return fits(frame, self.frame_max), wire.BASIC_CONSUME_OK
-            if isinstance(op, ExchangeDeclare):
-                frame = wire.exchange_declare(
-                    channel, op.exchange, op.type, durable=op.durable, auto_delete=op.auto_delete
-                )
-                return frame, wire.EXCHANGE_DECLARE_OK
-            if isinstance(op, QueueBind):
-                frame = wire.queue_bind(channel, op.queue, op.exchange, op.routing_key, dict(op.arguments))
-                return fits(frame, self.frame_max), wire.QUEUE_BIND_OK
-            if isinstance(op, BasicQos):
-                return wire.basic_qos(channel, op.prefetch_count), wire.BASIC_QOS_OK
-            if isinstance(op, BasicCancel):
-                return wire.basic_cancel(channel, op.consumer_tag), wire.BASIC_CANCEL_OK
-            if isinstance(op, QueueDelete):
-                return wire.queue_delete(channel, op.queue), wire.QUEUE_DELETE_OK
-            if isinstance(op, ConfirmSelect):
-                return wire.confirm_select(channel), wire.CONFIRM_SELECT_OK
-            if isinstance(op, BasicGet):
-                # the reply is get-ok (this one) or get-empty (AsyncClient.execute waits for both)
-                self._get_tag = op.consumer_tag
-                return wire.basic_get(channel, op.queue), wire.BASIC_GET_OK
-            assert_never(op)
-        except wire.EncodeError as error:
-            raise self._encode_failed(error) from error
-
-    def _start_call(self, frame: bytes, replies: tuple[tuple[int, int], ...]) -> None:
-        """Queue a synchronous method; ``_replied`` comes with the first of ``replies``."""
-        assert self._call_replies is None, "synchronous AMQP calls must not overlap"
-        self._call_replies = frozenset(replies)
-        self._out.append(frame)
-
-    def _next_channel(self) -> None:
-        """After the session's channel closed (close-ok): the next session's has a new number
-        and is opened by its first frame, like a fresh login's."""
-        self.channel = self.channel % self.channel_max + 1
-        self._channel_unopened = True
-        self._publish_methods.clear()  # they carry the channel number
-
-    def _spare_channel(self) -> int:
-        """A channel other than the session's (2 when only one was negotiated)."""
-        return self.channel % max(self.channel_max, 2) + 1
+def _body_before_open(payload: bytes | memoryview) -> None:
+    """A body frame before any channel is open: dropped."""

@@ -3,7 +3,7 @@
 Owns the frame layout (AMQP 0-9-1 §2.3.5: type octet, channel short, size long, payload, frame
 end 0xCE), the checks on it (frame end, frame size against the negotiated ``frame_max``, known
 frame types), and the partial frame a read left unfinished.  What a frame means is the
-caller's business (``AmqpConnection``, which also owns the socket).
+caller's business (the connection core, adapter/amqp/client.py).
 
 Why callbacks rather than returned events: this runs for every frame of every delivery, and a
 direct call per frame is the cheapest way out of the loop (no tuple or event object per frame);
@@ -57,16 +57,16 @@ class FrameReader:
         """Bytes of an unfinished frame held until the next read."""
         return len(self._partial)
 
-    def set_method_handler(self, on_method: Callable[[int, bytes], None]) -> None:
-        """Hand method frames to ``on_method`` from the next frame on (the AMQP client's handler
-        changes once, when the handshake ends); takes effect within the current ``feed``."""
-        self._on_method = on_method
-
-    def set_content_handlers(
-        self, on_header: Callable[[bytes], None], on_body: Callable[[bytes | memoryview], None]
+    def set_handlers(
+        self,
+        on_method: Callable[[int, bytes], None],
+        on_header: Callable[[bytes], None],
+        on_body: Callable[[bytes | memoryview], None],
     ) -> None:
-        """Hand content frames to these from the next frame on (a connection that starts
-        carrying several channels routes them by ``channel``)."""
+        """Hand every frame to these from the next frame on (the connection core's handlers
+        change once, when the handshake ends: to a channel's, or to its routing by ``channel``);
+        takes effect within the current ``feed``."""
+        self._on_method = on_method
         self._on_header = on_header
         self._on_body = on_body
 

@@ -1,6 +1,7 @@
-"""A session's AMQP link: what the server uses of it, and the code its two kinds share.
+"""A session's AMQP link: what the server uses of it, and the asyncio half of its channel.
 
-A STOMP session reaches the broker through one link, of one of two kinds:
+A STOMP session reaches the broker through one link: a channel core (adapter/amqp/channel.py)
+plus the socket it writes to, of one of two kinds:
 
 * a connection of its own (``connection.AmqpConnection``, the default: one session per AMQP
   connection, the socket and the handshake its own);
@@ -16,11 +17,11 @@ server asks which kind it holds, except the login, which gives each back where i
 stand-in) offer all of it, methods with the same parameters; mypy checks the types wherever a
 link is handed on.
 
-``AsyncClient`` is what both kinds are made of: the sans-IO client (``client.AmqpClient``: the
-channel's state, the per-message methods, the frame callbacks) and the asyncio half of one
-session's channel: the future of its one synchronous call (``execute``, ``call``), the flush
-scheduled for that call, and the failure told to the session once.  Each kind extends it and
-calls its ``__init__``; how bytes reach the socket (``flush``) is each kind's own.
+``AsyncChannel`` is the part both kinds hold (each holds one, neither extends it): the channel
+core and the asyncio half of one session's channel: the future of its one synchronous call
+(``execute``, ``call``), the flush scheduled for that call, and the failure told to the session
+once.  It is the channel core's ``ChannelOwner``; how bytes reach the socket (``flush``) and
+what a failure means beyond that are the link's, handed in as callables.
 
 ``BrokerEvents`` is what a link reports to whoever holds it (a session's shell, the reuse pool,
 the shared connections' registry).
@@ -29,14 +30,15 @@ the shared connections' registry).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from ..mapping.destinations import BrokerGeneration
 from ..mapping.operations import BasicGet, Delivery, QueueDeclare
 from ..mapping.properties import MessageProperties
 from . import wire
-from .client import AmqpClient, BrokerCall
+from .channel import ChannelCore
+from .client import BrokerCall, ConnectionCore
 from .errors import AmqpError, stomp_error
 
 
@@ -59,9 +61,14 @@ class SessionLink(Protocol):
 
     # what connection.start said of the broker (the CONNECTED frame's server header, the
     # generation whose queue flags the session declares with)
-    server_properties: dict[str, object]
-    broker_version: str | None
-    broker_generation: BrokerGeneration
+    @property
+    def server_properties(self) -> dict[str, object]: ...
+
+    @property
+    def broker_version(self) -> str | None: ...
+
+    @property
+    def broker_generation(self) -> BrokerGeneration: ...
 
     # per message: only buffered, written by flush (once per batch of frames)
     def publish(
@@ -100,44 +107,44 @@ class SessionLink(Protocol):
     def drop(self) -> None: ...
 
 
-class AsyncClient(AmqpClient):
-    """The sans-IO client with the asyncio half of one session's channel (see the module
-    docstring).  ``transport`` is the socket its bytes go to (None until there is one)."""
+class AsyncChannel:
+    """A channel core with the asyncio half of one session's channel (see the module
+    docstring).  ``flush`` writes what the channel buffered, ``connected`` says whether there
+    is a socket to write to, ``failed`` is the link's answer to a failure (it ends with
+    ``fail``)."""
 
-    _events: BrokerEvents
+    __slots__ = (
+        "_connected",
+        "_failed",
+        "_flush_handle",
+        "_flush_now",
+        "_loop",
+        "closing",
+        "core",
+        "pending",
+    )
 
     def __init__(
         self,
-        events: BrokerEvents,
         loop: asyncio.AbstractEventLoop,
+        connection: ConnectionCore,
+        channel: int,
+        out: list[bytes | memoryview],
+        events: BrokerEvents,
         *,
-        transport: asyncio.Transport | None = None,
-        heartbeat: int = 0,
-        client_properties: bytes = b"",
-        reusable: bool = False,
+        flush: Callable[[], None],
+        connected: Callable[[], bool],
+        failed: Callable[[AmqpError], None],
     ) -> None:
-        super().__init__(events, heartbeat=heartbeat, client_properties=client_properties, reusable=reusable)
         self._loop = loop
-        self._transport = transport
+        self._flush_now = flush
+        self._connected = connected
+        self._failed = failed
         self._flush_handle: asyncio.Handle | None = None
+        self.core: ChannelCore[BrokerEvents] = ChannelCore(connection, channel, out, events, self)
         # the call waiting for its reply: a str or None, or a basic.get's Delivery
-        self._rpc: asyncio.Future[object] | None = None
-        self._closing = False  # the session has been told the link failed, or it is closing
-
-    def flush(self) -> None:
-        """Write what is buffered now (each kind of link to its socket)."""
-        raise NotImplementedError
-
-    def _schedule_flush(self) -> None:
-        if self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_handle = None
-        self.flush()
-
-    def _encode_failed(self, error: wire.EncodeError) -> Exception:
-        return stomp_error(error)
+        self.pending: asyncio.Future[object] | None = None
+        self.closing = False  # the session has been told the link failed, or it is closing
 
     # --------------------------------------------------------------------- synchronous calls
     # publish, ack, nack and declare_nowait are the core's: they only buffer, and the client
@@ -149,7 +156,7 @@ class AsyncClient(AmqpClient):
         reply: the queue name for a QueueDeclare (the server-named one when asked), the message
         of a BasicGet (None: the queue was empty), else None.
         Raises AmqpError (ProcessingError for a value AMQP cannot carry)."""
-        frame, reply = self._operation_call(op)
+        frame, reply = self.core.operation_call(op)
         if isinstance(op, BasicGet):
             got = await self._call(frame, (reply, wire.BASIC_GET_EMPTY))
             assert got is None or isinstance(got, Delivery)
@@ -167,35 +174,57 @@ class AsyncClient(AmqpClient):
         return result
 
     async def _call(self, frame: bytes, replies: tuple[tuple[int, int], ...]) -> object:
-        if self._transport is None:
+        if not self._connected():
             raise AmqpError(504, "AMQP connection is closed")
-        assert self._rpc is None, "synchronous AMQP calls must not overlap"
+        assert self.pending is None, "synchronous AMQP calls must not overlap"
         future: asyncio.Future[object] = self._loop.create_future()
-        self._start_call(frame, replies)
-        self._rpc = future
-        self._schedule_flush()
+        self.core.start_call(frame, replies)
+        self.pending = future
+        if self._flush_handle is None:
+            self._flush_handle = self._loop.call_soon(self._flush)
         return await future
 
-    def _got(self, delivery: Delivery) -> None:
-        future, self._rpc = self._rpc, None
+    def _flush(self) -> None:
+        self._flush_handle = None
+        self._flush_now()
+
+    # --------------------------------------------------------------------- the core's owner
+    def got(self, delivery: Delivery) -> None:
+        future, self.pending = self.pending, None
         if future is not None and not future.done():
             future.set_result(delivery)
 
-    def _replied(self, method: tuple[int, int], payload: bytes) -> None:
+    def replied(self, method: tuple[int, int], payload: bytes) -> None:
         # decode before taking the call off: a reply that does not decode fails the link
-        # (data_received), and _failed then rejects the call still waiting for it
+        # (data_received), and fail() then rejects the call still waiting for it
         result = wire.decode_reply(method, payload)
-        future, self._rpc = self._rpc, None
+        future, self.pending = self.pending, None
         if future is not None and not future.done():
             future.set_result(result)
 
+    def channel_failed(self, error: AmqpError) -> None:
+        self._failed(error)
+
+    def returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        """basic.return: the adapter publishes nothing mandatory, so nothing comes back."""
+
+    def encode_failed(self, error: wire.EncodeError) -> Exception:
+        return stomp_error(error)
+
     # --------------------------------------------------------------------- failing
-    def _failed(self, error: AmqpError) -> None:
+    def fail(self, error: AmqpError) -> None:
         """The link is unusable: reject the pending call and tell the session once."""
-        rpc, self._rpc = self._rpc, None
-        self._call_replies = None
+        rpc, self.pending = self.pending, None
+        self.core.call_replies = None
         if rpc is not None and not rpc.done():
             rpc.set_exception(error)
-        if not self._closing:
-            self._closing = True
-            self._events.on_amqp_closed(error)
+        if not self.closing:
+            self.closing = True
+            self.core.events.on_amqp_closed(error)
+
+    def reject_pending(self, error: AmqpError) -> None:
+        """The call waiting (if one is) fails with ``error``; nothing more ends it."""
+        rpc, self.pending = self.pending, None
+        self.core.call_replies = None
+        if rpc is not None and not rpc.done():
+            rpc.set_exception(error)

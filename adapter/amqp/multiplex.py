@@ -18,7 +18,7 @@ next login (at most ``max_idle`` of them per process, the oldest going first), t
 
 Joins fill the fullest connection that still has room: fewer connections for the broker to keep.
 
-The asyncio side (adapter/server/amqp_mux.py) owns the connections, the timers and the closing.
+The asyncio side (adapter/amqp/multiplex_runtime.py) owns the connections, the timers and the closing.
 Pure: standard library only.
 """
 

@@ -15,7 +15,7 @@ password change reaches every new session within ``max_age_seconds`` even when s
 the connection busy (RabbitMQ closes a deleted user's connections itself).  ``max_size``
 bounds the idle connections of the pool (the oldest idle one goes first).  The two clocks are
 ``Lifetime``, the one rule for pooled connections and for idle shared ones (adapter/amqp/multiplex.py).
-The asyncio side (adapter/server/amqp_pool.py) owns the connections, the timer and the closing.
+The asyncio side (adapter/amqp/pool_runtime.py) owns the connections, the timer and the closing.
 """
 
 from __future__ import annotations

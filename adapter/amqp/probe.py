@@ -29,7 +29,7 @@ one and unacknowledged): ``RequeueGot`` hands them back there and closes it, as 
 session's end (the broker requeues them as the probe closes).  Otherwise it closes after its
 call.  Opening one is the server's business (``ProbeOpener``: a login of its own with the
 session's credentials, at most so many probes open at once per process:
-adapter/server/amqp_probe.py).
+adapter/amqp/probe_runtime.py).
 
 Imports: the AMQP link and the mapping layer's operations and exchange rules.
 """
@@ -58,7 +58,7 @@ def needs_probe(op: BrokerCall) -> bool:
 
 
 class ProbeOpener(Protocol):
-    """The server's side (adapter/server/amqp_probe.py)."""
+    """The server's side (adapter/amqp/probe_runtime.py)."""
 
     async def open(self, user: str, password: str, vhost: str, ended: Callable[[], bool]) -> AmqpConnection:
         """A fresh AMQP connection logged in with these credentials, once there is room for

@@ -1,20 +1,24 @@
 """One AMQP connection carrying several STOMP sessions, each on a channel of its own
 (``adapter.amqp_sessions_per_connection``; which login joins which connection is
-adapter/amqp/multiplex.py's business, the registry adapter/server/amqp_mux.py's).
+adapter/amqp/multiplex.py's business, the registry adapter/amqp/multiplex_runtime.py's).
 
-``SharedConnection`` is the link that owns the socket: the handshake, the heart-beats (one per
-connection, as AMQP has them), connection.close, connection.blocked, the write side's back-
-pressure, and the routing of every frame the broker sends to the channel it names.
-``ChannelLink`` is what one session holds: the same interface as a connection of its own
-(``link.SessionLink``: publish, ack, nack, execute, flush, close ...), made of the same parts
-(``link.AsyncClient``: the per-channel state the sans-IO client keeps, its lazily opened
+``SharedConnection`` owns the socket (an ``AmqpSocket``: the handshake, the heart-beats, one per
+connection as AMQP has them, connection.close, connection.blocked, the write side's back-
+pressure) and the sessions' channels; its connection core routes every frame the broker sends
+to the channel core its number names (``ConnectionCore.route``), and tells this object what
+concerns a channel no session holds.  ``ChannelLink`` is what one session holds: the same
+interface as a connection of its own (``link.SessionLink``: publish, ack, nack, execute, flush,
+close ...), made of the same part (``link.AsyncChannel``: a channel core with its lazily opened
 channel, its one synchronous call, its delivery being assembled, its confirms), writing into the
-shared socket.  So the session, the dispatcher and the login's callers cannot tell a shared link
-from a connection of their own.
+shared socket.  Nothing of the connection is copied into a channel: what it needs (frame_max,
+the broker's version, the phase) it reads from the connection core.  So the session, the
+dispatcher and the login's callers cannot tell a shared link from a connection of their own.
 
 What differs, and why:
 
 * A channel error (channel.close from the broker) ends only that session, as before.  A
+  connection method on a session's channel number is the connection's, as on a connection of
+  its own.  A
   connection error, a lost socket, missed heart-beats or refused input end every session on the
   connection, each with the ERROR it gets today (``on_amqp_closed`` with the same AmqpError).
   connection.blocked pauses every session on it, as it pauses one today.
@@ -31,29 +35,27 @@ What differs, and why:
   session's own (adapter/amqp/probe.py), never on the shared one; their failure ends that
   session only, with the ERROR it gets without multiplexing.
 
-Imports: the AMQP connection, link and client of this package, the probe, the byte budget of the mapping
-layer, the heart-beat monitor (the carrier's, shared by its channels).
+Imports: the AMQP socket, link and cores of this package, the probe, the byte budget of the
+mapping layer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
+import ssl
 from collections.abc import Awaitable, Callable
-from typing import Final
 
-from ..liveness import Liveness
 from ..mapping.budget import Account, BudgetExceeded, Pool
+from ..mapping.destinations import BrokerGeneration
 from ..mapping.operations import BasicConsume, Delivery, QueueDeclare
 from . import wire
-from .client import BrokerCall, UnexpectedMethod
-from .connection import AmqpConnection, AmqpError
-from .link import AsyncClient, BrokerEvents
+from .client import BrokerCall, RoutedChannel, UnexpectedMethod
+from .connection import AmqpError, AmqpSocket
+from .link import AsyncChannel, BrokerEvents
 from .probe import Probe, needs_probe
 
 log = logging.getLogger(__name__)
-_method_id: Final = struct.Struct(">HH").unpack_from
 
 # how long a closing channel's number stays taken when its close-ok does not come
 _CLOSE_OK_WAIT = 5.0
@@ -83,31 +85,72 @@ class PausedBytes:
         )
 
 
-class SharedConnection(AmqpConnection):
-    """The socket of a shared AMQP connection and the channels it carries.  Opened with
-    ``AmqpConnection.open`` (the handshake is the same); ``events`` is the registry's sink for
-    what concerns the connection as a whole (``on_amqp_closed``, ``on_broker_backpressure``)."""
+class SharedConnection:
+    """The socket of a shared AMQP connection and the channels it carries (see the module
+    docstring): an ``AmqpSocket`` whose connection core routes frames by channel number, and
+    the ``ChannelLink`` of each session on it.  ``events`` is the registry's sink for what
+    concerns the connection as a whole (``on_amqp_closed``, ``on_broker_backpressure``)."""
 
-    # the process's bounds: the registry (adapter/server/amqp_mux.py) gives every connection the
-    # one it built from the settings; this default serves a connection made without it (tests)
+    # the process's bounds: the registry (adapter/amqp/multiplex_runtime.py) gives every
+    # connection the one it built from the settings; this default serves a connection made
+    # without it (tests)
     paused_bytes: PausedBytes = PausedBytes(8 * 1024 * 1024, 256 * 1024 * 1024)
 
     def __init__(
-        self, events: BrokerEvents, *, heartbeat: int, connection_name: str, reusable: bool = False
+        self,
+        events: BrokerEvents,
+        *,
+        heartbeat: int,
+        connection_name: str,
+        reusable: bool = False,
+        credentials: tuple[str, str, str] = ("", "", "/"),
     ) -> None:
-        # reusable: negotiate the broker's channel_max (one channel per session)
-        super().__init__(events, heartbeat=heartbeat, connection_name=connection_name, reusable=True)
+        # many channels: negotiate the broker's channel_max (one channel per session)
+        self.socket = AmqpSocket(
+            self,
+            heartbeat=heartbeat,
+            connection_name=connection_name,
+            many_channels=True,
+            credentials=credentials,
+        )
+        self.events = events
+        self._told = False  # the registry heard of the end (or asked for it)
         self.links: dict[int, ChannelLink] = {}
+        self._link_of: dict[RoutedChannel, ChannelLink] = {}  # each channel core's link
         self._closing_channels: dict[int, asyncio.TimerHandle | None] = {}
         self._next = 0  # the last channel number handed out
-        self._touched: list[ChannelLink] = []  # links that had frames in this read
+        self.socket.core.route(self)
 
-    def _handshake_done(self) -> None:
-        # open-ok: from now on every frame goes to the channel it names (connection methods
-        # come on channel 0); both take effect within the current read
-        self._reader.set_method_handler(self._route_method)
-        self._reader.set_content_handlers(self._route_header, self._route_body)
-        super()._handshake_done()
+    @classmethod
+    def open(
+        cls,
+        events: BrokerEvents,
+        *,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        vhost: str,
+        heartbeat: int,
+        timeout: float,
+        connection_name: str,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        reusable: bool = False,
+    ) -> Awaitable[SharedConnection]:
+        """Connect, authenticate and open the vhost (``AmqpSocket.connect``, whose errors it
+        raises, and which returns the connection); the sessions' channels open with their first
+        frames."""
+        connection = cls(
+            events, heartbeat=heartbeat, connection_name=connection_name, credentials=(user, password, vhost)
+        )
+        return connection.socket.connect(
+            host=host, port=port, timeout=timeout, ssl_context=ssl_context, server_hostname=server_hostname
+        )
+
+    def attach(self, events: BrokerEvents) -> None:
+        """What concerns the connection as a whole goes to ``events`` from now on."""
+        self.events = events
 
     # ------------------------------------------------------------------ channels
     def new_link(self, events: BrokerEvents) -> ChannelLink:
@@ -116,10 +159,12 @@ class SharedConnection(AmqpConnection):
         number = self._free_channel()
         link = ChannelLink(self, events, number)
         self.links[number] = link
+        self._link_of[link.core] = link
+        self.socket.core.channels[number] = link.core
         return link
 
     def _free_channel(self) -> int:
-        channel_max = self.channel_max
+        channel_max = self.socket.core.channel_max
         for _ in range(channel_max):
             # round robin: a number just given back is the last to be taken again, as RabbitMQ
             # may still count its channel while the channel's process ends
@@ -128,136 +173,118 @@ class SharedConnection(AmqpConnection):
                 return self._next
         raise AmqpError(504, "no free channel on the shared AMQP connection", channel_only=True)
 
-    def renumber(self, link: ChannelLink) -> None:
-        """Give ``link`` a new channel number (its own was closed by the broker)."""
-        # its close-ok may still be due (a close sent without waiting): the old number waits for it
-        self.channel_closing(link, close_ok_due=link._close_ok_pending)  # noqa: SLF001
-        link._close_ok_pending = False  # noqa: SLF001
-        link.channel = self._free_channel()
-        self.links[link.channel] = link
+    def renumber(self, link: ChannelLink, *, close_ok_due: bool) -> int:
+        """Give ``link`` a new channel number (its own was closed by the broker); with
+        ``close_ok_due`` the old number waits for the close-ok of a close sent without waiting."""
+        self.channel_closing(link, close_ok_due=close_ok_due)
+        self._link_of[link.core] = link
+        number = self._free_channel()
+        self.links[number] = link
+        self.socket.core.channels[number] = link.core
+        return number
 
     def channel_closing(self, link: ChannelLink, *, close_ok_due: bool) -> None:
-        """``link``'s session is over.  With ``close_ok_due`` its channel.close is on the way:
-        the number stays taken (frames still in flight are dropped) until close-ok comes."""
-        if self.links.get(link.channel) is link:
-            del self.links[link.channel]
-        if close_ok_due and self._transport is not None:
+        """``link``'s session is over, or its number was closed by the broker.  With
+        ``close_ok_due`` its channel.close is on the way: the number stays taken (frames still
+        in flight are dropped) until close-ok comes."""
+        core = link.core
+        if not core.in_read:  # else read_done forgets it, after its last frames
+            self._link_of.pop(core, None)
+        number = core.channel
+        if self.links.get(number) is link:
+            del self.links[number]
+            del self.socket.core.channels[number]
+        if close_ok_due and self.socket.transport is not None:
             # a close-ok that never comes must not hold the number for ever
-            self._closing_channels[link.channel] = self._loop.call_later(
-                _CLOSE_OK_WAIT, self._closing_channels.pop, link.channel, None
+            self._closing_channels[number] = self.socket.loop.call_later(
+                _CLOSE_OK_WAIT, self._closing_channels.pop, number, None
             )
 
-    # ------------------------------------------------------------------ routing (per frame)
-    def _route_method(self, channel: int, payload: bytes) -> None:
-        link = self.links.get(channel)
+    # ------------------------------------------------------------------ the core's routing hooks
+    def channel_input_refused(self, channel: RoutedChannel, error: Exception) -> None:
+        link = self._link_of.get(channel)
         if link is not None:
-            if not link.in_read:
-                link.in_read = True
-                self._touched.append(link)
-            try:
-                link._on_method(channel, payload)  # noqa: SLF001 - the channel's own handler
-            except Exception as error:  # noqa: BLE001 - one channel's input ends that channel only
-                link.refuse_channel_input(error)
-            return
-        if channel == 0:
-            self._on_method(channel, payload)  # connection.close, blocked ...
-            return
-        self._closed_channel_method(channel, payload)
+            link.refuse_channel_input(error)
 
-    # A delivery may be completed by its content frames alone, in a read after its method's
-    # (a body larger than one read, TCP segments split anywhere): the content routes mark
-    # their link as having had frames in this read too, or its MESSAGE would wait for the
-    # next method of its channel.
-    def _route_header(self, payload: bytes) -> None:
-        link = self.links.get(self._reader.channel)
-        if link is not None:
-            if not link.in_read:
-                link.in_read = True
-                self._touched.append(link)
-            link.header_bytes = len(payload)  # what the properties cost, should the link be paused
-            try:
-                link._on_content_header(payload)  # noqa: SLF001
-            except Exception as error:  # noqa: BLE001
-                link.refuse_channel_input(error)
+    def closed_channel_answered(self, channel: int) -> None:
+        timer = self._closing_channels.pop(channel, None)
+        if timer is not None:
+            timer.cancel()
 
-    def _route_body(self, payload: bytes | memoryview) -> None:
-        link = self.links.get(self._reader.channel)
-        if link is not None:
-            if not link.in_read:
-                link.in_read = True
-                self._touched.append(link)
-            try:
-                link._on_body(payload)  # noqa: SLF001
-            except Exception as error:  # noqa: BLE001
-                link.refuse_channel_input(error)
+    # ------------------------------------------------------------------ the socket's owner
+    def read_done(self) -> None:
+        """The connection's events first, then each session that had frames in this read
+        writes what they gave it, and what its channel answered (close-ok) goes out."""
+        self.events.on_read_done()
+        for routed in self.socket.core.take_touched():
+            link = self._link_of.get(routed)
+            if link is not None:
+                link.core.events.on_read_done()
+                link.flush()
+                if link.left:  # during this read: forgotten after its last frames
+                    self._link_of.pop(routed, None)
 
-    def _closed_channel_method(self, channel: int, payload: bytes) -> None:
-        """A method on a channel no session holds: a closing one's close-ok frees its number;
-        the broker closing one we no longer track gets its close-ok; the rest (deliveries in
-        flight) is dropped: the broker requeues them when the channel closes."""
-        method = _method_id(payload)
-        if method == wire.CHANNEL_CLOSE_OK:
-            timer = self._closing_channels.pop(channel, None)
-            if timer is not None:
-                timer.cancel()
-        elif method == wire.CHANNEL_CLOSE:
-            self._out.append(wire.channel_close_ok(channel))
-            timer = self._closing_channels.pop(channel, None)
-            if timer is not None:
-                timer.cancel()
+    def connection_failed(self, error: AmqpError) -> None:
+        """The connection is gone: the registry forgets it, every session learns it as it
+        would of a connection of its own."""
+        if not self._told:
+            self._told = True
+            self.events.on_amqp_closed(error)
+        links = list(self.links.values())
+        self.links.clear()
+        self.socket.core.channels.clear()
+        for link in links:
+            link.connection_failed(error)
 
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)  # the connection's events: read done, then flush
-        touched, self._touched = self._touched, []
-        for link in touched:
-            link.in_read = False
-            link.read_done()
-        self.flush()
-
-    # ------------------------------------------------------------------ the connection as a whole
-    def _failed(self, error: AmqpError) -> None:
-        super()._failed(error)  # before open(): the login's business; after: the registry's
-        if self._opened:
-            links = list(self.links.values())
-            self.links.clear()
-            for link in links:
-                link.connection_failed(error)
-
-    def _blocked_changed(self) -> None:
-        paused = self._blocked or self._paused_writing
-        super()._blocked_changed()
+    def backpressure(self, paused: bool) -> None:
+        """connection.blocked (or unblocked), or the socket full: every session pauses."""
+        self.events.on_broker_backpressure(paused)
         for link in list(self.links.values()):
-            link.backpressure(paused)
+            link.core.events.on_broker_backpressure(paused)
 
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        for link in list(self.links.values()):
-            link.backpressure(True)
+    # ------------------------------------------------------------------ the end
+    async def close(self, timeout: float = 5.0) -> None:
+        self._told = True
+        await self.socket.close(timeout)
 
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        for link in list(self.links.values()):
-            link.backpressure(self._blocked)
+    def close_nowait(self) -> None:
+        if self.socket.transport is not None:
+            self._told = True
+        self.socket.close_nowait()
 
+    # ------------------------------------------------------------------ what the login and registry read
     @property
     def name(self) -> str:
-        return self._connection_name
+        return self.socket.name
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
+    def user(self) -> str:
+        return self.socket.core.user
 
     @property
-    def liveness(self) -> Liveness:
-        return self._liveness
+    def channel_max(self) -> int:
+        return self.socket.core.channel_max
 
     @property
     def blocked(self) -> bool:
-        return self._blocked
+        return self.socket.core.blocked
 
     @property
-    def transport(self) -> asyncio.Transport | None:
-        return self._transport
+    def broker_version(self) -> str | None:
+        return self.socket.core.broker_version
+
+    @property
+    def peer_address(self) -> str | None:
+        """The broker's IP address this connection reached."""
+        transport = self.socket.transport
+        if transport is None:
+            return None
+        peer = transport.get_extra_info("peername")
+        return str(peer[0]) if peer else None
+
+    @property
+    def is_open(self) -> bool:
+        return self.socket.transport is not None and not self.socket.core.close_sent
 
 
 class _WhilePaused:
@@ -276,7 +303,7 @@ class _WhilePaused:
     def on_deliver(self, delivery: Delivery) -> None:
         if self.active:
             try:
-                self.account.reserve(len(delivery.body) + self._link.header_bytes + _FRAME_OVERHEAD)
+                self.account.reserve(len(delivery.body) + self._link.core.header_bytes + _FRAME_OVERHEAD)
             except BudgetExceeded as error:
                 self._link.overflowed(error)
                 return  # not delivered: the broker requeues it when the channel closes
@@ -298,50 +325,41 @@ class _WhilePaused:
         self.events.on_read_done()
 
 
-class ChannelLink(AsyncClient):
+class ChannelLink:
     """One session's channel on a ``SharedConnection``: the session's AMQP link (a
-    ``link.SessionLink``, as a connection of its own is).  The per-message methods (publish,
-    ack, nack) and the calls are the sans-IO client's own, on this channel's number; what they
-    buffer goes to the shared socket at ``flush``.  A channel has no handshake, socket,
-    heart-beat or client properties of its own, so a login that joins a shared connection costs
-    this one object (docs/performance.md)."""
-
-    __slots__ = (
-        "_channel_gone",
-        "_close_ok_pending",
-        "_connection_queue",
-        "_left",
-        "_liveness",
-        "_reading_paused",
-        "_unconsumed",
-        "carrier",
-        "header_bytes",
-        "in_read",
-        "on_left",
-        "probe",
-    )
+    ``link.SessionLink``, as a connection of its own is): an ``AsyncChannel`` with its own
+    number and output buffer, writing into the shared socket.  The per-message methods
+    (publish, ack, nack) are the channel core's own, bound at construction.  A channel has no
+    handshake, socket, heart-beat or client properties of its own, so a login that joins a
+    shared connection costs these few objects (docs/performance.md)."""
 
     def __init__(self, carrier: SharedConnection, events: BrokerEvents, channel: int) -> None:
-        super().__init__(events, carrier.loop, transport=carrier.transport)
         self.carrier = carrier
-        self._liveness = carrier.liveness  # the carrier's: a write on a channel is one on the socket
+        socket = carrier.socket
+        self._socket = socket
+        self._out: list[bytes | memoryview] = []  # written to the shared socket at flush
+        self._channel = AsyncChannel(
+            socket.loop,
+            socket.core,
+            channel,
+            self._out,
+            events,
+            flush=self.flush,
+            connected=lambda: not self._carrier_lost and socket.transport is not None,
+            failed=self._failed,
+        )
+        core = self._channel.core
+        self.core = core
+        # per message: the channel core's own methods, no call in between
+        self.publish = core.publish
+        self.ack = core.ack
+        self.nack = core.nack
+        self.call = self._channel.call
+        self.drop = self.close_nowait  # the carrier's socket is its neighbours' too
+        self._carrier_lost = False  # the shared connection is gone
         self._reading_paused = False
-        self.in_read = False  # had frames in the carrier's current read
-        self.header_bytes = 0  # the size of the last content header's properties (the carrier's)
-        # the handshake is the carrier's: this channel starts where its open-ok left a client
-        self.phase = carrier.phase
-        self._out = []
-        self._channel_unopened = True
-        self.channel = channel
-        self.channel_max = carrier.channel_max
-        self.frame_max = carrier.frame_max
-        self.server_properties = carrier.server_properties
-        self.broker_version = carrier.broker_version
-        self.broker_generation = carrier.broker_generation
-        self.strict_utf8 = carrier.strict_utf8
-        self._blocked = carrier.blocked
         self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
-        self._left = False  # the session gave the link back
+        self.left = False  # the session gave the link back
         # a channel.close went without waiting for its close-ok (overflowed, refused input):
         # the number stays taken when the session leaves, as a reused number whose close-ok is
         # still to come would be a connection error (504) for every session on the connection
@@ -359,6 +377,23 @@ class ChannelLink(AsyncClient):
         # (adapter/amqp/probe.py); the registry's, None without one (they then run here)
         self.probe: Probe | None = None
 
+    # ------------------------------------------------------------------ what the broker is
+    @property
+    def channel(self) -> int:
+        return self.core.channel
+
+    @property
+    def server_properties(self) -> dict[str, object]:
+        return self._socket.core.server_properties
+
+    @property
+    def broker_version(self) -> str | None:
+        return self._socket.core.broker_version
+
+    @property
+    def broker_generation(self) -> BrokerGeneration:
+        return self._socket.core.broker_generation
+
     # ------------------------------------------------------------------ calls in
     @property
     def left_connection_queue(self) -> bool:
@@ -367,21 +402,16 @@ class ChannelLink(AsyncClient):
         auto-delete one that none of its consumers consumed."""
         return self._connection_queue or bool(self._unconsumed)
 
-    def _operation_call(self, op: BrokerCall) -> tuple[bytes, tuple[int, int]]:
-        if isinstance(op, QueueDeclare) and op.exclusive and not op.auto_delete and not op.passive:
-            self._connection_queue = True
-        return super()._operation_call(op)
-
     def declare_nowait(self, op: QueueDeclare) -> None:
         if op.exclusive and not op.passive:
             if op.auto_delete:
                 self._unconsumed.add(op.queue)
             else:
                 self._connection_queue = True
-        super().declare_nowait(op)
+        self.core.declare_nowait(op)
 
     async def execute(self, op: BrokerCall) -> str | Delivery | None:
-        if self._channel_gone or self._transport is None:
+        if self._channel_gone or self._carrier_lost or self._socket.transport is None:
             raise AmqpError(504, "AMQP channel is closed", channel_only=True)
         probe = self.probe
         if probe is not None and needs_probe(op):
@@ -389,28 +419,31 @@ class ChannelLink(AsyncClient):
                 return await probe.execute(op)
             except AmqpError as error:
                 raise self._probe_failed(error) from None
-        if isinstance(op, QueueDeclare) and op.exclusive and op.auto_delete and not op.passive:
-            # counted before the call: a session that ends while it waits leaves the queue
-            self._unconsumed.add(op.queue)
-            try:
-                result = await super().execute(op)
-            except AmqpError:  # refused: no queue
+        if not isinstance(op, QueueDeclare) or not op.exclusive or op.passive:
+            result = await self._channel.execute(op)
+            if isinstance(op, BasicConsume):  # its consumer going deletes the queue
                 self._unconsumed.discard(op.queue)
-                raise
-            if isinstance(result, str) and result != op.queue:  # named by the broker
-                self._unconsumed.discard(op.queue)
-                self._unconsumed.add(result)
             return result
-        result = await super().execute(op)
-        if isinstance(op, BasicConsume):  # its consumer going deletes the queue
+        if not op.auto_delete:
+            self._connection_queue = True
+            return await self._channel.execute(op)
+        # counted before the call: a session that ends while it waits leaves the queue
+        self._unconsumed.add(op.queue)
+        try:
+            result = await self._channel.execute(op)
+        except AmqpError:  # refused: no queue
             self._unconsumed.discard(op.queue)
+            raise
+        if isinstance(result, str) and result != op.queue:  # named by the broker
+            self._unconsumed.discard(op.queue)
+            self._unconsumed.add(result)
         return result
 
     def requeue_got(self, delivery_tags: tuple[int, ...]) -> Awaitable[None] | None:
         if self.probe is not None:
             # the gets ran there, never on this channel; the session waits for the probe's close
             return self.probe.requeue_got(delivery_tags)
-        return super().requeue_got(delivery_tags)
+        return self.core.requeue_got(delivery_tags)
 
     def _probe_failed(self, error: AmqpError) -> AmqpError:
         """A call on the probe failed (the broker closed the probe's channel or connection, or
@@ -418,9 +451,9 @@ class ChannelLink(AsyncClient):
         the probe's reply code and text, and only this channel of the shared connection closes
         (so its number is free again only after its close-ok)."""
         mine = AmqpError(error.code, error.text, channel_only=True, from_broker=error.from_broker)
-        if not self._closing:
+        if not self._channel.closing:
             self._send_channel_close()
-            self._fail(mine)
+            self._failed(mine)
         return mine
 
     # ------------------------------------------------------------------ writing
@@ -428,25 +461,20 @@ class ChannelLink(AsyncClient):
         out = self._out
         if not out:
             return
-        transport = self._transport
-        if transport is None or self._channel_gone or self.carrier._close_sent:  # noqa: SLF001
+        transport = self._socket.transport
+        if transport is None or self._carrier_lost or self._channel_gone or self._socket.core.close_sent:
             # after the channel's close (or close-ok) nothing more may go on its number: a frame
             # on a closed channel is a connection error (504) that would end every neighbour
-            self._out = []
+            out.clear()
             return
-        self._out = []
-        self._liveness.wrote = True  # the carrier's: no heart-beat needed
-        if self._out_large:
-            self._out_large = False
-            transport.writelines(out)
+        self._socket.liveness.wrote = True  # the carrier's: no heart-beat needed
+        core = self.core
+        if core.out_large:
+            core.out_large = False
+            transport.writelines(out.copy())
         else:
             transport.write(b"".join(out) if len(out) > 1 else out[0])
-
-    def read_done(self) -> None:
-        """The carrier's read had frames for this channel: the session writes what they gave
-        it, and what the channel answered (close-ok) goes out."""
-        self._events.on_read_done()
-        self.flush()
+        out.clear()
 
     # ------------------------------------------------------------------ flow control
     def pause_reading(self) -> None:
@@ -456,15 +484,15 @@ class ChannelLink(AsyncClient):
             return
         self._reading_paused = True
         account = self.carrier.paused_bytes.account(self.carrier.user, self.overflowed)
-        self._events = _WhilePaused(self, self._events, account)
+        self.core.events = _WhilePaused(self, self.core.events, account)
 
     def resume_reading(self) -> None:
         if not self._reading_paused:
             return
         self._reading_paused = False
-        events = self._events
+        events = self.core.events
         if isinstance(events, _WhilePaused):
-            self._events = events.events
+            self.core.events = events.events
             events.active = False
             events.account.close()
 
@@ -473,84 +501,74 @@ class ChannelLink(AsyncClient):
         what it had not acknowledged) and end the session with an ERROR naming the bound."""
         if self._channel_gone:
             return
-        log.warning("%s channel %d: %s", self.carrier.name, self.channel, error.detail.rstrip("\n"))
+        log.warning("%s channel %d: %s", self.carrier.name, self.core.channel, error.detail.rstrip("\n"))
         self._send_channel_close()
         self.resume_reading()
-        self._fail(AmqpError(406, error.detail.rstrip("\n"), channel_only=True))
-
-    def backpressure(self, paused: bool) -> None:
-        self._blocked = self.carrier.blocked
-        self._events.on_broker_backpressure(paused)
-
-    def _blocked_changed(self) -> None:
-        # connection.blocked on this channel's number instead of channel 0 (the broker's
-        # mistake): the session pauses as a connection of its own would
-        self._events.on_broker_backpressure(self._blocked)
+        self._failed(AmqpError(406, error.detail.rstrip("\n"), channel_only=True))
 
     # ------------------------------------------------------------------ failures
     def refuse_channel_input(self, error: Exception) -> None:
         """A frame on this channel could not be handled (undecodable, out of sequence, or our
-        bug): as a connection of its own refuses it (``AmqpConnection.data_received``), but
+        bug): as a connection of its own refuses it (``AmqpSocket.data_received``), but
         closing only this channel, so the broker requeues what the session had not acknowledged
         and the sessions sharing the connection go on (the carrier's frames are still in step:
-        the frame itself was whole)."""
+        the frame itself was whole); the connection core then forgets the delivery in progress."""
         if isinstance(error, UnexpectedMethod):
             code, text = 503, f"unexpected method from the broker: {error}"
         elif isinstance(error, wire.DecodeError):
             code, text = 501, f"undecodable frame from the broker: {error}"
         else:
-            log.error("internal error on a frame from the broker%s", self.delivery_context(), exc_info=error)
+            context = self.core.delivery_context()
+            log.error("internal error on a frame from the broker%s", context, exc_info=error)
             code, text = 541, f"internal error on a frame from the broker: {error}"
         if code != 541:
             log.warning(
                 "%s%s; closing channel %d of %s",
                 text,
-                self.delivery_context(),
-                self.channel,
+                self.core.delivery_context(),
+                self.core.channel,
                 self.carrier.name,
             )
-        self._delivery = None
-        self._delivery_props = None
-        self._delivery_parts = []
         if self._channel_gone:
             return
         self._send_channel_close()
-        self._fail(AmqpError(code, text, channel_only=True))
+        self._failed(AmqpError(code, text, channel_only=True))
 
     def _failed(self, error: AmqpError) -> None:
         if error.channel_only and not self._channel_gone:
-            self.flush()  # the close-ok client._on_method queued (and what came before it)
+            self.flush()  # the close-ok the channel core queued (and what came before it)
             self._channel_gone = True
         if self.probe is not None:
             self.probe.end()  # the session is over: the broker requeues what a probe held
-        super()._failed(error)
+        self._channel.fail(error)
 
     def connection_failed(self, error: AmqpError) -> None:
         """The shared connection is gone: this session learns it as it would of its own."""
-        self._transport = None
+        self._carrier_lost = True
         self._channel_gone = True
-        self._fail(AmqpError(error.code, error.text, phase=error.phase, from_broker=error.from_broker))
+        self._failed(AmqpError(error.code, error.text, phase=error.phase, from_broker=error.from_broker))
 
     # ------------------------------------------------------------------ the end
     async def delete_queue_on_fresh_channel(self, queue: str) -> None:
         """At the session's end, delete ``queue``: on a channel with a new number if the broker
         closed the session's (its neighbours' channels are never touched), else on its own."""
-        self._closing = True  # further failures are not news for the session
+        self._channel.closing = True  # further failures are not news for the session
+        core = self.core
         if self._channel_gone:
-            self.carrier.renumber(self)
+            core.renumber(self.carrier.renumber(self, close_ok_due=self._close_ok_pending))
+            self._close_ok_pending = False
             self._channel_gone = False
-            self._channel_unopened = True
-        if self._channel_unopened:
-            await self.call(wire.channel_open(self.channel), wire.CHANNEL_OPEN_OK)
-            self._channel_unopened = False
-        await self.call(wire.queue_delete(self.channel, queue), wire.QUEUE_DELETE_OK)
+        if core.unopened:
+            await self.call(wire.channel_open(core.channel), wire.CHANNEL_OPEN_OK)
+            core.unopened = False
+        await self.call(wire.queue_delete(core.channel, queue), wire.QUEUE_DELETE_OK)
 
     def _send_channel_close(self) -> bool:
         """Queue channel.close unless the channel was never opened or is closed; True if queued."""
-        if self._channel_gone or self._channel_unopened:
+        if self._channel_gone or self.core.unopened:
             self._channel_gone = True
             return False
-        self._out.append(wire.channel_close(self.channel))
+        self._out.append(wire.channel_close(self.core.channel))
         self.flush()
         self._channel_gone = True
         self._close_ok_pending = True
@@ -559,49 +577,45 @@ class ChannelLink(AsyncClient):
     async def close(self, timeout: float = 5.0) -> None:
         """The session is over: close its channel (waiting for close-ok, by which time the
         broker has requeued what the session had not acknowledged), and give the number back."""
-        if self._left:
+        if self.left:
             return
-        self._closing = True
-        in_use = self._transport is not None and not self._channel_gone and not self._channel_unopened
-        if not in_use or self._rpc is not None:
+        self._channel.closing = True
+        connected = not self._carrier_lost and self._socket.transport is not None
+        in_use = connected and not self._channel_gone and not self.core.unopened
+        if not in_use or self._channel.pending is not None:
             self.close_nowait()
             return
         try:
             async with asyncio.timeout(timeout):
-                await self.call(wire.channel_close(self.channel), wire.CHANNEL_CLOSE_OK)
+                await self.call(wire.channel_close(self.core.channel), wire.CHANNEL_CLOSE_OK)
         except (AmqpError, TimeoutError):
             # no close-ok in time: the number stays taken until one comes (or for a while)
             self._channel_gone = True
-            self._leave(close_ok_due=self._transport is not None)
+            self._leave(close_ok_due=not self._carrier_lost and self._socket.transport is not None)
             return
         self._channel_gone = True
         self._leave(close_ok_due=False)
 
     def close_nowait(self) -> None:
         """Close the channel without waiting (the session is gone, or a call is pending)."""
-        if self._left:
+        if self.left:
             return
-        self._closing = True
-        due = self._transport is not None and self._send_channel_close()
+        self._channel.closing = True
+        connected = not self._carrier_lost and self._socket.transport is not None
+        due = connected and self._send_channel_close()
         self._leave(close_ok_due=due)
 
     def _leave(self, *, close_ok_due: bool) -> None:
-        self._left = True
+        self.left = True
         if self.probe is not None:
             self.probe.end()
         self.resume_reading()  # gives back what it held of the paused-bytes bounds
-        rpc, self._rpc = self._rpc, None
-        if rpc is not None and not rpc.done():
-            rpc.set_exception(AmqpError(504, "AMQP channel is closed", channel_only=True))
+        if self._channel.pending is not None:
+            self._channel.reject_pending(AmqpError(504, "AMQP channel is closed", channel_only=True))
         self.carrier.channel_closing(self, close_ok_due=close_ok_due or self._close_ok_pending)
         if self.on_left is not None:
             self.on_left(self)
 
-    def drop(self) -> None:
-        """The end of a shutdown whose deadline came first: close the channel without waiting
-        (the carrier's socket is its neighbours' too, and closes with its last session)."""
-        self.close_nowait()
-
     @property
     def is_open(self) -> bool:
-        return self._transport is not None and not self._left
+        return not self._carrier_lost and self._socket.transport is not None and not self.left

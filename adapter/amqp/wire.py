@@ -699,7 +699,7 @@ def decode_queue_declare_ok(payload: bytes) -> str:
 def decode_reply(method: tuple[int, int], payload: bytes) -> str | None:
     """The result of a synchronous call's reply: the queue name of Queue.DeclareOk, else None
     (the other replies the adapter waits for carry nothing it uses; Basic.GetOk's reply is its
-    message, AmqpClient._got)."""
+    message, ChannelCore.reply_got)."""
     if method == QUEUE_DECLARE_OK:
         return decode_queue_declare_ok(payload)
     return None

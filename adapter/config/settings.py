@@ -283,7 +283,7 @@ class Settings(BaseSettings):
         ),
     ] = 60
     # Reuse a STOMP session's AMQP connection for the next CONNECT of the same user, vhost and
-    # passcode (adapter/server/amqp_pool.py, docs/configuration.md): off by default.  Idle
+    # passcode (adapter/amqp/pool_runtime.py, docs/configuration.md): off by default.  Idle
     # pooled connections close after idle_seconds, every one max_age_seconds after the broker
     # authenticated it; at most pool_size idle ones per process.
     amqp_connection_reuse: Annotated[
@@ -310,7 +310,7 @@ class Settings(BaseSettings):
         int, Setting(_AMQP, _int_converter(1), "adapter.amqp_connection_pool_size")
     ] = 100
     # Concurrent STOMP sessions of the same node, vhost, user and passcode share AMQP connections,
-    # each on a channel of its own, at most this many per connection (adapter/server/amqp_mux.py,
+    # each on a channel of its own, at most this many per connection (adapter/amqp/multiplex_runtime.py,
     # docs/configuration.md): 1 (the default) gives every session a connection of its own.
     amqp_sessions_per_connection: Annotated[
         int,
@@ -459,7 +459,7 @@ class Settings(BaseSettings):
         int, Setting(_LIMITS, _int_converter(1), "adapter.unacked_bytes_budget")
     ] = 1024 * 1024 * 1024
     # AMQP logins of one process talking to the broker at once; the others wait their turn
-    # (adapter/server/admission.py, docs/configuration.md "Connection caps").
+    # (adapter/amqp/admission.py, docs/configuration.md "Connection caps").
     max_logins_in_flight: Annotated[
         int, Setting(_LIMITS, _int_converter(1), "adapter.max_logins_in_flight")
     ] = 64

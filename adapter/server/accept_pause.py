@@ -1,4 +1,4 @@
-"""Accept pausing: while too many logins wait their turn (adapter/server/admission.py), the
+"""Accept pausing: while too many logins wait their turn (adapter/amqp/admission.py), the
 listeners stop accepting, and new connections wait in the kernel's accept queue instead of
 being accepted by the thousand.
 

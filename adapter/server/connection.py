@@ -5,9 +5,9 @@ generators, the write buffer (flushed once per read or loop iteration), the flow
 the two sockets, and the close (half-close and linger).  Everything else a connection needs is
 an object of its own, which the shell only calls:
 
-* ``amqp_link.AmqpLinkGlue``: the way to the AMQP link and back (its ``login.BrokerLogin``:
-  the login over the broker nodes, the pool, the shared connections, TLS diagnosis; the queues
-  to delete and the release at the end);
+* ``AmqpLinkGlue`` (adapter/amqp/link_lifecycle.py): the way to the AMQP link and back (its
+  ``login.BrokerLogin``: the login over the broker nodes, the pool, the shared connections, TLS
+  diagnosis; the queues to delete and the release at the end);
 * ``input_guard.InputGuard``: the incomplete-input budget and the frame timeout;
 * ``heartbeats.HeartBeats`` (over ``adapter.liveness.Liveness``): STOMP heart-beats;
 * ``latency.LatencyClocks``: the confirm and receipt latency histograms;
@@ -37,7 +37,9 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp import wire
+from ..amqp.admission import Gate
 from ..amqp.connection import AmqpError, SessionLink
+from ..amqp.link_lifecycle import AmqpLinkGlue
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
@@ -45,22 +47,20 @@ from ..session import Session, SessionSettings, State, new_session_id
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from . import connection_log
-from .admission import Gate
-from .amqp_link import AmqpLinkGlue
 from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import FrameClock, InputGuard
 from .latency import LatencyClocks
-from .login import BrokerSettings, logged_in, tls_failure
+from .login import BrokerLogin, BrokerSettings, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 from .sharing import SharedLink
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from ..amqp.multiplex_runtime import AmqpMultiplex
+    from ..amqp.pool_runtime import AmqpReuse
     from ..session.fanout import Member
-    from .amqp_mux import AmqpMultiplex
-    from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
@@ -251,7 +251,7 @@ class ClientConnection(asyncio.Protocol):
         self._login_timer: asyncio.TimerHandle | None = None
         # the parts (see the module docstring); liveness is the heart-beat monitor's flags,
         # set on every read and flush
-        self._link_glue = AmqpLinkGlue(server, loop)
+        self._link_glue = AmqpLinkGlue(server, BrokerLogin(server, loop))
         self._guard = InputGuard(server, loop, self._fail_input, lambda: self.peer)
         self._heartbeats = HeartBeats(self, loop)
         self._liveness = self._heartbeats.liveness

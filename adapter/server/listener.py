@@ -20,15 +20,16 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ..amqp.admission import AMQP_CLOSES_AT_ONCE, LOGINS_WAITING_PER_PLACE, Gate
+from ..amqp.probe_runtime import Probes
 from ..mapping.profile import Profile
 from ..session import SessionSettings
 from .accept_pause import AcceptPause
-from .admission import AMQP_CLOSES_AT_ONCE, LOGINS_WAITING_PER_PLACE, Gate
-from .amqp_probe import Probes
 from .connection import ClientConnection, refuse_untrusted_proxy
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
+from .login import probe_login
 from .metrics import add_connection, build_registry
 from .options import AmqpLink, Limits, Listening, Operations, WebListener
 from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
@@ -101,7 +102,7 @@ class Server:
         ):
             # its sessions can make calls the broker answers with a connection error (an
             # exchange type it lacks, a browse of a stream): they run on probes of their own
-            self.amqp_mux.probes = Probes(self)
+            self.amqp_mux.probes = Probes(self, probe_login(self))
         # adapter.shared_subscriptions: the process's shared groups (the metrics read them)
         self.shared_subscriptions = session_settings.shared
         # every accepted socket until its transport reports connection_lost (also while a closed

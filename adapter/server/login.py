@@ -8,7 +8,7 @@ it) or the ``LoginResult`` of a failure, whose text never names a node, address,
 certificate problem or setting (the log has those; the client has not logged in).
 ``BrokerLogin.pooled`` takes a connection from adapter.amqp_connection_reuse's pool instead, or,
 with adapter.amqp_sessions_per_connection above 1, a channel on a shared connection
-(adapter/server/amqp_mux.py); ``release`` gives one back (or closes it).  The shell
+(adapter/amqp/multiplex_runtime.py); ``release`` gives one back (or closes it).  The shell
 (``ClientConnection``) decides what a
 result means for the session; this module knows nothing of STOMP.
 """
@@ -20,18 +20,19 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from ..amqp.admission import Gate, turn
 from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout, SessionLink
+from ..amqp.probe_runtime import ProbeLogin, Unheard
 from ..amqp.shared import ChannelLink, SharedConnection
 from ..mapping import operations as ops
-from .admission import Gate, turn
 from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
     from ..amqp.connection import BrokerEvents
-    from .amqp_mux import AmqpMultiplex
-    from .amqp_pool import AmqpReuse
+    from ..amqp.multiplex_runtime import AmqpMultiplex
+    from ..amqp.pool_runtime import AmqpReuse
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
@@ -51,8 +52,9 @@ class BrokerSettings:
     tls_server_name: str | None = None
 
 
-# opens one AMQP connection: AmqpConnection.open's signature (a test passes its own)
-Opener = Callable[..., Awaitable[AmqpConnection]]
+# opens one AMQP connection: AmqpConnection.open's signature (a test passes its own); with
+# multiplexing SharedConnection.open, whose connection the registry shares
+Opener = Callable[..., Awaitable[AmqpConnection | SharedConnection]]
 
 
 class LoginServices(Protocol):
@@ -97,7 +99,7 @@ class _OwnLoginView:
 def own_login(services: OwnLoginServices, loop: asyncio.AbstractEventLoop) -> BrokerLogin:
     """The login of a connection the adapter opens on a logged-in session's behalf, with its
     credentials (a shared subscription's: adapter/server/sharing.py; a probe:
-    adapter/server/amqp_probe.py): a connection of its own, never pooled, taken from the pool
+    adapter/amqp/probe_runtime.py): a connection of its own, never pooled, taken from the pool
     nor multiplexed."""
     return BrokerLogin(
         _OwnLoginView(
@@ -110,6 +112,21 @@ def own_login(services: OwnLoginServices, loop: asyncio.AbstractEventLoop) -> Br
         ),
         loop,
     )
+
+
+def probe_login(services: OwnLoginServices) -> ProbeLogin:
+    """The login of a probe connection (adapter/amqp/probe_runtime.py): ``own_login`` with the
+    session's credentials, a refusal raised as the error the session's call meets."""
+
+    async def open_probe(user: str, password: str, vhost: str, ended: Callable[[], bool]) -> AmqpConnection:
+        result = await own_login(services, asyncio.get_running_loop()).open(
+            ops.OpenConnection(user, password, vhost), Unheard(), "probe", ended
+        )
+        if isinstance(result, ops.LoginResult):
+            raise login_refused(result)
+        return cast(AmqpConnection, result)  # a login of its own: never a shared channel
+
+    return open_probe
 
 
 def login_refused(result: ops.LoginResult) -> AmqpError:
@@ -137,9 +154,9 @@ class BrokerLogin:
 
     def pooled(self, op: ops.OpenConnection, events: BrokerEvents) -> SessionLink | None:
         """With adapter.amqp_connection_reuse: a pooled connection of this user, vhost and
-        passcode, with a fresh channel number (adapter/server/amqp_pool.py); with
+        passcode, with a fresh channel number (adapter/amqp/pool_runtime.py); with
         adapter.amqp_sessions_per_connection above 1, a channel on a shared connection of theirs
-        with room, no I/O (adapter/server/amqp_mux.py); None: log in afresh, and the broker
+        with room, no I/O (adapter/amqp/multiplex_runtime.py); None: log in afresh, and the broker
         decides, as without either."""
         # the configured order: attempt_order() would advance the round robin of fresh logins
         labels = (node.label for node in self._services.nodes.nodes)
@@ -155,7 +172,7 @@ class BrokerLogin:
         self, op: ops.OpenConnection, events: BrokerEvents, peer: str, closed: Callable[[], bool]
     ) -> SessionLink | ops.LoginResult:
         """Log in on the first node that answers, once the login's turn has come (at most
-        adapter.max_logins_in_flight at once: adapter/server/admission.py).  ``closed``: the
+        adapter.max_logins_in_flight at once: adapter/amqp/admission.py).  ``closed``: the
         client went away meanwhile (the login timeout closed it), so stop trying."""
         async with turn(self._services.logins):
             return await self._open(op, events, peer, closed)
@@ -238,6 +255,7 @@ class BrokerLogin:
                 nodes.announced(node, amqp.broker_version)  # logged and exported once per node
                 if mux is not None:
                     return mux.logged_in(amqp, node.label, op.user, op.vhost, op.password, events)
+                assert not isinstance(amqp, SharedConnection), "a shared connection without multiplexing"
                 if reuse is not None:
                     reuse.logged_in(amqp, node.label, op.user, op.vhost, op.password)
                 return amqp
@@ -248,8 +266,8 @@ class BrokerLogin:
     async def release(self, amqp: SessionLink, *, queues_to_delete: bool, session_failed: bool) -> None:
         """The session is done with its AMQP link: close it, or, with
         adapter.amqp_connection_reuse, give it back to the pool if nothing of the session can
-        outlive its channel (adapter/server/amqp_pool.py decides), or, with multiplexing, close
-        its channel on the shared connection (adapter/server/amqp_mux.py)."""
+        outlive its channel (adapter/amqp/pool_runtime.py decides), or, with multiplexing, close
+        its channel on the shared connection (adapter/amqp/multiplex_runtime.py)."""
         mux = self._services.amqp_mux
         if mux is not None and isinstance(amqp, ChannelLink):
             await mux.release(amqp)

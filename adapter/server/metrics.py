@@ -36,9 +36,9 @@ from .stats import (
 )
 
 if TYPE_CHECKING:
+    from ..amqp.multiplex_runtime import AmqpMultiplex
+    from ..amqp.pool_runtime import AmqpReuse
     from ..session.fanout import Registry
-    from .amqp_mux import AmqpMultiplex
-    from .amqp_pool import AmqpReuse
     from .brokers import BrokerNodes
     from .connection import ClientConnection
 
@@ -301,7 +301,7 @@ class ServerCollector(Collector):
                 version, rules = node.announced
                 brokers.add_metric([node.label, version, rules.value], 1)
         yield brokers
-        reuse = server.amqp_reuse  # adapter.amqp_connection_reuse (adapter/server/amqp_pool.py)
+        reuse = server.amqp_reuse  # adapter.amqp_connection_reuse (adapter/amqp/pool_runtime.py)
         if reuse is not None:
             yield _gauge(
                 "amqp_connections_pooled", "idle AMQP connections in the reuse pool", len(reuse.pool)
@@ -309,7 +309,7 @@ class ServerCollector(Collector):
             yield _counter(
                 "amqp_connections_reused", "logins served by a pooled AMQP connection", reuse.reused
             )
-        mux = server.amqp_mux  # adapter.amqp_sessions_per_connection (adapter/server/amqp_mux.py)
+        mux = server.amqp_mux  # adapter.amqp_sessions_per_connection (adapter/amqp/multiplex_runtime.py)
         if mux is not None:
             yield _gauge(
                 "amqp_connections_shared",

@@ -13,9 +13,9 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
+from ..amqp.multiplex_runtime import AmqpMultiplex
+from ..amqp.pool_runtime import AmqpReuse
 from ..caps import ConnectionCap
-from .amqp_mux import AmqpMultiplex
-from .amqp_pool import AmqpReuse
 from .brokers import BrokerNodes
 from .connection import BrokerSettings
 from .proxy_protocol import ProxyTrust

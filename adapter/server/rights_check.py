@@ -38,6 +38,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from ..amqp.connection import AmqpError
+from ..amqp.probe_runtime import Unheard
 from ..mapping import operations as ops
 from ..mapping.destinations import subscription_queue_name
 from .login import OwnLoginServices, login_refused, own_login
@@ -68,31 +69,6 @@ class CheckServices(OwnLoginServices, Protocol):
     so a check in flight closes its connection)."""
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
-
-
-class _NoSession:
-    """The check's connection carries no session: nothing it reports needs an answer (a
-    ``BrokerEvents`` that drops everything)."""
-
-    __slots__ = ()
-
-    def on_deliver(self, delivery: ops.Delivery) -> None:
-        pass
-
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        pass
-
-    def on_server_cancel(self, consumer_tag: str) -> None:
-        pass
-
-    def on_amqp_closed(self, error: AmqpError) -> None:
-        pass
-
-    def on_broker_backpressure(self, paused: bool) -> None:
-        pass
-
-    def on_read_done(self) -> None:
-        pass
 
 
 class RightsCheck:
@@ -184,7 +160,7 @@ class RightsCheck:
         user, password, vhost = self._credentials
         login = own_login(self._services, self._loop)
         result = await login.open(
-            ops.OpenConnection(user, password, vhost), _NoSession(), f"rights {self._label}", lambda: False
+            ops.OpenConnection(user, password, vhost), Unheard(), f"rights {self._label}", lambda: False
         )
         if isinstance(result, ops.LoginResult):
             raise login_refused(result)

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
-    from .admission import Gate
+    from ..amqp.admission import Gate
     from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats

@@ -5,15 +5,16 @@ blocking socket with its deadlines, and the few methods the Spark source and sin
 declare (passive or not), bind, qos, consume with arguments, ack, cancel, publish (mandatory)
 with publisher confirms, and waiting for deliveries or confirms with a deadline.  The protocol
 itself (handshake, phases, channel, calls, delivery assembly, confirms, closes) is the adapter's
-sans-IO AMQP client (``adapter.amqp.client.AmqpClient``), the same one the server's asyncio link
-extends; this is its blocking shell.
+sans-IO AMQP cores (``adapter.amqp.client.ConnectionCore``, ``adapter.amqp.channel.ChannelCore``),
+the same ones the server's asyncio socket and links own; this is their blocking shell.
 
 Why its own client and not aio-pika or pika (docs/spark.md, "The AMQP client"): Spark calls a
 data source from plain blocking Python code in its workers, one task at a time, so an event
 loop buys nothing; the frames are encoded and decoded by the adapter's own pure modules
-(``adapter.amqp.client``, ``adapter.amqp.wire``, ``adapter.amqp.framing``), so a delivery arrives as the very
-``MessageProperties`` the adapter's MESSAGE rendering takes, names pamqp would refuse
-(``/queue/a%2fb``) work, and nothing new has to be installed on the executors.
+(``adapter.amqp.client``, ``adapter.amqp.channel``, ``adapter.amqp.wire``,
+``adapter.amqp.framing``), so a delivery arrives as the very ``MessageProperties`` the
+adapter's MESSAGE rendering takes, names pamqp would refuse (``/queue/a%2fb``) work, and nothing
+new has to be installed on the executors.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..amqp import wire
-from ..amqp.client import CHANNEL, AmqpClient, BrokerCall, Phase, UnexpectedMethod
+from ..amqp.channel import ChannelCore
+from ..amqp.client import CHANNEL, BrokerCall, ConnectionCore, Phase, UnexpectedMethod
 from ..amqp.errors import AmqpError, reply_code_name
 from ..mapping.operations import (
     BasicCancel,
@@ -152,9 +154,99 @@ class DeclareOk:
     consumer_count: int
 
 
-class BlockingBroker(AmqpClient):
+class _BrokerReplies:
+    """What the broker sends back to the blocking client, kept until a call reads it: the
+    channel core's events (deliveries queued, confirms counted, a server cancel) and hooks (a
+    call's reply, returns), and the connection core's hooks (a close, with the broker's reply
+    code and text, becomes the ``BrokerError`` the running call raises)."""
+
+    __slots__ = (
+        "closed_error",
+        "confirmed",
+        "deliveries",
+        "failed_step",
+        "nacked",
+        "reply",
+        "returned_messages",
+    )
+
+    def __init__(self) -> None:
+        self.deliveries: deque[Delivery] = deque()
+        self.confirmed = 0  # every publish up to this number is settled
+        self.nacked: list[int] = []
+        self.returned_messages: list[str] = []  # mandatory publishes the broker could not route
+        self.closed_error: BrokerError | None = None
+        self.reply: bytes | None = None
+        self.failed_step = ""  # the handshake step a broker's close came in
+
+    def lost(self, text: str) -> BrokerError:
+        self.closed_error = BrokerError(text)
+        return self.closed_error
+
+    # ----------------------------------------------------------------- the channel's events
+    def on_deliver(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        if not ack:
+            self.nacked.append(delivery_tag)
+        # RabbitMQ confirms in order, so a multiple (or single) confirm of ``tag`` settles
+        # everything up to it that is not yet settled
+        self.confirmed = max(self.confirmed, delivery_tag)
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        self.closed_error = BrokerError(
+            f"the broker cancelled consumer {consumer_tag!r} (was its queue deleted?)"
+        )
+
+    # ----------------------------------------------------------------- the cores' hooks
+    def handshake_done(self) -> None:
+        """The blocking client waits for the phase itself."""
+
+    def blocked_changed(self) -> None:
+        """A blocked broker holds publishes back; drain_confirms' deadline tells."""
+
+    def connection_failed(self, error: AmqpError) -> None:
+        if error.from_broker:
+            scope = "channel" if error.channel_only else "connection"
+            name = reply_code_name(error.code, str(error.code))
+            self.failed_step = error.phase
+            self.closed_error = BrokerError(
+                f"the broker closed the {scope}: {name} ({error.code}) {error.text}"
+            )
+        else:
+            self.closed_error = BrokerError(error.text)
+
+    def channel_failed(self, error: AmqpError) -> None:
+        self.connection_failed(error)
+
+    def close_ok_received(self) -> None:
+        self.closed_error = BrokerError("connection closed")
+
+    def replied(self, method: tuple[int, int], payload: bytes) -> None:
+        self.reply = payload
+
+    def got(self, delivery: Delivery) -> None:
+        """The Spark side makes no basic.get."""
+
+    def returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        self.returned_messages.append(f"{text} ({code}): exchange {exchange!r}, routing key {routing_key!r}")
+
+    def encode_failed(self, error: wire.EncodeError) -> Exception:
+        return BrokerError(f"a value AMQP cannot carry: {error}")
+
+
+def _login_step(step: str, vhost: str) -> str:
+    if step == Phase.CONNECT:
+        return "connecting"
+    if step == Phase.AUTH:
+        return "logging in"
+    return f"opening virtual host {vhost!r}"
+
+
+class BlockingBroker:
     """One AMQP connection with channel 1, driven by blocking calls: the blocking shell over
-    the sans-IO client.
+    the sans-IO connection and channel cores (adapter/amqp/client.py, adapter/amqp/channel.py).
 
     Deliveries are queued as they are read and handed out by ``next_delivery``; confirms are
     counted as they arrive.  A channel or connection close from the broker raises BrokerError
@@ -163,13 +255,9 @@ class BlockingBroker(AmqpClient):
     def __init__(self, url: BrokerUrl, *, connection_name: str, timeout: float = 30.0) -> None:
         self.url = url
         self.timeout = timeout
-        self.deliveries: deque[Delivery] = deque()
         # publisher confirms: the broker numbers publishes 1, 2, ... once confirm.select is on
         self._confirming = False
         self.published = 0
-        self.confirmed = 0  # every publish up to this number is settled
-        self._nacked: list[int] = []
-        self._returned_messages: list[str] = []  # mandatory publishes the broker could not route
         client_properties = wire.table(
             {
                 "product": "stomp-amqp-adapter (spark)",
@@ -192,18 +280,27 @@ class BlockingBroker(AmqpClient):
             raise BrokerError(f"no broker node could be used: {'; '.join(failures)}")
 
     def _start(self, node: BrokerUrl, client_properties: bytes) -> None:
-        """A fresh client for ``node`` (the next node starts from nothing)."""
+        """Fresh cores for ``node`` (the next node starts from nothing)."""
+        self._replies = replies = _BrokerReplies()
         # no heart-beats: every wait here has its own deadline, and a task that waits for the
         # broker longer than that fails anyway
-        super().__init__(
-            self,
+        self._connection = ConnectionCore(
+            replies,
             heartbeat=0,
             client_properties=client_properties,
             credentials=(node.user, node.password, node.vhost),
         )
-        self._closed_error: BrokerError | None = None
-        self._reply: bytes | None = None
-        self._failed_step = ""  # the handshake step a broker's close came in
+        self._channel = ChannelCore(self._connection, CHANNEL, self._connection.out, replies, replies)
+        self._connection.carry(self._channel)
+
+    @property
+    def deliveries(self) -> deque[Delivery]:
+        return self._replies.deliveries
+
+    @property
+    def confirmed(self) -> int:
+        """Every publish up to this number is settled."""
+        return self._replies.confirmed
 
     # ----------------------------------------------------------------- connection
     def _connect(self) -> socket.socket:
@@ -222,32 +319,28 @@ class BlockingBroker(AmqpClient):
                 raise BrokerError(f"TLS handshake with {url.redacted} failed: {error}") from error
         self._sock = sock
         try:
-            self._flush()  # the protocol header; the client answers start and tune as they come
-            self._wait(lambda: self.phase is Phase.OPEN, self._login_step, login=True)
+            self._flush()  # the protocol header; the core answers start and tune as they come
+            self._wait(
+                lambda: self._connection.phase is Phase.OPEN,
+                lambda: _login_step(self._replies.failed_step or self._connection.handshake_step, url.vhost),
+                login=True,
+            )
             # the channel is opened here, not lazily: a refusal names this step
-            self._channel_unopened = False
+            self._channel.unopened = False
             self._call(wire.channel_open(CHANNEL), wire.CHANNEL_OPEN_OK, "opening a channel")
         except BaseException:
             sock.close()
             raise
         return sock
 
-    def _login_step(self) -> str:
-        step = self._failed_step or self.handshake_step
-        if step == Phase.CONNECT:
-            return "connecting"
-        if step == Phase.AUTH:
-            return "logging in"
-        return f"opening virtual host {self.url.vhost!r}"
-
     def close(self) -> None:
         """Close politely (the broker then forgets consumers at once), never raise."""
         try:
-            if self._closed_error is None:
-                self._send_close()
+            if self._replies.closed_error is None:
+                self._connection.send_close()
                 self._flush()
                 deadline = time.monotonic() + 2.0
-                while self._closed_error is None and time.monotonic() < deadline:
+                while self._replies.closed_error is None and time.monotonic() < deadline:
                     if not self._read(deadline):
                         break
         except (OSError, BrokerError):
@@ -263,44 +356,43 @@ class BlockingBroker(AmqpClient):
 
     # ----------------------------------------------------------------- reading
     def _read(self, deadline: float) -> bool:
-        """Read once, feeding the client; False when the deadline passed first."""
+        """Read once, feeding the cores; False when the deadline passed first."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
         self._sock.settimeout(remaining)
+        replies = self._replies
         try:
             data = self._sock.recv(1 << 18)
         except TimeoutError:
             return False
         except OSError as error:
-            raise self._lost_link(f"connection to {self.url.redacted} failed: {error}") from error
+            raise replies.lost(f"connection to {self.url.redacted} failed: {error}") from error
         if not data:
-            raise self._lost_link(f"the broker at {self.url.redacted} closed the connection")
+            raise replies.lost(f"the broker at {self.url.redacted} closed the connection")
         try:
-            self._reader.feed(data)
+            self._connection.reader.feed(data)
         except UnexpectedMethod as error:
-            raise self._lost_link(f"unexpected method from the broker: {error}") from error
+            raise replies.lost(f"unexpected method from the broker: {error}") from error
         except wire.DecodeError as error:
-            raise self._lost_link(f"undecodable frame from the broker: {error}") from error
-        if self._out:
-            # what the client answered (start-ok, tune-ok, a close-ok ...)
-            out, self._out = self._out, []
+            raise replies.lost(f"undecodable frame from the broker: {error}") from error
+        out = self._connection.out
+        if out:
+            # what the cores answered (start-ok, tune-ok, a close-ok ...)
+            data = b"".join(out)
+            out.clear()
             with contextlib.suppress(OSError):  # the next read reports the failure
-                self._sock.sendall(b"".join(out))
-        if self._closed_error is not None:
-            raise self._closed_error
+                self._sock.sendall(data)
+        if replies.closed_error is not None:
+            raise replies.closed_error
         return True
-
-    def _lost_link(self, text: str) -> BrokerError:
-        self._closed_error = BrokerError(text)
-        return self._closed_error
 
     def _wait(self, ready: Callable[[], bool], what: Callable[[], str], *, login: bool = False) -> None:
         """Read until ``ready()``; ``what`` names what is awaited in a timeout's message."""
         deadline = time.monotonic() + self.timeout
         while not ready():
-            if self._closed_error is not None:
-                raise self._closed_error
+            if self._replies.closed_error is not None:
+                raise self._replies.closed_error
             try:
                 read = self._read(deadline)
             except BrokerError as error:
@@ -314,62 +406,24 @@ class BlockingBroker(AmqpClient):
                     f"{self.timeout:g} s while waiting for {what()}"
                 )
 
-    # ----------------------------------------------------------------- the client's events
-    def on_deliver(self, delivery: Delivery) -> None:
-        self.deliveries.append(delivery)
-
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        if not ack:
-            self._nacked.append(delivery_tag)
-        # RabbitMQ confirms in order, so a multiple (or single) confirm of ``tag`` settles
-        # everything up to it that is not yet settled
-        self.confirmed = max(self.confirmed, delivery_tag)
-
-    def on_server_cancel(self, consumer_tag: str) -> None:
-        self._closed_error = BrokerError(
-            f"the broker cancelled consumer {consumer_tag!r} (was its queue deleted?)"
-        )
-
-    def _failed(self, error: AmqpError) -> None:
-        if error.from_broker:
-            scope = "channel" if error.channel_only else "connection"
-            name = reply_code_name(error.code, str(error.code))
-            self._failed_step = error.phase
-            self._closed_error = BrokerError(
-                f"the broker closed the {scope}: {name} ({error.code}) {error.text}"
-            )
-        else:
-            self._closed_error = BrokerError(error.text)
-
-    def _close_ok_received(self) -> None:
-        self._closed_error = BrokerError("connection closed")
-
-    def _replied(self, method: tuple[int, int], payload: bytes) -> None:
-        self._reply = payload
-
-    def _returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
-        self._returned_messages.append(f"{text} ({code}): exchange {exchange!r}, routing key {routing_key!r}")
-
-    def _encode_failed(self, error: wire.EncodeError) -> Exception:
-        return BrokerError(f"a value AMQP cannot carry: {error}")
-
     # ----------------------------------------------------------------- methods
     def _call(self, frame: bytes, reply: tuple[int, int], what: str = "") -> bytes:
-        if self._closed_error is not None:
-            raise self._closed_error
-        self._start_call(frame, (reply,))
-        self._reply = None
+        replies = self._replies
+        if replies.closed_error is not None:
+            raise replies.closed_error
+        self._channel.start_call(frame, (reply,))
+        replies.reply = None
         try:
             self._flush()
-            self._wait(lambda: self._reply is not None, lambda: what or f"the reply to AMQP method {reply}")
+            self._wait(lambda: replies.reply is not None, lambda: what or f"the reply to AMQP method {reply}")
         finally:
-            self._call_replies = None  # answered, or given up with the error raised
-        payload, self._reply = self._reply, None
+            self._channel.call_replies = None  # answered, or given up with the error raised
+        payload, replies.reply = replies.reply, None
         assert payload is not None
         return payload
 
     def _call_operation(self, op: BrokerCall) -> bytes:
-        return self._call(*self._operation_call(op))
+        return self._call(*self._channel.operation_call(op))
 
     def queue_declare(
         self,
@@ -410,17 +464,18 @@ class BlockingBroker(AmqpClient):
         self._call_operation(BasicCancel(consumer_tag))
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
-        super().ack(delivery_tag, multiple)
+        self._channel.ack(delivery_tag, multiple)
         self._flush()
 
     def next_delivery(self, deadline: float) -> Delivery | None:
         """The next delivery, reading the socket until ``deadline`` (monotonic) if none is queued."""
-        while not self.deliveries:
-            if self._closed_error is not None:
-                raise self._closed_error
+        replies = self._replies
+        while not replies.deliveries:
+            if replies.closed_error is not None:
+                raise replies.closed_error
             if not self._read(deadline):
                 return None
-        return self.deliveries.popleft()
+        return replies.deliveries.popleft()
 
     # ----------------------------------------------------------------- publishing
     def confirm_select(self) -> None:
@@ -442,29 +497,32 @@ class BlockingBroker(AmqpClient):
         """Buffer one publish; written when the buffer is large or at the next wait.  A
         ``mandatory`` message the broker cannot route comes back (basic.return), and
         ``drain_confirms`` then fails."""
+        out = self._connection.out
         if mandatory:
             try:
                 method = wire.publish_method(CHANNEL, exchange, routing_key, mandatory=True)
-                frames = wire.content_frames(CHANNEL, properties, body, self.frame_max)
+                frames = wire.content_frames(CHANNEL, properties, body, self._connection.frame_max)
             except wire.EncodeError as error:
-                raise self._encode_failed(error) from error
-            self._out.append(method)
-            self._out += frames
+                raise self._replies.encode_failed(error) from error
+            out.append(method)
+            out += frames
         else:
-            super().publish(exchange, routing_key, properties, body)
+            self._channel.publish(exchange, routing_key, properties, body)
         self.published += 1
-        if len(self._out) > 512:
+        if len(out) > 512:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._out:
+        out = self._connection.out
+        if not out:
             return
-        out, self._out = self._out, []
-        self._out_large = False
+        data = b"".join(out)
+        out.clear()
+        self._channel.out_large = False
         try:
-            self._sock.sendall(b"".join(out))
+            self._sock.sendall(data)
         except OSError as error:
-            raise self._lost_link(f"connection to {self.url.redacted} failed: {error}") from error
+            raise self._replies.lost(f"connection to {self.url.redacted} failed: {error}") from error
 
     def drain_confirms(self, *, keep_unconfirmed: int = 0) -> None:
         """Read confirms until at most ``keep_unconfirmed`` publishes are unsettled.
@@ -472,20 +530,21 @@ class BlockingBroker(AmqpClient):
         Raises BrokerError when the broker refused (basic.nack) a message or did not confirm in
         time: a Spark task must fail rather than report success for an unconfirmed message."""
         self._flush()
+        replies = self._replies
         deadline = time.monotonic() + self.timeout
-        while self.published - self.confirmed > keep_unconfirmed:
+        while self.published - replies.confirmed > keep_unconfirmed:
             if not self._read(deadline):
                 raise BrokerError(
-                    f"the broker did not confirm {self.published - self.confirmed} published "
+                    f"the broker did not confirm {self.published - replies.confirmed} published "
                     f"message(s) within {self.timeout:g} s"
                 )
-        if self._returned_messages:
+        if replies.returned_messages:
             raise BrokerError(
-                f"the broker could not route {len(self._returned_messages)} published message(s), "
-                f"first: {self._returned_messages[0]}"
+                f"the broker could not route {len(replies.returned_messages)} published message(s), "
+                f"first: {replies.returned_messages[0]}"
             )
-        if self._nacked:
+        if replies.nacked:
             raise BrokerError(
-                f"the broker refused (basic.nack) {len(self._nacked)} published message(s); "
+                f"the broker refused (basic.nack) {len(replies.nacked)} published message(s); "
                 "they may not be stored"
             )

@@ -288,7 +288,7 @@ def test_connection_reuse_never_lends_a_connection_with_an_exclusive_queue(
     rabbit43: Callable[..., tuple[AdapterProcess, MethodLog]], broker: BrokerProbe
 ) -> None:
     """An exclusive queue belongs to the AMQP connection that declared it: a pooled connection
-    must never carry one into another session (adapter/server/amqp_pool.py).  Two sessions one
+    must never carry one into another session (adapter/amqp/pool_runtime.py).  Two sessions one
     after the other each get their own subscription queue, and each works."""
     adapter, log = rabbit43(amqp_connection_reuse=True, amqp_connection_idle_seconds=60)
     queue = unique("reuse-")

@@ -1,5 +1,5 @@
 """A connect storm, and slow clients that never finish their CONNECT, while an established
-client keeps being served (adapter.max_logins_in_flight, adapter/server/admission.py).
+client keeps being served (adapter.max_logins_in_flight, adapter/amqp/admission.py).
 
 The storm: hundreds of sockets opened at once, each sending its CONNECT at once, as clients
 reconnecting after a network blip do; the slow ones send half a CONNECT and stall.  The

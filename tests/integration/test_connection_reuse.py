@@ -291,7 +291,7 @@ def test_a_slow_reader_that_wrote_nothing_on_its_channel_leaves_no_paused_connec
 
     async def amqp_reading_paused() -> bool:
         return any(
-            connection._amqp is not None and connection._amqp._reading_paused
+            connection._amqp is not None and connection._amqp.socket.reading_paused
             for connection in adapter.server.connections
         )
 

@@ -1,5 +1,5 @@
 """A graceful stop that the broker cannot keep up with: the client side is told and closed
-first, the AMQP connections close in turns (adapter/server/admission.py), and at
+first, the AMQP connections close in turns (adapter/amqp/admission.py), and at
 ``adapter.shutdown_timeout`` the ones still closing are dropped, not waited for; the broker
 cleans them up as it would any client that went away (unacknowledged messages requeued,
 auto-delete queues deleted).  Nothing acknowledged is lost.
@@ -16,7 +16,7 @@ import logging
 import pytest
 from pamqp import commands
 
-from adapter.server.admission import Gate
+from adapter.amqp.admission import Gate
 from tests.amqp_proxy import CONNECTION_CLOSE_OK, Frame, Hook, Link, ProxyThread
 from tests.support import StompClient, unique
 

@@ -1,4 +1,4 @@
-"""adapter/server/admission.py: at most adapter.max_logins_in_flight logins at once, the others
+"""adapter/amqp/admission.py: at most adapter.max_logins_in_flight logins at once, the others
 served in their order of arrival, and no place lost when a waiting login is cancelled."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from adapter.server.admission import Gate, turn
+from adapter.amqp.admission import Gate, turn
 
 
 def test_up_to_the_limit_enter_then_they_wait_in_order() -> None:

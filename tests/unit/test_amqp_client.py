@@ -1,8 +1,9 @@
-"""The sans-IO AMQP client (adapter/amqp/client.py) over byte sequences, without a loop or a
-socket: the "broker" is frames marshalled by pamqp (an independent implementation), what the
-client queues to send is read back with pamqp, and the events come to a recording subclass (the
-shells subclass it the same way).  Fed as h11's parsers are tested: the whole buffer, one byte
-at a time, and with trailing data; the phase table is checked with hypothesis over every
+"""The sans-IO AMQP cores (adapter/amqp/client.py, adapter/amqp/channel.py) over byte sequences,
+without a loop or a socket: the "broker" is frames marshalled by pamqp (an independent
+implementation), what the client queues to send is read back with pamqp, and the events and
+hooks come to a recorder that owns a connection core carrying one channel core (as the shells
+own them).  Fed as h11's parsers are tested: the whole buffer, one byte at a time, and with
+trailing data; the phase table is checked with hypothesis over every
 (phase, input)."""
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from hypothesis import strategies as st
 from pamqp import body, commands, frame, header
 
 from adapter.amqp import wire
+from adapter.amqp.channel import ChannelCore
 from adapter.amqp.client import (
+    CHANNEL,
     TRANSITIONS,
-    AmqpClient,
+    ConnectionCore,
     Input,
     Phase,
     UnexpectedMethod,
@@ -29,18 +32,28 @@ from adapter.mapping.operations import BasicGet, BasicQos, Delivery, QueueBind, 
 from adapter.mapping.properties import MessageProperties
 
 
-class Recorder(AmqpClient):
-    """The client with every event and hook recorded in order."""
+class Recorder:
+    """The connection core carrying one channel core (as a connection of a session's own and
+    the Spark client have them), with every event and hook of both recorded in order.  What a
+    test reads or calls is the connection core's, else the channel core's."""
 
     def __init__(self, *, reusable: bool = False, heartbeat: int = 0) -> None:
         self.log: list[tuple[Any, ...]] = []
-        super().__init__(
+        self.connection = ConnectionCore(
             self,
             heartbeat=heartbeat,
             client_properties=wire.table({"product": "test"}),
-            reusable=reusable,
+            many_channels=reusable,
             credentials=("guest", "s3cret", "/vh"),
         )
+        self.channel_core = ChannelCore(self.connection, CHANNEL, self.connection.out, self, self)
+        self.connection.carry(self.channel_core)
+
+    def __getattr__(self, name: str) -> Any:
+        connection = self.__dict__["connection"]
+        if hasattr(connection, name):
+            return getattr(connection, name)
+        return getattr(self.__dict__["channel_core"], name)
 
     # ChannelEvents
     def on_deliver(self, delivery: Delivery) -> None:
@@ -53,35 +66,40 @@ class Recorder(AmqpClient):
         self.log.append(("cancel", consumer_tag))
 
     # hooks
-    def _handshake_done(self) -> None:
+    def handshake_done(self) -> None:
         self.log.append(("open",))
 
-    def _replied(self, method: tuple[int, int], payload: bytes) -> None:
+    def replied(self, method: tuple[int, int], payload: bytes) -> None:
         self.log.append(("reply", method))
 
-    def _got(self, delivery: Delivery) -> None:
+    def got(self, delivery: Delivery) -> None:
         self.log.append(("got", delivery))
 
-    def _failed(self, error: AmqpError) -> None:
+    def connection_failed(self, error: AmqpError) -> None:
         self.log.append(("failed", error.code, error.phase, error.channel_only, error.from_broker))
 
-    def _close_ok_received(self) -> None:
+    channel_failed = connection_failed
+
+    def close_ok_received(self) -> None:
         self.log.append(("close-ok",))
 
-    def _blocked_changed(self) -> None:
-        self.log.append(("blocked", self._blocked))
+    def blocked_changed(self) -> None:
+        self.log.append(("blocked", self.connection.blocked))
 
-    def _returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+    def returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
         self.log.append(("returned", code, text, exchange, routing_key))
+
+    def encode_failed(self, error: wire.EncodeError) -> Exception:
+        return error
 
     # test helpers
     def feed(self, data: bytes) -> None:
-        self._reader.feed(data)
+        self.connection.reader.feed(data)
 
     def take(self) -> list[tuple[int, Any]]:
         """What the client queued to send since the last call, decoded by pamqp."""
-        data = b"".join(bytes(part) for part in self._out)
-        self._out = []
+        data = b"".join(bytes(part) for part in self.connection.out)
+        self.connection.out.clear()
         if data.startswith(wire.PROTOCOL_HEADER):
             data = data[len(wire.PROTOCOL_HEADER) :]
         frames = []
@@ -137,7 +155,7 @@ def feed_in(client: Recorder, data: bytes, how: str) -> None:
 def test_handshake(how: str) -> None:
     client = Recorder()
     assert client.phase is Phase.CONNECT
-    assert client._out == [wire.PROTOCOL_HEADER]  # bytes out before anything came in
+    assert client.connection.out == [wire.PROTOCOL_HEADER]  # bytes out before anything came in
     feed_in(client, HANDSHAKE_BYTES, how)
     assert client.phase is Phase.OPEN and client.log == [("open",)]
     (_, start_ok), (_, tune_ok), (_, open_vhost) = client.take()
@@ -146,7 +164,7 @@ def test_handshake(how: str) -> None:
     assert isinstance(tune_ok, commands.Connection.TuneOk)
     assert (tune_ok.channel_max, tune_ok.frame_max, tune_ok.heartbeat) == (1, 65536, 0)
     assert isinstance(open_vhost, commands.Connection.Open) and open_vhost.virtual_host == "/vh"
-    assert client.frame_max == 65536 and client._reader.frame_max == 65536
+    assert client.frame_max == 65536 and client.connection.reader.frame_max == 65536
     assert client.broker_version == "3.12.4"
     assert client.broker_generation == broker_generation("3.12.4")
 
@@ -166,10 +184,15 @@ def test_the_handshake_with_trailing_data_keeps_it_for_the_open_phase() -> None:
 def test_the_password_is_forgotten_at_open_ok() -> None:
     client = Recorder()
     client.feed(START + TUNE)
-    assert client._credentials[1] == "s3cret"  # still needed until the vhost is open
+    assert client.connection._credentials[1] == "s3cret"  # still needed until the vhost is open
     client.take()  # start-ok, sent
     client.feed(OPEN_OK)
-    held = [name for name, value in vars(client).items() if "s3cret" in repr(value)]
+    held = [
+        name
+        for part in (client.connection, client.channel_core)
+        for name, value in vars(part).items()
+        if "s3cret" in repr(value)
+    ]
     assert held == []
 
 
@@ -258,9 +281,9 @@ def in_phase(phase: Phase) -> Recorder:
     elif phase is not Phase.CONNECT:
         client.feed(HANDSHAKE_BYTES)
         if phase is Phase.CLOSING:
-            assert client._send_close()
+            assert client.send_close()
         elif phase is Phase.CLOSED:
-            client._lost()
+            client.lost()
     assert client.phase is phase
     client.log.clear()
     client.take()
@@ -275,9 +298,9 @@ def test_the_phase_table_decides_every_step(phase: Phase, event: Input) -> None:
     client = in_phase(phase)
     expected = TRANSITIONS.get((phase, event))
     if event is Input.LOST:
-        client._lost()
+        client.lost()
     elif event is Input.SEND_CLOSE:
-        queued = client._send_close()
+        queued = client.send_close()
         assert queued == (phase not in (Phase.CLOSING, Phase.CLOSED))
         expected = expected or phase
     elif phase is Phase.CLOSED:
@@ -301,10 +324,10 @@ def test_any_sequence_of_inputs_follows_the_table(events: list[Input]) -> None:
     phase = Phase.CONNECT
     for event in events:
         if event is Input.LOST:
-            client._lost()
+            client.lost()
             phase = Phase.CLOSED
         elif event is Input.SEND_CLOSE:
-            client._send_close()
+            client.send_close()
             phase = phase if phase in (Phase.CLOSING, Phase.CLOSED) else Phase.CLOSING
         elif phase is Phase.CLOSED:
             client.feed(BROKER_INPUTS[event])
@@ -314,7 +337,7 @@ def test_any_sequence_of_inputs_follows_the_table(events: list[Input]) -> None:
         else:
             with pytest.raises(UnexpectedMethod):
                 client.feed(BROKER_INPUTS[event])
-            client._refuse_input(503, "unexpected")
+            client.refuse_input(503, "unexpected")
             phase = phase if phase is Phase.CLOSING else Phase.CLOSING
         assert client.phase is phase, (event, client.log)
     closes = [value for _, value in client.take() if isinstance(value, commands.Connection.Close)]
@@ -325,11 +348,11 @@ def test_an_unexpected_method_is_refused_with_503_once() -> None:
     client = opened()
     with pytest.raises(UnexpectedMethod):
         client.feed(TUNE)
-    assert client._refuse_input(503, "unexpected method from the broker: connection.tune")
+    assert client.refuse_input(503, "unexpected method from the broker: connection.tune")
     assert client.phase is Phase.CLOSING and client.log == [("failed", 503, "", False, False)]
     ((_, close),) = client.take()
     assert isinstance(close, commands.Connection.Close) and close.reply_code == 503
-    assert not client._refuse_input(501, "again")  # one close is enough
+    assert not client.refuse_input(501, "again")  # one close is enough
     assert client.take() == []
 
 
@@ -391,7 +414,7 @@ def test_trailing_partial_frame_is_held_not_reported() -> None:
     data = delivery_bytes(1, b"abc") + delivery_bytes(2, b"def")
     client.feed(data[:-3])
     assert [entry[1].delivery_tag for entry in client.log] == [1]
-    assert client._reader.buffered > 0
+    assert client.connection.reader.buffered > 0
     client.feed(data[-3:])
     assert [entry[1].delivery_tag for entry in client.log] == [1, 2]
 
@@ -424,25 +447,25 @@ def test_the_channel_opens_with_its_first_frame_and_its_open_ok_is_swallowed() -
 
 def test_a_call_ends_with_its_reply_only() -> None:
     client = opened()
-    frame_bytes, reply = client._operation_call(BasicQos(prefetch_count=10))
-    client._start_call(frame_bytes, (reply,))
+    frame_bytes, reply = client.operation_call(BasicQos(prefetch_count=10))
+    client.start_call(frame_bytes, (reply,))
     frames = client.take()
     assert isinstance(frames[0][1], commands.Channel.Open) and isinstance(frames[1][1], commands.Basic.Qos)
     client.feed(marshal((commands.Channel.OpenOk(), 1), (commands.Queue.BindOk(), 1)))
     assert client.log == []  # neither the lazy open's reply nor another method ends the call
     client.feed(marshal((commands.Basic.QosOk(), 1)))
-    assert client.log == [("reply", wire.BASIC_QOS_OK)] and client._call_replies is None
+    assert client.log == [("reply", wire.BASIC_QOS_OK)] and client.call_replies is None
     with pytest.raises(AssertionError, match="overlap"):
-        client._start_call(frame_bytes, (reply,))
-        client._start_call(frame_bytes, (reply,))
+        client.start_call(frame_bytes, (reply,))
+        client.start_call(frame_bytes, (reply,))
 
 
 def test_a_basic_get_is_answered_by_its_message_or_by_get_empty() -> None:
     """basic.get (a queue browser): the call's reply is the whole message, named by the
     browser's consumer tag, never a delivery; get-empty is a plain reply."""
     client = opened()
-    frame_bytes, reply = client._operation_call(BasicGet("q", "T_b"))
-    client._start_call(frame_bytes, (reply, wire.BASIC_GET_EMPTY))
+    frame_bytes, reply = client.operation_call(BasicGet("q", "T_b"))
+    client.start_call(frame_bytes, (reply, wire.BASIC_GET_EMPTY))
     sent = [value for _, value in client.take()]
     assert isinstance(sent[1], commands.Basic.Get) and (sent[1].queue, sent[1].no_ack) == ("q", False)
     client.feed(
@@ -457,7 +480,7 @@ def test_a_basic_get_is_answered_by_its_message_or_by_get_empty() -> None:
     assert kind == "got" and got[:5] == ("T_b", 9, True, "", "q") and got.body == b"body"
     assert got.properties.headers == {"k": "v"}
     client.log.clear()
-    client._start_call(frame_bytes, (reply, wire.BASIC_GET_EMPTY))
+    client.start_call(frame_bytes, (reply, wire.BASIC_GET_EMPTY))
     client.feed(marshal((commands.Basic.GetEmpty(), 1)))
     assert client.log == [("reply", wire.BASIC_GET_EMPTY)]
     client.log.clear()
@@ -467,7 +490,7 @@ def test_a_basic_get_is_answered_by_its_message_or_by_get_empty() -> None:
 
 def test_a_binding_carries_its_arguments() -> None:
     client = opened()
-    frame_bytes, _ = client._operation_call(
+    frame_bytes, _ = client.operation_call(
         QueueBind("q", "amq.headers", "", (("x-match", "all"), ("h", "v")))
     )
     _, bind = frame.unmarshal(frame_bytes)[1:]
@@ -476,7 +499,7 @@ def test_a_binding_carries_its_arguments() -> None:
 
 def test_an_exclusive_declare_binds_the_connection() -> None:
     client = opened()
-    client._operation_call(QueueDeclare("q"))
+    client.operation_call(QueueDeclare("q"))
     assert not client.declared_connection_queue
     client.declare_nowait(QueueDeclare("q", auto_delete=True, nowait=True))
     assert client.declared_connection_queue
@@ -491,7 +514,7 @@ def test_the_encoder_error_is_raised_as_the_shell_maps_it() -> None:
     with pytest.raises(wire.EncodeError, match="range"):
         client.declare_nowait(QueueDeclare("q", arguments={"x-max-length": 2**64}, nowait=True))
     with pytest.raises(wire.EncodeError):
-        client._operation_call(QueueDeclare("q" * 300))
+        client.operation_call(QueueDeclare("q" * 300))
     assert not isinstance(wire.EncodeError("x"), ProcessingError)
 
 
@@ -500,7 +523,7 @@ def test_recycled_channels_get_new_numbers_and_open_lazily() -> None:
     client.feed(HANDSHAKE_BYTES)
     client.take()
     client.publish("", "q", MessageProperties(), b"x")
-    client._next_channel()
+    client.next_channel()
     client.publish("", "q", MessageProperties(), b"y")
     frames = client.take()
     assert [
@@ -513,7 +536,7 @@ def test_recycled_channels_get_new_numbers_and_open_lazily() -> None:
         (2, "Open"),
         (2, "Publish"),
     ]
-    assert client._spare_channel() == 3
+    assert client.spare_channel() == 3
 
 
 # ----------------------------------------------------------------------------- closes and cancels
@@ -540,7 +563,7 @@ def test_a_server_cancel_is_answered_and_reported() -> None:
 def test_our_close_ends_with_close_ok() -> None:
     client = opened()
     client.publish("", "q", MessageProperties(), b"x")
-    assert client._send_close()
+    assert client.send_close()
     *_, (_, close) = client.take()
     assert isinstance(close, commands.Connection.Close) and close.reply_code == 200
     client.feed(delivery_bytes(1, b"in flight") + BROKER_INPUTS[Input.CLOSE_OK])

@@ -77,52 +77,52 @@ async def open_connection(
     ``open_channel``, its channel opened too (as the first frame on it would open it)."""
     events = Events()
     connection = AmqpConnection(events, heartbeat=heartbeat_seconds, connection_name="STOMP 127.0.0.1:1")
-    connection._credentials = ("guest", "secret", "/vh")
+    connection.socket.core.login_as("guest", "secret", "/vh")
     transport = MemoryTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
+    connection.socket.connection_made(transport)  # type: ignore[arg-type]
     assert bytes(transport.written) == b"AMQP\x00\x00\x09\x01"
-    connection.data_received(
+    connection.socket.data_received(
         broker((commands.Connection.Start(server_properties={"product": "RabbitMQ", "version": "3.10.8"}), 0))
     )
     (_, start_ok), *_ = transport.take_frames()
     assert isinstance(start_ok, commands.Connection.StartOk)
     assert start_ok.mechanism == "PLAIN" and start_ok.response == "\0guest\0secret"
     assert start_ok.client_properties["connection_name"] == "STOMP 127.0.0.1:1"
-    connection.data_received(
+    connection.socket.data_received(
         broker((commands.Connection.Tune(channel_max=0, frame_max=131072, heartbeat=60), 0))
     )
     # tune-ok and connection.open go together, without waiting for open-ok; no channel yet
     (_, tune_ok), (_, open_vhost) = transport.take_frames()
     assert isinstance(tune_ok, commands.Connection.TuneOk) and tune_ok.heartbeat == heartbeat_seconds
     assert isinstance(open_vhost, commands.Connection.Open) and open_vhost.virtual_host == "/vh"
-    assert not connection._handshake.done()
-    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
-    assert connection._handshake.done() and connection.is_open
-    connection._opened = True  # as open() does when it hands the link to the session
+    assert not connection.socket._handshake.done()
+    connection.socket.data_received(broker((commands.Connection.OpenOk(), 0)))
+    assert connection.socket._handshake.done() and connection.is_open
+    connection.socket.opened = True  # as open() does when it hands the link to the session
     assert transport.take_frames() == []
     assert connection.server_properties["product"] == "RabbitMQ"
     if open_channel:
-        connection._open_channel()
+        connection._core.open()
         connection.flush()
         ((channel, channel_open),) = transport.take_frames()
         assert channel == 1 and isinstance(channel_open, commands.Channel.Open)
-        connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+        connection.socket.data_received(broker((commands.Channel.OpenOk(), 1)))
     return connection, transport, events
 
 
 async def test_handshake() -> None:
     connection, _transport, events = await open_connection()
     assert events.closed == []
-    assert connection.frame_max == 131072
+    assert connection.socket.core.frame_max == 131072
 
 
 async def test_refused_login_is_an_auth_error() -> None:
     events = Events()
     connection = AmqpConnection(events, heartbeat=0, connection_name="x")
     transport = MemoryTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
-    connection.data_received(broker((commands.Connection.Start(), 0)))
-    connection.data_received(
+    connection.socket.connection_made(transport)  # type: ignore[arg-type]
+    connection.socket.data_received(broker((commands.Connection.Start(), 0)))
+    connection.socket.data_received(
         broker(
             (
                 commands.Connection.Close(
@@ -133,7 +133,7 @@ async def test_refused_login_is_an_auth_error() -> None:
         )
     )
     with pytest.raises(AmqpError) as info:
-        await connection._handshake
+        await connection.socket._handshake
     assert info.value.code == 403 and info.value.phase == "auth"
     assert any(isinstance(value, commands.Connection.CloseOk) for _, value in transport.take_frames())
 
@@ -143,11 +143,13 @@ def handshake_until(step: str) -> tuple[AmqpConnection, Events]:
     start-ok ("auth") or tune-ok and open ("vhost")."""
     events = Events()
     connection = AmqpConnection(events, heartbeat=0, connection_name="x")
-    connection.connection_made(MemoryTransport())  # type: ignore[arg-type]
+    connection.socket.connection_made(MemoryTransport())  # type: ignore[arg-type]
     if step in ("auth", "vhost"):
-        connection.data_received(broker((commands.Connection.Start(), 0)))
+        connection.socket.data_received(broker((commands.Connection.Start(), 0)))
     if step == "vhost":
-        connection.data_received(broker((commands.Connection.Tune(channel_max=0, frame_max=131072), 0)))
+        connection.socket.data_received(
+            broker((commands.Connection.Tune(channel_max=0, frame_max=131072), 0))
+        )
     return connection, events
 
 
@@ -157,24 +159,24 @@ async def test_a_node_that_drops_mid_handshake_is_a_node_failure(step: str) -> N
     away (RabbitMQ refuses a vhost with connection.close): an OSError, so the login tries the
     next node, not a refused login."""
     connection, events = handshake_until(step)
-    connection.connection_lost(None)
+    connection.socket.connection_lost(None)
     with pytest.raises(ConnectionResetError, match="the node closed the connection"):
-        await connection._handshake
+        await connection.socket._handshake
     assert events.closed == []
 
 
 async def test_a_drop_right_after_start_ok_stays_a_refused_login() -> None:
     """Brokers without authentication_failure_close refuse a password by closing."""
     connection, _events = handshake_until("auth")
-    connection.connection_lost(None)
+    connection.socket.connection_lost(None)
     with pytest.raises(AmqpError) as info:
-        await connection._handshake
+        await connection.socket._handshake
     assert info.value.code == 0 and info.value.phase == "auth"
 
 
 async def test_connection_forced_during_the_handshake_is_a_node_failure() -> None:
     connection, _events = handshake_until("vhost")
-    connection.data_received(
+    connection.socket.data_received(
         broker(
             (
                 commands.Connection.Close(
@@ -185,16 +187,16 @@ async def test_connection_forced_during_the_handshake_is_a_node_failure() -> Non
         )
     )
     with pytest.raises(ConnectionResetError, match="shutdown"):
-        await connection._handshake
+        await connection.socket._handshake
 
 
 async def test_a_link_never_handed_over_reports_nothing_later() -> None:
     """open() gave up on this link (say, its timeout fired in the iteration open-ok arrived):
     its late close must not reach a session that has logged in elsewhere since."""
     connection, events = handshake_until("vhost")
-    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
-    assert connection._handshake.done()
-    connection.connection_lost(ConnectionResetError("gone"))
+    connection.socket.data_received(broker((commands.Connection.OpenOk(), 0)))
+    assert connection.socket._handshake.done()
+    connection.socket.connection_lost(ConnectionResetError("gone"))
     assert events.closed == []
 
 
@@ -223,9 +225,9 @@ async def test_the_channel_is_opened_by_the_first_frame_on_it() -> None:
     connection.flush()
     ((_, qos),) = transport.take_frames()  # no second channel.open
     assert isinstance(qos, commands.Basic.Qos)
-    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+    connection.socket.data_received(broker((commands.Channel.OpenOk(), 1)))
     assert not call.done()  # the lazy open's reply does not end the call
-    connection.data_received(broker((commands.Basic.QosOk(), 1)))
+    connection.socket.data_received(broker((commands.Basic.QosOk(), 1)))
     assert await call is None
     assert events.closed == []
 
@@ -238,7 +240,7 @@ async def test_a_first_call_goes_out_behind_channel_open() -> None:
     (channel_open, (_, qos)) = transport.take_frames()
     assert channel_open[0] == 1 and isinstance(channel_open[1], commands.Channel.Open)
     assert isinstance(qos, commands.Basic.Qos) and qos.prefetch_count == 7
-    connection.data_received(broker((commands.Channel.OpenOk(), 1), (commands.Basic.QosOk(), 1)))
+    connection.socket.data_received(broker((commands.Channel.OpenOk(), 1), (commands.Basic.QosOk(), 1)))
     assert await call is None
 
 
@@ -251,17 +253,17 @@ async def test_recycling_an_unused_channel_writes_nothing() -> None:
 
 async def test_recycling_a_used_channel_closes_it_and_the_next_opens_lazily() -> None:
     connection, transport, _events = await open_connection(open_channel=False)
-    connection.channel_max = 65535  # as a reusable connection negotiates it
+    connection.socket.core.channel_max = 65535  # as a reusable connection negotiates it
     connection.publish("", "q", MessageProperties(), b"x")
     connection.flush()
     transport.take_frames()
-    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+    connection.socket.data_received(broker((commands.Channel.OpenOk(), 1)))
     recycle = asyncio.ensure_future(connection.recycle_channel())
     await asyncio.sleep(0)
     connection.flush()
     ((channel, close),) = transport.take_frames()
     assert channel == 1 and isinstance(close, commands.Channel.Close)
-    connection.data_received(broker((commands.Channel.CloseOk(), 1)))
+    connection.socket.data_received(broker((commands.Channel.CloseOk(), 1)))
     await recycle
     assert connection.channel == 2
     connection.publish("", "q", MessageProperties(), b"y")
@@ -277,16 +279,16 @@ async def test_no_password_is_kept_once_the_connection_is_open() -> None:
     connection, transport, _events = await open_connection(open_channel=False)
     held = [name for name, value in vars(connection).items() if "secret" in repr(value)]
     assert held == []
-    connection.channel_max = 65535
+    connection.socket.core.channel_max = 65535
     connection.publish("", "q", MessageProperties(), b"x")
     connection.flush()
     transport.take_frames()
-    connection.data_received(broker((commands.Channel.OpenOk(), 1)))
+    connection.socket.data_received(broker((commands.Channel.OpenOk(), 1)))
     recycle = asyncio.ensure_future(connection.recycle_channel())
     await asyncio.sleep(0)
     connection.flush()
     transport.take_frames()
-    connection.data_received(broker((commands.Channel.CloseOk(), 1)))
+    connection.socket.data_received(broker((commands.Channel.CloseOk(), 1)))
     await recycle
     connection.publish("", "q", MessageProperties(), b"y")
     connection.flush()
@@ -334,9 +336,9 @@ def _delivery_frames(tag: int, data: bytes) -> bytes:
 
 async def test_deliveries_whole_and_byte_by_byte() -> None:
     connection, _transport, events = await open_connection()
-    connection.data_received(_delivery_frames(1, b'{"a":1}'))
+    connection.socket.data_received(_delivery_frames(1, b'{"a":1}'))
     for byte in _delivery_frames(2, b"second"):
-        connection.data_received(bytes((byte,)))
+        connection.socket.data_received(bytes((byte,)))
     first, second = events.deliveries
     assert first.consumer_tag == "T_1" and first.delivery_tag == 1 and not first.redelivered
     assert first.body == b'{"a":1}' and first.properties.content_type == "application/json"
@@ -346,7 +348,7 @@ async def test_deliveries_whole_and_byte_by_byte() -> None:
 
 async def test_confirms_and_server_cancel() -> None:
     connection, transport, events = await open_connection()
-    connection.data_received(
+    connection.socket.data_received(
         broker(
             (commands.Basic.Ack(delivery_tag=3, multiple=True), 1),
             (commands.Basic.Nack(delivery_tag=4, multiple=False), 1),
@@ -367,7 +369,7 @@ async def test_synchronous_call_waits_for_its_reply() -> None:
     ((_, qos),) = transport.take_frames()
     assert isinstance(qos, commands.Basic.Qos) and qos.prefetch_count == 10
     assert not call.done()
-    connection.data_received(broker((commands.Basic.QosOk(), 1)))
+    connection.socket.data_received(broker((commands.Basic.QosOk(), 1)))
     assert await call is None
 
 
@@ -376,7 +378,7 @@ async def test_channel_close_fails_the_waiting_call_and_is_answered() -> None:
     call = asyncio.ensure_future(connection.execute(BasicQos(prefetch_count=1)))
     await asyncio.sleep(0)
     transport.take_frames()
-    connection.data_received(
+    connection.socket.data_received(
         broker(
             (
                 commands.Channel.Close(
@@ -395,7 +397,7 @@ async def test_channel_close_fails_the_waiting_call_and_is_answered() -> None:
 
 async def test_connection_close_from_the_broker() -> None:
     connection, transport, events = await open_connection()
-    connection.data_received(
+    connection.socket.data_received(
         broker(
             (
                 commands.Connection.Close(
@@ -412,7 +414,7 @@ async def test_connection_close_from_the_broker() -> None:
 
 async def test_blocked_and_heartbeats() -> None:
     connection, _transport, events = await open_connection()
-    connection.data_received(
+    connection.socket.data_received(
         broker((commands.Connection.Blocked(reason="low on memory"), 0))
         + heartbeat.Heartbeat.marshal()
         + broker((commands.Connection.Unblocked(), 0))
@@ -427,9 +429,9 @@ async def test_missed_heartbeats_drop_the_link_at_once() -> None:
     connection, transport, events = await open_connection(heartbeat_seconds=1)
     # the half-period ticks, called instead of waited for: the first sees the handshake's reads
     for _ in range(4):
-        connection._heartbeat_tick()
+        connection.socket._heartbeat_tick()
     assert events.closed == [] and not transport.aborted
-    connection._heartbeat_tick()
+    connection.socket._heartbeat_tick()
     (error,) = events.closed
     assert "missed heart-beats" in error.text
     assert transport.aborted and not transport.closed
@@ -439,7 +441,7 @@ async def test_a_bad_frame_end_closes_with_501() -> None:
     connection, transport, events = await open_connection()
     bad = bytearray(broker((commands.Basic.Ack(delivery_tag=1), 1)))
     bad[-1] = 0x00  # the frame-end octet must be 0xCE
-    connection.data_received(bytes(bad))
+    connection.socket.data_received(bytes(bad))
     (error,) = events.closed
     assert error.code == 501
     closes = [value for _, value in transport.take_frames() if isinstance(value, commands.Connection.Close)]
@@ -452,7 +454,7 @@ async def test_recycling_resumes_reading_the_next_session_needs() -> None:
     connection must read again, or the next session's first call never gets its reply (a
     review found it pooled still paused)."""
     connection, transport, _events = await open_connection(open_channel=False)
-    connection.channel_max = 65535
+    connection.socket.core.channel_max = 65535
     connection._reusable = True
     connection.pause_reading()
     assert not connection.reusable  # a paused connection is never handed out
@@ -461,7 +463,7 @@ async def test_recycling_resumes_reading_the_next_session_needs() -> None:
     call = asyncio.ensure_future(connection.execute(BasicQos(prefetch_count=1)))
     await asyncio.sleep(0)
     connection.flush()
-    connection.data_received(broker((commands.Channel.OpenOk(), 1), (commands.Basic.QosOk(), 1)))
+    connection.socket.data_received(broker((commands.Channel.OpenOk(), 1), (commands.Basic.QosOk(), 1)))
     assert await call is None
 
 
@@ -519,7 +521,7 @@ async def test_a_connection_method_out_of_turn_is_refused_with_503() -> None:
     """The phase table: connection.tune after the handshake is the broker breaking the protocol;
     the link asks it to close with 503 (command_invalid) and the session is told once."""
     connection, transport, events = await open_connection()
-    connection.data_received(
+    connection.socket.data_received(
         broker((commands.Connection.Tune(channel_max=0, frame_max=131072, heartbeat=0), 0))
     )
     (error,) = events.closed

@@ -1,4 +1,4 @@
-"""adapter/server/amqp_link.py: a client connection's way to its AMQP link and back, over
+"""adapter/amqp/link_lifecycle.py: a client connection's way to its AMQP link and back, over
 in-memory links (tests/unit/fake_amqp.py): the queues left to delete go first, a deletion that
 fails does not keep the link, closes take their turn and a shutdown's cancel drops the link, a
 link that came after its client left is closed (or given back with reuse)."""
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from adapter.amqp.admission import Gate
 from adapter.amqp.connection import AmqpError
-from adapter.server.admission import Gate
-from adapter.server.amqp_link import AmqpLinkGlue
+from adapter.amqp.link_lifecycle import AmqpLinkGlue
 from adapter.server.brokers import BrokerNodes, parse_nodes
+from adapter.server.login import BrokerLogin
 from tests.unit.fake_amqp import FakeAmqp
 from tests.unit.test_login import Services as LoginServices
 
@@ -31,9 +32,9 @@ class Services(LoginServices):
         return task
 
 
-def make(**options: Any) -> tuple[AmqpLinkGlue, Services]:
+def make(**options: Any) -> tuple[AmqpLinkGlue[BrokerLogin], Services]:
     services = Services(BrokerNodes(parse_nodes("amqp://guest:guest@node-a:5672/")), **options)
-    return AmqpLinkGlue(services, asyncio.get_running_loop()), services
+    return AmqpLinkGlue(services, BrokerLogin(services, asyncio.get_running_loop())), services
 
 
 class Undeletable(FakeAmqp):

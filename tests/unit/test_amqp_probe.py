@@ -3,7 +3,7 @@
 it holds what a basic.get took, closed after, never reopened once the session ended), a
 ``ChannelLink`` that sends those calls to its probe and, when the probe's call fails, ends its
 own session alone with the probe's reply code and text while its neighbour on the shared
-connection goes on, and the process's bound on probes open at once (adapter/server/amqp_probe.py)."""
+connection goes on, and the process's bound on probes open at once (adapter/amqp/probe_runtime.py)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from pamqp import commands
 
+from adapter.amqp.admission import Gate
 from adapter.amqp.connection import AmqpConnection, AmqpError
 from adapter.amqp.probe import Probe, needs_probe
+from adapter.amqp.probe_runtime import Probes
 from adapter.mapping import operations as ops
 from adapter.mapping.properties import MessageProperties
-from adapter.server.admission import Gate
-from adapter.server.amqp_probe import Probes
 from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.fdlimit import DescriptorWatch
-from adapter.server.login import BrokerSettings
+from adapter.server.login import BrokerSettings, probe_login
 from adapter.server.stats import ServerStats
 from tests.unit.fake_amqp import Opener
 from tests.unit.test_amqp_connection import broker
@@ -190,7 +190,7 @@ async def test_a_built_in_exchange_type_is_declared_on_the_sessions_own_channel(
     link.flush()
     ((channel, declare),) = transport.take_frames()
     assert channel == link.channel and isinstance(declare, commands.Exchange.Declare)
-    connection.data_received(broker((commands.Exchange.DeclareOk(), link.channel)))
+    connection.socket.data_received(broker((commands.Exchange.DeclareOk(), link.channel)))
     assert await call is None and opener.opened == []
 
 
@@ -228,7 +228,7 @@ async def test_the_shared_connection_failing_ends_the_probes_of_its_sessions() -
     opener = FakeOpener([[got(1)]])
     link.probe = probe = Probe(opener, "guest", "secret", "/")  # type: ignore[arg-type]
     await link.execute(GET)
-    connection.connection_lost(ConnectionResetError("reset"))
+    connection.socket.connection_lost(ConnectionResetError("reset"))
     assert probe.ended and opener.done_with == opener.opened
 
 
@@ -253,7 +253,7 @@ async def test_no_more_probes_open_at_once_than_the_bound(monkeypatch: pytest.Mo
     opener = Opener()
     monkeypatch.setattr(AmqpConnection, "open", opener)
     services = Services()
-    probes = Probes(services, limit=2)  # type: ignore[arg-type]
+    probes = Probes(services, probe_login(services), limit=2)  # type: ignore[arg-type]
     first = await probes.open("guest", "guest", "/", lambda: False)
     await probes.open("guest", "guest", "/", lambda: False)
     third = asyncio.ensure_future(probes.open("guest", "guest", "/", lambda: False))
@@ -272,7 +272,8 @@ async def test_a_refused_probe_login_is_the_sessions_error_and_gives_its_place_b
 ) -> None:
     opener = Opener(AmqpError(403, "ACCESS_REFUSED - Login was refused", phase="auth"))
     monkeypatch.setattr(AmqpConnection, "open", opener)
-    probes = Probes(Services(), limit=1)  # type: ignore[arg-type]
+    services = Services()
+    probes = Probes(services, probe_login(services), limit=1)  # type: ignore[arg-type]
     with pytest.raises(AmqpError) as info:
         await probes.open("guest", "changed", "/", lambda: False)
     assert info.value.code == 403 and info.value.name == "access_refused"

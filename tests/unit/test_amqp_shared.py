@@ -23,13 +23,17 @@ from tests.unit.test_amqp_connection import Events, MemoryTransport, broker
 async def open_shared(channel_max: int = 0) -> tuple[SharedConnection, MemoryTransport]:
     """A SharedConnection through the whole handshake, handed over as open() does."""
     connection = SharedConnection(Events(), heartbeat=0, connection_name="STOMP shared")
-    connection._credentials = ("guest", "secret", "/")
+    connection.socket.core.login_as("guest", "secret", "/")
     transport = MemoryTransport()
-    connection.connection_made(transport)  # type: ignore[arg-type]
-    connection.data_received(broker((commands.Connection.Start(server_properties={"version": "3.10.8"}), 0)))
-    connection.data_received(broker((commands.Connection.Tune(channel_max=channel_max, frame_max=131072), 0)))
-    connection.data_received(broker((commands.Connection.OpenOk(), 0)))
-    connection._opened = True
+    connection.socket.connection_made(transport)  # type: ignore[arg-type]
+    connection.socket.data_received(
+        broker((commands.Connection.Start(server_properties={"version": "3.10.8"}), 0))
+    )
+    connection.socket.data_received(
+        broker((commands.Connection.Tune(channel_max=channel_max, frame_max=131072), 0))
+    )
+    connection.socket.data_received(broker((commands.Connection.OpenOk(), 0)))
+    connection.socket.opened = True
     transport.take_frames()
     return connection, transport
 
@@ -50,7 +54,7 @@ async def two_sessions() -> tuple[SharedConnection, MemoryTransport, list[Channe
         link.publish("", "q", MessageProperties(), b"hi")  # opens the channel
         link.flush()
     transport.take_frames()
-    connection.data_received(broker(*((commands.Channel.OpenOk(), link.channel) for link in links)))
+    connection.socket.data_received(broker(*((commands.Channel.OpenOk(), link.channel) for link in links)))
     return connection, transport, links, events
 
 
@@ -72,8 +76,8 @@ async def test_deliveries_and_confirms_reach_the_session_of_their_channel_even_i
     connection, _transport, (one, two), (events_one, events_two) = await two_sessions()
     a, b = deliver(one.channel, 1, b"for one"), deliver(two.channel, 1, b"for two")
     # content frames of two channels may interleave (AMQP 0-9-1 §4.2.6)
-    connection.data_received(broker(a[0], b[0], a[1], b[1], b[2], a[2]))
-    connection.data_received(broker((commands.Basic.Ack(delivery_tag=1), two.channel)))
+    connection.socket.data_received(broker(a[0], b[0], a[1], b[1], b[2], a[2]))
+    connection.socket.data_received(broker((commands.Basic.Ack(delivery_tag=1), two.channel)))
     assert [d.body for d in events_one.deliveries] == [b"for one"]
     assert [d.body for d in events_two.deliveries] == [b"for two"]
     assert events_one.confirms == [] and events_two.confirms == [(1, False, True)]
@@ -104,17 +108,19 @@ async def test_a_delivery_completed_by_content_frames_alone_reaches_the_client_i
     link = connection.new_link(events)  # type: ignore[arg-type]
     link.publish("", "q", MessageProperties(), b"hi")  # opens the channel
     link.flush()
-    connection.data_received(broker((commands.Channel.OpenOk(), link.channel)))
-    connection.data_received(broker(deliver(link.channel, 1, b"")[0]))  # the method alone
-    connection.data_received(broker((header.ContentHeader(0, 6, commands.Basic.Properties()), link.channel)))
-    connection.data_received(broker((body.ContentBody(b"one "), link.channel)))
+    connection.socket.data_received(broker((commands.Channel.OpenOk(), link.channel)))
+    connection.socket.data_received(broker(deliver(link.channel, 1, b"")[0]))  # the method alone
+    connection.socket.data_received(
+        broker((header.ContentHeader(0, 6, commands.Basic.Properties()), link.channel))
+    )
+    connection.socket.data_received(broker((body.ContentBody(b"one "), link.channel)))
     assert events.written == []  # not complete yet
-    connection.data_received(broker((body.ContentBody(b"go"), link.channel)))
+    connection.socket.data_received(broker((body.ContentBody(b"go"), link.channel)))
     assert events.written == [b"one go"]
     # a delivery with an empty body is completed by its content header
     method, content_header, _ = deliver(link.channel, 2, b"")
-    connection.data_received(broker(method))
-    connection.data_received(broker(content_header))
+    connection.socket.data_received(broker(method))
+    connection.socket.data_received(broker(content_header))
     assert events.written == [b"one go", b""]
 
 
@@ -127,7 +133,7 @@ async def test_a_channel_error_ends_only_its_session() -> None:
     close = commands.Channel.Close(
         reply_code=404, reply_text="NOT_FOUND - no queue", class_id=50, method_id=10
     )
-    connection.data_received(broker((close, victim.channel)))
+    connection.socket.data_received(broker((close, victim.channel)))
     with pytest.raises(AmqpError) as info:
         await call
     assert info.value.code == 404 and info.value.channel_only
@@ -142,7 +148,7 @@ async def test_a_channel_error_ends_only_its_session() -> None:
     neighbour.publish("", "q", MessageProperties(), b"on")
     neighbour.flush()
     assert [channel for channel, _ in transport.take_frames()] == [neighbour.channel] * 3
-    connection.data_received(broker(*deliver(neighbour.channel, 1, b"still served")))
+    connection.socket.data_received(broker(*deliver(neighbour.channel, 1, b"still served")))
     assert [d.body for d in neighbour_events.deliveries] == [b"still served"]
 
 
@@ -151,7 +157,7 @@ async def test_a_connection_close_reaches_every_session_with_the_same_error() ->
     close = commands.Connection.Close(
         reply_code=320, reply_text="CONNECTION_FORCED - closed via management plugin", class_id=0, method_id=0
     )
-    connection.data_received(broker((close, 0)))
+    connection.socket.data_received(broker((close, 0)))
     for link, seen in zip(links, events, strict=True):
         ((error,),) = (seen.closed,)
         assert error.code == 320 and not error.channel_only and error.name == "connection_forced"
@@ -161,15 +167,15 @@ async def test_a_connection_close_reaches_every_session_with_the_same_error() ->
 
 async def test_a_lost_socket_reaches_every_session() -> None:
     connection, _transport, _links, events = await two_sessions()
-    connection.connection_lost(ConnectionResetError("reset"))
+    connection.socket.connection_lost(ConnectionResetError("reset"))
     assert all(len(seen.closed) == 1 and seen.closed[0].code == 0 for seen in events)
 
 
 async def test_connection_blocked_pauses_every_session() -> None:
     connection, _transport, _links, events = await two_sessions()
-    connection.data_received(broker((commands.Connection.Blocked(reason="low on memory"), 0)))
+    connection.socket.data_received(broker((commands.Connection.Blocked(reason="low on memory"), 0)))
     assert all(seen.backpressure == [True] for seen in events)
-    connection.data_received(broker((commands.Connection.Unblocked(), 0)))
+    connection.socket.data_received(broker((commands.Connection.Unblocked(), 0)))
     assert all(seen.backpressure == [True, False] for seen in events)
 
 
@@ -180,9 +186,9 @@ async def test_a_slow_client_never_pauses_the_shared_socket_and_is_bounded() -> 
     slow.paused_bytes = connection.paused_bytes
     slow.pause_reading()
     assert transport.reading  # the neighbours' deliveries go on being read
-    connection.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
+    connection.socket.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
     assert len(slow_events.deliveries) == 1 and slow_events.closed == []
-    connection.data_received(
+    connection.socket.data_received(
         broker(*deliver(slow.channel, 2, b"x" * 200), *deliver(neighbour.channel, 1, b"n"))
     )
     assert len(slow_events.deliveries) == 1  # not delivered: requeued when the channel closes
@@ -197,11 +203,11 @@ async def test_paused_bytes_are_given_back_when_the_client_reads_again() -> None
     connection, _transport, (slow, _), (slow_events, _) = await two_sessions()
     connection.paused_bytes = PausedBytes(limit=500, budget=10_000)
     slow.pause_reading()
-    connection.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
+    connection.socket.data_received(broker(*deliver(slow.channel, 1, b"x" * 200)))
     assert 200 < connection.paused_bytes.pool.used < 500  # the body, the properties, the frame
     slow.resume_reading()
     assert connection.paused_bytes.pool.used == 0
-    connection.data_received(broker(*deliver(slow.channel, 2, b"x" * 200)))
+    connection.socket.data_received(broker(*deliver(slow.channel, 2, b"x" * 200)))
     assert len(slow_events.deliveries) == 2 and slow_events.closed == []
 
 
@@ -214,7 +220,7 @@ async def test_closing_a_session_closes_its_channel_and_frees_the_number_at_clos
     leaving.flush()
     ((channel, close),) = transport.take_frames()
     assert channel == leaving.channel and isinstance(close, commands.Channel.Close)
-    connection.data_received(broker((commands.Channel.CloseOk(), channel)))
+    connection.socket.data_received(broker((commands.Channel.CloseOk(), channel)))
     await closing
     assert left == [leaving] and not leaving.is_open and staying.is_open
     assert channel not in connection.links
@@ -234,10 +240,10 @@ async def test_frames_in_flight_for_a_closing_channel_are_dropped_until_its_clos
     number = leaving.channel
     leaving.close_nowait()
     transport.take_frames()
-    connection.data_received(broker(*deliver(number, 5, b"late")))
+    connection.socket.data_received(broker(*deliver(number, 5, b"late")))
     assert leaving_events.deliveries == []
     assert number in connection._closing_channels  # not handed out meanwhile
-    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    connection.socket.data_received(broker((commands.Channel.CloseOk(), number)))
     assert number not in connection._closing_channels
 
 
@@ -253,19 +259,19 @@ async def test_queues_left_to_delete_go_on_a_new_channel_number_after_a_channel_
     connection, transport, (victim, neighbour), _events = await two_sessions()
     old = victim.channel
     close = commands.Channel.Close(reply_code=404, reply_text="NOT_FOUND", class_id=50, method_id=20)
-    connection.data_received(broker((close, old)))
+    connection.socket.data_received(broker((close, old)))
     transport.take_frames()
     deleting = asyncio.ensure_future(victim.delete_queue_on_fresh_channel("sub-q"))
     await asyncio.sleep(0)
     victim.flush()
     ((number, opened),) = transport.take_frames()
     assert number not in (old, neighbour.channel) and isinstance(opened, commands.Channel.Open)
-    connection.data_received(broker((commands.Channel.OpenOk(), number)))
+    connection.socket.data_received(broker((commands.Channel.OpenOk(), number)))
     await asyncio.sleep(0)
     victim.flush()
     ((_, delete),) = transport.take_frames()
     assert isinstance(delete, commands.Queue.Delete) and delete.queue == "sub-q"
-    connection.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
+    connection.socket.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
     await deleting
     assert neighbour.is_open and connection.links[neighbour.channel] is neighbour
 
@@ -277,7 +283,7 @@ async def test_queues_left_to_delete_use_the_sessions_own_channel_while_it_is_op
     leaving.flush()
     ((number, delete),) = transport.take_frames()
     assert number == leaving.channel and isinstance(delete, commands.Queue.Delete)
-    connection.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
+    connection.socket.data_received(broker((commands.Queue.DeleteOk(message_count=0), number)))
     await deleting
 
 
@@ -290,7 +296,7 @@ async def test_a_close_ok_that_does_not_come_in_time_keeps_the_number_until_it_d
     assert left == [leaving] and number in connection._closing_channels
     closes = [value for _, value in transport.take_frames() if isinstance(value, commands.Channel.Close)]
     assert len(closes) == 1  # sent once
-    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    connection.socket.data_received(broker((commands.Channel.CloseOk(), number)))
     assert number not in connection._closing_channels
 
 
@@ -314,7 +320,7 @@ async def test_an_undecodable_delivery_ends_only_its_channel() -> None:
         (header.ContentHeader(0, 1, commands.Basic.Properties(headers=_nested_headers(120))), victim.channel),
         (body.ContentBody(b"p"), victim.channel),
     ]
-    connection.data_received(broker(*poisoned, *deliver(neighbour.channel, 1, b"n")))
+    connection.socket.data_received(broker(*poisoned, *deliver(neighbour.channel, 1, b"n")))
     ((error,),) = (victim_events.closed,)
     assert error.channel_only and error.code == 501 and "nested" in error.text
     assert victim_events.deliveries == []
@@ -322,7 +328,7 @@ async def test_an_undecodable_delivery_ends_only_its_channel() -> None:
         (victim.channel, commands.Channel.Close)
     ]
     assert [d.body for d in neighbour_events.deliveries] == [b"n"] and neighbour_events.closed == []
-    assert neighbour.is_open and not connection._close_sent
+    assert neighbour.is_open and not connection.socket.core.close_sent
 
 
 async def test_a_channel_closed_without_waiting_keeps_its_number_until_its_close_ok() -> None:
@@ -335,11 +341,11 @@ async def test_a_channel_closed_without_waiting_keeps_its_number_until_its_close
         (commands.Basic.Deliver(consumer_tag="T_1", delivery_tag=1, exchange="", routing_key="q"), number),
         (header.ContentHeader(0, 1, commands.Basic.Properties(headers=_nested_headers(120))), number),
     ]
-    connection.data_received(broker(*bad))
+    connection.socket.data_received(broker(*bad))
     transport.take_frames()
     await victim.close()
     assert number not in connection.links and number in connection._closing_channels
-    connection.data_received(broker((commands.Channel.CloseOk(), number)))
+    connection.socket.data_received(broker((commands.Channel.CloseOk(), number)))
     assert number not in connection._closing_channels
 
 
@@ -359,7 +365,7 @@ async def test_a_slow_client_is_bounded_by_what_it_is_delivered_not_only_by_bodi
             ),
             (header.ContentHeader(0, 0, commands.Basic.Properties(headers=headers)), slow.channel),
         ]
-        connection.data_received(broker(*frames))
+        connection.socket.data_received(broker(*frames))
         if slow_events.closed:
             break
     ((error,),) = (slow_events.closed,)
@@ -396,15 +402,15 @@ async def test_a_full_paused_budget_ends_the_heaviest_user_s_session_not_the_one
     bounds = PausedBytes(limit=1000, budget=2000)
     idle_connection, _, idle_links, idle_events = await two_sessions()
     slow_connection, slow_transport, (slow, _), (slow_events, _) = await two_sessions()
-    slow_connection._credentials = ("bob", "", "/")
+    slow_connection.socket.core.login_as("bob", "", "/")
     for connection in (idle_connection, slow_connection):
         connection.paused_bytes = bounds
     for link in (*idle_links, slow):
         link.pause_reading()
     for link in idle_links:  # alice's two idle sessions: ~900 bytes each
-        idle_connection.data_received(broker(*deliver(link.channel, 1, b"i" * 700)))
+        idle_connection.socket.data_received(broker(*deliver(link.channel, 1, b"i" * 700)))
     assert all(len(e.deliveries) == 1 and e.closed == [] for e in idle_events)
-    slow_connection.data_received(broker(*deliver(slow.channel, 1, b"s" * 200)))
+    slow_connection.socket.data_received(broker(*deliver(slow.channel, 1, b"s" * 200)))
     assert len(slow_events.deliveries) == 1 and slow_events.closed == []  # bob's is delivered
     closed = [e.closed for e in idle_events if e.closed]
     assert len(closed) == 1  # one of alice's ends, with the process bound named

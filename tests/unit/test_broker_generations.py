@@ -200,8 +200,8 @@ async def test_handshake_reads_the_version(
     properties: dict[str, str], version: str | None, generation: BrokerGeneration
 ) -> None:
     connection = AmqpConnection(Events(), heartbeat=0, connection_name="x")
-    connection.connection_made(MemoryTransport())  # type: ignore[arg-type]
-    connection.data_received(broker((commands.Connection.Start(server_properties=properties), 0)))
+    connection.socket.connection_made(MemoryTransport())  # type: ignore[arg-type]
+    connection.socket.data_received(broker((commands.Connection.Start(server_properties=properties), 0)))
     assert connection.broker_version == version
     assert connection.broker_generation is generation
     await asyncio.sleep(0)

@@ -179,9 +179,9 @@ def test_cli_hands_the_setting_to_the_session() -> None:
 @pytest.mark.parametrize(("durable", "auto_delete"), [(True, False), (False, True)])
 def test_exchange_declare_on_the_wire_and_its_reply(durable: bool, auto_delete: bool) -> None:
     client = opened()
-    frame_bytes, reply = client._operation_call(ops.ExchangeDeclare("ex", "fanout", durable, auto_delete))  # noqa: SLF001
+    frame_bytes, reply = client.operation_call(ops.ExchangeDeclare("ex", "fanout", durable, auto_delete))
     assert reply == wire.EXCHANGE_DECLARE_OK == (40, 11)
-    client._start_call(frame_bytes, (reply,))  # noqa: SLF001
+    client.start_call(frame_bytes, (reply,))
     [(_, opening), (channel, method)] = client.take()
     assert isinstance(opening, commands.Channel.Open)
     assert isinstance(method, commands.Exchange.Declare) and channel == 1
@@ -197,4 +197,4 @@ def test_exchange_declare_on_the_wire_and_its_reply(durable: bool, auto_delete: 
 def test_a_name_amqp_cannot_carry_is_the_encoders_error() -> None:
     client = opened()
     with pytest.raises(wire.EncodeError, match="longer than 255"):
-        client._operation_call(ops.ExchangeDeclare("e" * 256, "topic", True, False))  # noqa: SLF001
+        client.operation_call(ops.ExchangeDeclare("e" * 256, "topic", True, False))

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from adapter.amqp.admission import Gate
 from adapter.amqp.connection import AmqpError, HandshakeTimeout
 from adapter.mapping import operations as ops
-from adapter.server.admission import Gate
 from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.connection import BrokerSettings
 from adapter.server.fdlimit import DescriptorWatch

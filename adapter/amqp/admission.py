@@ -105,7 +105,7 @@ class Gate:
 
 async def enter(gate: Gate) -> None:
     """Wait for a place in flight (first come, first served); ``leave`` passes it on.  For a
-    place held across several calls (a probe connection's life: adapter/server/amqp_probe.py);
+    place held across several calls (a probe connection's life: adapter/amqp/probe_runtime.py);
     a place held for one block is ``turn``."""
     # the usual case, room at once, costs no future
     if gate.try_enter():

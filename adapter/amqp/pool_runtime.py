@@ -1,5 +1,6 @@
 """AMQP connection reuse between STOMP sessions (``adapter.amqp_connection_reuse``, off by
-default): the asyncio side of adapter/amqp/pool.py.
+default) at run time: the process's pool of idle connections, beside its rules
+(adapter/amqp/pool.py).
 
 A STOMP session that ends cleanly gives its AMQP connection back: its channel, if the session
 used it, is closed in one round trip (the broker cancels its consumers, requeues what it had not
@@ -24,8 +25,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents, DropChannelEvents
-from ..amqp.pool import ConnectionPool, PasscodeCheck, Pooled, may_return
+from ..mapping.operations import Delivery
+from .connection import AmqpConnection, AmqpError, BrokerEvents
+from .pool import ConnectionPool, PasscodeCheck, Pooled, may_return
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +35,28 @@ log = logging.getLogger(__name__)
 _CHANNEL_TIMEOUT = 5.0
 
 
-class _Idle(DropChannelEvents):
-    """The broker events of a connection while no session has it: deliveries and confirms of a
-    closing channel are dropped; a close, a failure or a block takes it out of the pool."""
+class _Idle:
+    """The broker events (``BrokerEvents``) of a connection while no session has it: deliveries
+    and confirms of a closing channel are dropped; a close, a failure or a block takes it out of
+    the pool."""
 
     __slots__ = ("_connection", "_reuse")
 
     def __init__(self, reuse: AmqpReuse, connection: AmqpConnection) -> None:
         self._reuse = reuse
         self._connection = connection
+
+    def on_deliver(self, delivery: Delivery) -> None:
+        pass
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        pass
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        pass
+
+    def on_read_done(self) -> None:
+        pass
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         self._reuse.forget(self._connection)

@@ -1,5 +1,5 @@
-"""Session multiplexing (``adapter.amqp_sessions_per_connection`` above 1): the asyncio side of
-adapter/amqp/multiplex.py.
+"""Session multiplexing (``adapter.amqp_sessions_per_connection`` above 1) at run time: the
+registry of the process's shared connections, beside its rules (adapter/amqp/multiplex.py).
 
 Concurrent STOMP sessions of the same broker node, vhost, user and passcode share AMQP
 connections (``SharedConnection``), each session on a channel of its own (``ChannelLink``,
@@ -29,11 +29,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..amqp.connection import AmqpConnection, AmqpError, BrokerEvents, DropChannelEvents, SessionLink
-from ..amqp.multiplex import SharedConnections
-from ..amqp.pool import PasscodeCheck
-from ..amqp.probe import Probe, ProbeOpener
-from ..amqp.shared import ChannelLink, PausedBytes, SharedConnection
+from ..mapping.operations import Delivery
+from .connection import AmqpConnection, AmqpError, BrokerEvents, SessionLink
+from .multiplex import SharedConnections
+from .pool import PasscodeCheck
+from .probe import Probe, ProbeOpener
+from .shared import ChannelLink, PausedBytes, SharedConnection
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +43,28 @@ NOT_ALLOWED = 530
 _USER_CHANNEL_LIMIT = "channels opened for user"
 
 
-class _ConnectionEvents(DropChannelEvents):
-    """What a shared connection reports about itself (its channels' events go to their
-    sessions; channel 0 carries none): a failure or a close forgets it; a block retires it."""
+class _ConnectionEvents:
+    """What a shared connection reports about itself (``BrokerEvents``; its channels' events go
+    to their sessions, channel 0 carries none of those): a failure or a close forgets it; a
+    block retires it."""
 
     __slots__ = ("_connection", "_mux")
 
     def __init__(self, mux: AmqpMultiplex, connection: SharedConnection) -> None:
         self._mux = mux
         self._connection = connection
+
+    def on_deliver(self, delivery: Delivery) -> None:
+        pass
+
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
+        pass
+
+    def on_server_cancel(self, consumer_tag: str) -> None:
+        pass
+
+    def on_read_done(self) -> None:
+        pass
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         # the per-user limit only ("number of channels opened for user ..."): a node-wide one or
@@ -132,7 +146,7 @@ class AmqpMultiplex:
 
     def logged_in(
         self,
-        connection: AmqpConnection,
+        connection: AmqpConnection | SharedConnection,
         node_label: str,
         user: str,
         vhost: str,

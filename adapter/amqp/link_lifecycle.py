@@ -1,11 +1,13 @@
-"""A client connection's way to its AMQP link and back.
+"""A session's AMQP link over its life: how it comes (the login) and goes (queues deleted, the
+link released), beside the link itself (adapter/amqp/link.py).
 
 The link itself (``SessionLink``: an AMQP connection of the session's own, or with
 ``adapter.amqp_sessions_per_connection`` a channel on a shared one: adapter/amqp/link.py) is
 held by the shell (``ClientConnection._amqp``) while the session uses it, because the shell calls
 it for every message.  ``AmqpLinkGlue`` owns the steps around it, which the shell delegates:
 
-* at CONNECT, its ``login`` (``BrokerLogin``): a link without I/O when one is ready (a pooled
+* at CONNECT, its ``login`` (the server's ``BrokerLogin``, adapter/server/login.py, handed in
+  by the shell as a ``LinkLogin``): a link without I/O when one is ready (a pooled
   connection, or a channel on a shared connection with room), else a login over the broker
   nodes in the frame's task; a link that arrives once the client is gone (the login timeout
   closed it meanwhile) is given back at once (``came_too_late``);
@@ -23,11 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from ..amqp.connection import AmqpError, SessionLink
 from .admission import Gate, turn
-from .login import BrokerLogin, LoginServices
+from .connection import AmqpError, SessionLink
 
 # lines about one client connection, under the shell's logger
 log = logging.getLogger("adapter.connection")
@@ -36,23 +37,35 @@ log = logging.getLogger("adapter.connection")
 _DELETE_TIMEOUT = 5.0
 
 
-class LinkServices(LoginServices, Protocol):
-    """What the glue uses of the server: the login's services, the pacing of AMQP closes and
-    a task spawner (the listener's ``Server`` has all of these)."""
+class LinkServices(Protocol):
+    """What the glue uses of the server: the pacing of AMQP closes and a task spawner (the
+    listener's ``Server`` has both)."""
 
     amqp_closes: Gate  # the AMQP connections closing at once (AMQP_CLOSES_AT_ONCE)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
 
-class AmqpLinkGlue:
+class LinkLogin(Protocol):
+    """What the glue uses of the login (adapter/server/login.py ``BrokerLogin``)."""
+
+    @property
+    def reusing(self) -> bool: ...
+
+    async def release(self, amqp: SessionLink, *, queues_to_delete: bool, session_failed: bool) -> None: ...
+
+
+Login = TypeVar("Login", bound=LinkLogin)
+
+
+class AmqpLinkGlue(Generic[Login]):
     """One client connection's steps to and from its AMQP link (see the module docstring)."""
 
     __slots__ = ("_server", "delete_on_close", "login")
 
-    def __init__(self, server: LinkServices, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, server: LinkServices, login: Login) -> None:
         self._server = server
-        self.login = BrokerLogin(server, loop)
+        self.login = login
         self.delete_on_close: list[str] = []  # deleted before the link goes
 
     def came_too_late(self, amqp: SessionLink, *, session_failed: bool) -> None:
@@ -78,7 +91,7 @@ class AmqpLinkGlue:
         task.add_done_callback(lambda _task: done())
 
     async def _close(self, amqp: SessionLink, peer: str, session_failed: bool) -> None:
-        """In its turn (at most AMQP_CLOSES_AT_ONCE at once: adapter/server/admission.py);
+        """In its turn (at most AMQP_CLOSES_AT_ONCE at once: adapter/amqp/admission.py);
         cancelled (the shutdown's deadline), drop it."""
         try:
             async with turn(self._server.amqp_closes):
