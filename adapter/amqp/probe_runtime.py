@@ -47,9 +47,9 @@ ProbeLogin = Callable[[str, str, str, Callable[[], bool]], Awaitable[AmqpConnect
 
 class Unheard:
     """The broker events of a connection no session reads (a probe's; a shared subscription's
-    rights check, adapter/server/rights_check.py): its calls' replies go to the calls; it has no consumer, publishes
-    nothing, and a failure between calls leaves nothing to tell (the broker requeues what it
-    held as it closes)."""
+    rights check, adapter/server/rights_check.py): its calls' replies go to the calls; it has no
+    consumer of its own to hear from, publishes nothing, and a failure between calls leaves
+    nothing to tell (the broker requeues what it held as it closes)."""
 
     __slots__ = ()
 
