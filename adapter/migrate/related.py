@@ -32,7 +32,14 @@ from typing import Final
 
 from .recording import Event
 
-__all__ = ["destination_names", "related_groups", "split_by_group", "topic_matches"]
+__all__ = [
+    "destination_names",
+    "destinations_reached",
+    "name_components",
+    "related_groups",
+    "split_by_group",
+    "topic_matches",
+]
 
 _TEMPORARY: Final = ("/temp-queue/", "/temp-topic/")
 _VIRTUAL_TOPIC: Final = "/topic/VirtualTopic."
@@ -178,6 +185,35 @@ def related_groups(events: Sequence[Event]) -> list[list[str]]:
     for conn in order:
         groups.setdefault(union.find(f"conn {conn}"), []).append(conn)
     return list(groups.values())
+
+
+def name_components(events: Sequence[Event]) -> dict[str, str]:
+    """Each destination name the recording's SENDs and SUBSCRIBEs use, mapped to the name that
+    stands for all the names a message can cross between: a topic wildcard and the concrete
+    topics it matches (a virtual topic and its consumer queues are one name already).  The
+    replay uses it to tell which subscriber's end a SEND or SUBSCRIBE must wait for."""
+    union = _UnionFind()
+    topics: set[str] = set()
+    wildcards: set[str] = set()
+    for event in events:
+        if event.kind != "frame" or event.direction != "in" or event.command not in ("SEND", "SUBSCRIBE"):
+            continue
+        for name in destination_names(event.conn, event.header("destination") or ""):
+            union.find(name)
+            if _is_wildcard(name):
+                wildcards.add(name)
+            elif name.startswith(_TOPIC):
+                topics.add(name)
+    for pattern in wildcards:
+        for topic in topics:
+            if topic_matches(pattern[len(_TOPIC) :], topic[len(_TOPIC) :]):
+                union.union(pattern, topic)
+    return {name: union.find(name) for name in union.parent}
+
+
+def destinations_reached(components: dict[str, str], conn: str, destination: str) -> set[str]:
+    """The components (``name_components``) a ``destination`` header of ``conn`` touches."""
+    return {components.get(name, name) for name in destination_names(conn, destination)}
 
 
 def split_by_group(events: Sequence[Event], groups: Sequence[Sequence[str]]) -> list[list[Event]]:

@@ -67,7 +67,7 @@ from typing import Any, Final
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from .idioms import frame_idioms, idiom
 from .recording import Event
-from .related import related_groups, split_by_group
+from .related import destinations_reached, name_components, related_groups, split_by_group
 from .wordings import compare_errors
 
 __all__ = [
@@ -227,7 +227,9 @@ class _Connection:
         self.idioms: set[str] = set()
         self.not_sent = 0
         self.acks_undelivered = 0  # ACK/NACK frames of messages the target did not deliver
-        self.subscribed = False  # a SUBSCRIBE has been sent: its end matters to later SENDs
+        # the destinations (related.name_components) it has subscribed to: its end matters to
+        # later SENDs and SUBSCRIBEs there
+        self.subscribed_to: set[str] = set()
         self.login_refused: str | None = None
         self.reported = False  # its result has been written
 
@@ -385,9 +387,10 @@ class _Group:
         self.events = events
         # the connections whose recorded answers grew since the target last caught up with them
         self.behind: set[_Connection] = set()
-        # the delayed ends not yet done of connections that subscribed (a SEND or SUBSCRIBE the
-        # upstream saw after such an end waits for it), and of all connections by client-id
-        self.subscriber_ends: list[asyncio.Task[None]] = []
+        # the delayed ends not yet done of connections that subscribed, by the destinations they
+        # subscribed to (a SEND or SUBSCRIBE there that the upstream saw after such an end waits
+        # for it), and of all connections by client-id
+        self.subscriber_ends: dict[str, list[asyncio.Task[None]]] = {}
         self.ends_by_client_id: dict[str, list[asyncio.Task[None]]] = {}
         self.ends: list[asyncio.Task[None]] = []
         # connections that got a recorded MESSAGE with a reply-to: where their target's reply-to
@@ -435,12 +438,15 @@ class _Group:
             connection.client_id = event.header("client-id")
             if connection.client_id is not None:
                 await self._ended(self.ends_by_client_id.pop(connection.client_id, []))
+            await replayer.turn_of(event)
             await connection.open(options)
+        else:
+            await replayer.turn_of(event)
         connection.idioms.update(frame_idioms("in", event.command, event.headers))
-        await replayer.turn_of(event)
+        reached: set[str] = set()
         if event.command in ("SEND", "SUBSCRIBE"):
-            await self._ended(self.subscriber_ends)
-            self.subscriber_ends = [task for task in self.subscriber_ends if not task.done()]
+            reached = replayer.reached(connection, event)
+            await self._ended([task for name in reached for task in self.subscriber_ends.pop(name, [])])
         await self._catch_up(options.wait)
         if event.command in ("ACK", "NACK") and not await _acked_delivered(connection, event, options.wait):
             connection.acks_undelivered += 1
@@ -452,7 +458,7 @@ class _Group:
             return
         connection.write(data)
         if event.command == "SUBSCRIBE":
-            connection.subscribed = True
+            connection.subscribed_to |= reached
         elif event.command in _CONNECT:
             await connection.until(connection.login_answered, options.wait)
             replayer.login_done(connection)
@@ -468,18 +474,22 @@ class _Group:
     async def _catch_up(self, wait: float) -> None:
         """Wait until every connection of the group has what the upstream had answered it so
         far (all at once, at most ``wait`` seconds); one that does not is not waited for again
-        until the recording expects more of it."""
+        until the recording expects more of it.  A connection whose end is under way is not
+        waited for here: what it still lacks came after its DISCONNECT (that frame's RECEIPT,
+        the last MESSAGEs), and its end waits for that itself."""
         if self.behind:
             behind, self.behind = self.behind, set()
-            await asyncio.gather(*(c.caught_up(wait) for c in behind if c.writer is not None))
+            await asyncio.gather(
+                *(c.caught_up(wait) for c in behind if c.writer is not None and not c.finished)
+            )
 
     def _end(self, connection: _Connection, data: bytes | None) -> None:
         """The connection's DISCONNECT (``data``) or close, ``SETTLE`` seconds from now."""
         connection.finished = True
         task = asyncio.create_task(self.replayer.end(connection, data))
         self.ends.append(task)
-        if connection.subscribed:
-            self.subscriber_ends.append(task)
+        for name in connection.subscribed_to:
+            self.subscriber_ends.setdefault(name, []).append(task)
         if connection.client_id is not None:
             self.ends_by_client_id.setdefault(connection.client_id, []).append(task)
 
@@ -549,6 +559,7 @@ class Replayer:
                 self.accepted_upstream.add(event.conn)
         self.subscription_ids = subscription_ids
         groups = related_groups(events)
+        self.components = name_components(events)
         self.groups = [_Group(self, part) for part in split_by_group(events, groups)]
         # the connections the replay will open: recorded from their CONNECT on (or with no client
         # frame at all: compared, with nothing replayed), in the order of their first frame
@@ -575,6 +586,10 @@ class Replayer:
             connection = _Connection(event.conn, event.client, self.subscription_ids.get(event.conn, set()))
             self.connections[event.conn] = connection
         return connection
+
+    def reached(self, connection: _Connection, event: Event) -> set[str]:
+        """The destinations a SEND or SUBSCRIBE touches (as related.name_components names them)."""
+        return destinations_reached(self.components, connection.conn, event.header("destination") or "")
 
     def skip(self, connection: _Connection) -> None:
         self.skipped.add(connection.conn)

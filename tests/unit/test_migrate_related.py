@@ -6,7 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from adapter.migrate.recording import Event, load_conversations
-from adapter.migrate.related import destination_names, related_groups, split_by_group, topic_matches
+from adapter.migrate.related import (
+    destination_names,
+    destinations_reached,
+    name_components,
+    related_groups,
+    split_by_group,
+    topic_matches,
+)
 from tests.recordings import Recording, fleet
 
 
@@ -158,3 +165,30 @@ def test_destination_names_and_topic_wildcards() -> None:
     assert topic_matches("a.*.c", "a.b.c") and not topic_matches("a.*.c", "a.b.d")
     assert topic_matches("a.>", "a.b.c") and not topic_matches("a.>", "a")
     assert not topic_matches("a.*", "a.b.c") and topic_matches("a.b", "a.b")
+
+
+def test_name_components_join_a_wildcard_with_the_topics_it_matches_and_nothing_else() -> None:
+    def frame(conn: str, command: str, destination: str) -> Event:
+        return Event(
+            0.0, conn, "frame", direction="in", command=command, headers=(("destination", destination),)
+        )
+
+    events = [
+        frame("a", "SUBSCRIBE", "/topic/prices.>"),
+        frame("b", "SEND", "/topic/prices.eu"),
+        frame("b", "SEND", "/topic/stocks.eu"),
+        frame("c", "SUBSCRIBE", "/queue/Consumer.A.VirtualTopic.x"),
+        frame("c", "SUBSCRIBE", "/temp-queue/replies"),
+    ]
+    components = name_components(events)
+    assert destinations_reached(components, "b", "/topic/prices.eu") == destinations_reached(
+        components, "a", "/topic/prices.>"
+    )
+    assert destinations_reached(components, "b", "/topic/stocks.eu") == {"/topic/stocks.eu"}
+    assert destinations_reached(components, "d", "/topic/VirtualTopic.x") == destinations_reached(
+        components, "c", "/queue/Consumer.A.VirtualTopic.x"
+    )
+    # another connection's temporary queue of the same name is not the subscriber's
+    assert destinations_reached(components, "d", "/temp-queue/replies").isdisjoint(
+        destinations_reached(components, "c", "/temp-queue/replies")
+    )
