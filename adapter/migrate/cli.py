@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .progress import Output
+    from .progress import Output, Summary
     from .replay import Replayer
 
 __all__ = ["main"]
@@ -130,6 +130,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from .progress import Output
     from .recording import RecordingError, load_conversations
     from .replay import Replayer, ReplayOptions
 
@@ -152,8 +153,6 @@ def _replay(args: argparse.Namespace) -> int:
         wait=args.wait,
         stop_after_refused_logins=max(args.stop_after_refused_logins, 0),
     )
-    from .progress import Output
-
     json_lines = args.json_out == "-"
     output = Output(
         sys.stdout,
@@ -164,19 +163,13 @@ def _replay(args: argparse.Namespace) -> int:
     )
     replayer = Replayer(conversations, options, on_result=output.result)
     output.total = replayer.total
-    interrupted = asyncio.run(_replay_until_signal(replayer, output))
-    from .progress import Summary
-
-    summary = Summary(
-        replayed=len(replayer.results),
-        differing=replayer.differing,
-        total=replayer.total,
-        cut_short=replayer.cut_short,
-        seconds=time.monotonic() - output.started,
-        interrupted=signal.Signals(interrupted).name if interrupted else None,
-        stopped=replayer.stopped,
-    )
-    output.summary(summary)
+    try:
+        interrupted = asyncio.run(_replay_until_signal(replayer, output))
+    except OSError as error:  # the target does not answer: the summary of what was replayed
+        output.summary(_summary(replayer, output, None))
+        print(f"replay: cannot reach the target {args.target}: {error}", file=sys.stderr)
+        return 2
+    output.summary(_summary(replayer, output, interrupted))
     if args.json_out and not json_lines:
         results = sorted(replayer.results, key=lambda r: replayer.order.get(r.conn, replayer.total))
         Path(args.json_out).write_text(json.dumps([r.as_json() for r in results], indent=1) + "\n")
@@ -185,6 +178,20 @@ def _replay(args: argparse.Namespace) -> int:
     if replayer.stopped:
         return 2
     return 1 if replayer.differing else 0
+
+
+def _summary(replayer: Replayer, output: Output, interrupted: int | None) -> Summary:
+    from .progress import Summary
+
+    return Summary(
+        replayed=len(replayer.results),
+        differing=replayer.differing,
+        total=replayer.total,
+        cut_short=replayer.cut_short,
+        seconds=time.monotonic() - output.started,
+        interrupted=signal.Signals(interrupted).name if interrupted else None,
+        stopped=replayer.stopped,
+    )
 
 
 async def _replay_until_signal(replayer: Replayer, output: Output) -> int | None:

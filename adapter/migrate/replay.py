@@ -28,8 +28,10 @@ asks for no heart-beats (the replay sends none).  A DISCONNECT (or the client's 
 so that a message the upstream did not send but the target does arrives before it and is
 counted.  The frames of the same group that the upstream saw after that end and that it could
 change wait for it: a SEND or SUBSCRIBE waits for the ends of the group's connections that
-subscribed (a subscriber that is still there on the target would take messages the recording
-gave to another one; a connection that never subscribed takes none), and a CONNECT waits for
+subscribed to a destination it reaches (related.name_components: the same name, a wildcard that
+matches it; a subscriber that is still there on the target would take messages the recording
+gave to another one; a producer, or a requester on its own temporary queue, takes none of
+them), and a CONNECT waits for
 the ends of the connections with its ``client-id`` (ActiveMQ, and the profile, refuse a
 client-id that is still connected).
 
