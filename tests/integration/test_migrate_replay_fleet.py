@@ -26,10 +26,14 @@ from tests.support import AdapterProcess, BrokerProbe, unique
 from tests.tap_support import TapProcess
 
 
-def _unrelated_producers(recording: Recording, count: int, tag: str, login: str = "guest") -> list[str]:
-    """``count`` connections, each sending one message with a receipt to its own queue."""
+def _unrelated_producers(
+    recording: Recording, count: int, tag: str, login: str = "guest", gap: float = 0.0
+) -> list[str]:
+    """``count`` connections, each sending one message with a receipt to its own queue, one
+    every ``gap`` seconds."""
     ids = []
     for n in range(count):
+        recording.tick(gap)
         producer = recording.connection(f"10.0.1.{n}").connect("1.2", login=login)
         producer.send("SEND", [("destination", f"/queue/{tag}.{n}"), ("receipt", "sent")], b"x")
         producer.receipt("sent")
@@ -115,25 +119,32 @@ def test_a_replay_whose_first_logins_are_refused_stops_and_says_to_give_a_passco
 ) -> None:
     monkeypatch.delenv("STOMP_MIGRATE_PASSCODE", raising=False)
     recording = Recording(tmp_path / "rec", bodies=True)
-    _unrelated_producers(recording, 12, unique("nopass"))
+    # one login every half second: the replay stops at the third, before the others start
+    _unrelated_producers(recording, 12, unique("nopass"), gap=0.5)
     recording.close()
     port = start_adapter(profile="activemq").port
-    status = main(
-        ["replay", str(tmp_path / "rec"), "--target", f"127.0.0.1:{port}", "--speed", "0", "--json"]
-    )
+    status = main(["replay", str(tmp_path / "rec"), "--target", f"127.0.0.1:{port}", "--json"])
     captured = capsys.readouterr()
     assert status == 2
     assert "recordings hold no passcodes" in captured.err and "--passcode" in captured.err
     lines = [json.loads(line) for line in captured.out.splitlines()]
     *results, summary = lines
-    assert len(results) >= 3  # each refused login is a result of its own
+    assert len(results) == 3  # each refused login is a result of its own
     assert all(
         r["login_refused"]
         and {"what": "CONNECTED", "key": "login", "recorded": True, "replayed": False} in r["differences"]
         for r in results
     )
     assert summary["summary"]["stopped"].startswith("the target refused the first 3 logins")
-    assert summary["summary"]["replayed"] == len(results) < 12
+    assert summary["summary"] | {"seconds": 0} == {
+        "replayed": 3,
+        "with_differences": 3,
+        "connections": 12,
+        "cut_short": 0,
+        "seconds": 0,
+        "interrupted": None,
+        "stopped": summary["summary"]["stopped"],
+    }
 
 
 def test_refused_logins_after_an_accepted_one_are_results_and_the_replay_goes_on(
