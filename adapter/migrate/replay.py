@@ -119,7 +119,8 @@ class _Answers:
 
     def take(
         self, command: str | None, headers: Iterable[tuple[str, str]], subscription_ids: set[str]
-    ) -> None:
+    ) -> tuple[str, int] | None:
+        """Count one frame; for a MESSAGE with a ``reply-to``, its (subscription, position)."""
         values: dict[str, str] = {}
         for name, value in headers:
             values.setdefault(name, value)
@@ -140,6 +141,8 @@ class _Answers:
                 self.keys[handle] = (key, position)
             if "reply-to" in values:
                 self.reply_tos[(key, position)] = values["reply-to"]
+                return key, position
+        return None
 
     def covers(self, other: _Answers) -> bool:
         """Whether this side has received at least what ``other`` has."""
@@ -395,9 +398,9 @@ class _Group:
         self.subscriber_ends: dict[str, list[asyncio.Task[None]]] = {}
         self.ends_by_client_id: dict[str, list[asyncio.Task[None]]] = {}
         self.ends: list[asyncio.Task[None]] = []
-        # connections that got a recorded MESSAGE with a reply-to: where their target's reply-to
-        # of the same message is learnt
-        self.answering: list[_Connection] = []
+        # the recorded MESSAGEs with a reply-to whose target's reply-to (the same message's on the
+        # target) is not known yet: (connection, (subscription, position))
+        self.unlearned: list[tuple[_Connection, tuple[str, int]]] = []
 
     async def run(self) -> None:
         replayer, options = self.replayer, self.replayer.options
@@ -425,9 +428,9 @@ class _Group:
                 self._end(connection, None)
             return
         if event.direction == "out":
-            connection.recorded.take(event.command, event.headers, connection.subscription_ids)
-            if event.command == "MESSAGE" and event.header("reply-to") is not None:
-                self.answering.append(connection)
+            answered = connection.recorded.take(event.command, event.headers, connection.subscription_ids)
+            if answered is not None:
+                self.unlearned.append((connection, answered))
             self.behind.add(connection)
             return
         if event.command is None:
@@ -466,12 +469,18 @@ class _Group:
             replayer.login_done(connection)
 
     def _learn_reply_tos(self) -> None:
-        reply_tos = self.replayer.reply_tos
-        for connection in self.answering:
-            for key, recorded in connection.recorded.reply_tos.items():
-                replayed = connection.replayed.reply_tos.get(key)
-                if replayed is not None:
-                    reply_tos[recorded] = replayed
+        """The target's reply-to of each recorded MESSAGE with one, once the target has sent
+        that MESSAGE: a SEND to the recorded value goes there."""
+        if not self.unlearned:
+            return
+        reply_tos, unlearned = self.replayer.reply_tos, []
+        for connection, key in self.unlearned:
+            replayed = connection.replayed.reply_tos.get(key)
+            if replayed is None:
+                unlearned.append((connection, key))
+            else:
+                reply_tos[connection.recorded.reply_tos[key]] = replayed
+        self.unlearned = unlearned
 
     async def _catch_up(self, wait: float) -> None:
         """Wait until every connection of the group has what the upstream had answered it so
