@@ -144,15 +144,6 @@ class _Answers:
                 return key, position
         return None
 
-    def covers(self, other: _Answers) -> bool:
-        """Whether this side has received at least what ``other`` has."""
-        return (
-            (self.connected or not other.connected)
-            and len(self.errors) >= len(other.errors)
-            and self.receipts >= other.receipts
-            and all(self.messages[key] >= count for key, count in other.messages.items())
-        )
-
 
 @dataclass
 class ConnectionResult:
@@ -237,6 +228,9 @@ class _Connection:
         self.subscribed_to: set[str] = set()
         self.login_refused: str | None = None
         self.reported = False  # its result has been written
+        # the receipts the upstream had sent by the recording so far that the target has not
+        # (kept as they come: a set comparison per frame was quadratic on a long connection)
+        self.receipts_missing: set[str] = set()
 
     async def open(self, options: ReplayOptions) -> None:
         self.reader, self.writer = await asyncio.open_connection(options.host, options.port)
@@ -264,6 +258,8 @@ class _Connection:
                         if self.end_receipt_added:
                             continue  # the replay's own: not an answer to compare
                     self.replayed.take(frame.command, frame.headers.items(), self.subscription_ids)
+                    if frame.command == "RECEIPT":
+                        self.receipts_missing.discard(frame.headers.get("receipt-id", ""))
         except (OSError, FrameError):
             pass
         finally:
@@ -272,7 +268,28 @@ class _Connection:
 
     async def caught_up(self, timeout: float) -> bool:
         """Wait until the target has answered what the upstream had answered so far."""
-        return await self.until(lambda: self.replayed.covers(self.recorded), timeout)
+        return await self.until(self.has_caught_up, timeout)
+
+    def has_caught_up(self) -> bool:
+        """Whether the target has sent at least what the upstream had (by the recording so far):
+        the CONNECTED, as many ERRORs, every receipt, as many MESSAGEs per subscription."""
+        recorded, replayed = self.recorded, self.replayed
+        return (
+            (replayed.connected or not recorded.connected)
+            and len(replayed.errors) >= len(recorded.errors)
+            and not self.receipts_missing
+            and all(replayed.messages[key] >= count for key, count in recorded.messages.items())
+        )
+
+    def take_recorded(
+        self, command: str | None, headers: Sequence[tuple[str, str]]
+    ) -> tuple[str, int] | None:
+        """A frame the upstream sent (see _Answers.take)."""
+        if command == "RECEIPT":
+            receipt = next((value for name, value in headers if name == "receipt-id"), "")
+            if receipt not in self.replayed.receipts:
+                self.receipts_missing.add(receipt)
+        return self.recorded.take(command, headers, self.subscription_ids)
 
     async def end_confirmed_by_target(self, timeout: float) -> bool:
         """Wait until the target has sent the RECEIPT of the DISCONNECT."""
@@ -428,7 +445,7 @@ class _Group:
                 self._end(connection, None)
             return
         if event.direction == "out":
-            answered = connection.recorded.take(event.command, event.headers, connection.subscription_ids)
+            answered = connection.take_recorded(event.command, event.headers)
             if answered is not None:
                 self.unlearned.append((connection, answered))
             self.behind.add(connection)
