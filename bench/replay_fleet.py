@@ -143,7 +143,7 @@ async def _at(start: float, offset: float) -> None:
 
 def _times(rng: random.Random, count: int, span: float) -> list[float]:
     """``count`` moments spread over ``span`` seconds (evenly, with jitter), in order."""
-    return sorted((n + rng.random()) * span / max(count, 1) * 0.9 for n in range(count))
+    return sorted((n + rng.random()) * span / max(count, 1) for n in range(count))
 
 
 async def _application(host: str, port: int, name: str, shape: FleetShape, span: float, seed: int) -> int:
