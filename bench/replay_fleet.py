@@ -362,6 +362,16 @@ def _replay(record: Path, port: int, speed: float, timeout: float, code: Path | 
     }
 
 
+def sweep(tag: str) -> None:
+    """Delete the fleet's queues: those named after ``tag``, and its durable subscriptions' (the
+    profile names them ``activemq-durable:N:<client-id>:<name>``), which a replay cut short leaves
+    with messages the next replay would count."""
+    asyncio.run(QueueCleaner(tag).sweep())
+    durable = QueueCleaner("activemq-durable:")
+    names = [name for name in durable.list_queues() or [] if f":{tag}." in name]
+    asyncio.run(durable.delete(names))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.replay_fleet", description=__doc__.split("\n")[0])
     parser.add_argument("--connections", type=int, default=10_000)
@@ -395,9 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         report["span"] = round(span, 1)
         report["replays"] = []
         for speed in (float(s) for s in args.speeds.split(",")):
-            # each replay from the state the recording began with: the fleet's queues empty (a
-            # replay cut short would leave messages behind for the next one to count)
-            asyncio.run(QueueCleaner(tag).sweep())
+            # each replay from the state the recording began with: the fleet's queues empty
+            sweep(tag)
             outcome = _replay(record, adapter.port, speed, args.timeout, args.code)
             outcome["ratio_to_span"] = round(float(outcome["seconds"]) / span, 2) if span else None  # type: ignore[arg-type]
             report["replays"].append(outcome)  # type: ignore[attr-defined]
@@ -405,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         adapter.stop()
         with contextlib.suppress(Exception):
-            asyncio.run(QueueCleaner(tag).sweep())
+            sweep(tag)
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(report, indent=1))
     return 0
