@@ -13,6 +13,10 @@ server imports this package.  Layout:
 * ``recording.py``: reading a recording's records in order, without Spark (for ``replay``);
 * ``replay.py``: the client side of a recording replayed against an adapter, and the
   differences between its answers and the recorded upstream's;
+* ``related.py``: which recorded connections are related (a destination, a ``reply-to``, a
+  ``client-id`` they share), the groups the replay keeps in order, all else concurrent (pure);
+* ``progress.py``: what the replay writes as it goes (a result per connection as it ends, the
+  progress line on a terminal) and its summary;
 * ``wordings.py``: the ERROR wordings of ActiveMQ and of the profile that mean the same outcome
   (the replay reports them as equivalent, not as differences);
 * ``cli.py``: ``python -m adapter.migrate report|replay``; ``job.py`` is the same entry point as

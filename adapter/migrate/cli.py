@@ -1,9 +1,11 @@
 """Command line of the migration toolkit: ``report`` (the Spark job) and ``replay``.
 
 Owns the arguments, the SparkSession of ``report`` (``local[*]`` unless ``--master`` or
-spark-submit says otherwise) and the exit statuses: 0 done (replay: no difference), 1 replay
+spark-submit says otherwise), the replay's signal handling (SIGINT and SIGTERM end it with the
+summary of what it replayed) and the exit statuses: 0 done (replay: no difference), 1 replay
 found differences, 2 the command could not run (bad arguments, no PySpark, a recording without
-bodies for replay).
+bodies for replay, a replay whose first logins were all refused), 128 + the signal's number for
+a replay interrupted by SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .progress import Output, Summary
+    from .replay import Replayer
 
 __all__ = ["main"]
 
@@ -52,7 +60,23 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--wait", type=float, default=5.0, help="seconds to wait for an answer the upstream gave (default 5)"
     )
-    replay.add_argument("--json", dest="json_out", help="write the differences as JSON here")
+    replay.add_argument(
+        "--stop-after-refused-logins",
+        type=int,
+        default=3,
+        metavar="N",
+        help="stop when the first N logins are all refused by the target (default 3; 0: never stop); "
+        "the usual cause is a missing --passcode",
+    )
+    replay.add_argument(
+        "--json",
+        dest="json_out",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="without FILE (or with -): each connection's result as one JSON line on stdout when the "
+        "connection ends, then a summary line; with FILE: also the results as one JSON array there",
+    )
     return parser
 
 
@@ -106,8 +130,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from .progress import Output
     from .recording import RecordingError, load_conversations
-    from .replay import ReplayOptions, replay
+    from .replay import Replayer, ReplayOptions
 
     host, _, port = args.target.rpartition(":")
     if not host or not port.isdigit():
@@ -126,12 +151,83 @@ def _replay(args: argparse.Namespace) -> int:
         passcode=args.passcode,
         vhost=args.vhost,
         wait=args.wait,
+        stop_after_refused_logins=max(args.stop_after_refused_logins, 0),
     )
-    results = asyncio.run(replay(conversations, options))
-    differing = [result for result in results if result.differences]
-    for result in results:
-        print(result.describe())
-    print(f"{len(results)} connections replayed, {len(differing)} with differences")
-    if args.json_out:
+    json_lines = args.json_out == "-"
+    output = Output(
+        sys.stdout,
+        sys.stderr,
+        total=0,
+        json_lines=json_lines,
+        progress=sys.stderr.isatty(),
+    )
+    replayer = Replayer(conversations, options, on_result=output.result)
+    output.total = replayer.total
+    try:
+        interrupted = asyncio.run(_replay_until_signal(replayer, output))
+    except OSError as error:  # the target does not answer: the summary of what was replayed
+        output.summary(_summary(replayer, output, None))
+        print(f"replay: cannot reach the target {args.target}: {error}", file=sys.stderr)
+        return 2
+    output.summary(_summary(replayer, output, interrupted))
+    if args.json_out and not json_lines:
+        results = sorted(replayer.results, key=lambda r: replayer.order.get(r.conn, replayer.total))
         Path(args.json_out).write_text(json.dumps([r.as_json() for r in results], indent=1) + "\n")
-    return 1 if differing else 0
+    if interrupted:
+        return 128 + interrupted
+    if replayer.stopped:
+        return 2
+    return 1 if replayer.differing else 0
+
+
+def _summary(replayer: Replayer, output: Output, interrupted: int | None) -> Summary:
+    from .progress import Summary
+
+    return Summary(
+        replayed=len(replayer.results),
+        differing=replayer.differing,
+        total=replayer.total,
+        cut_short=replayer.cut_short,
+        seconds=time.monotonic() - output.started,
+        interrupted=signal.Signals(interrupted).name if interrupted else None,
+        stopped=replayer.stopped,
+    )
+
+
+async def _replay_until_signal(replayer: Replayer, output: Output) -> int | None:
+    """Run the replay until it ends or SIGINT/SIGTERM arrives (then it is cancelled: its open
+    connections are closed); the signal's number, or None.  A terminal gets the progress line
+    refreshed twice a second."""
+    loop = asyncio.get_running_loop()
+    replaying = asyncio.create_task(replayer.run())
+    received: list[int] = []
+
+    def interrupt(signum: int) -> None:
+        received.append(signum)
+        replaying.cancel()
+
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, interrupt, signum)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread (tests)
+            pass
+
+    async def refresh() -> None:
+        while True:
+            output.show_progress()
+            await asyncio.sleep(0.5)
+
+    refreshing = asyncio.create_task(refresh()) if output.progress else None
+    try:
+        await replaying
+    except asyncio.CancelledError:
+        if not received:
+            raise
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+        if refreshing is not None:
+            refreshing.cancel()
+    return received[0] if received else None
