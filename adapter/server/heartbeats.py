@@ -59,8 +59,8 @@ class HeartBeats:
         """Arm the timers negotiated at CONNECT (0: that direction is off).  The send interval
         is already halved by the caller's choice; the receive one includes the tolerance.
         ``idle`` (adapter.idle_client_timeout, 0: off): with no receive interval negotiated, the
-        client is given up after sending nothing for ``idle`` to 1.5 x ``idle`` seconds (the
-        same monitor, ticking every half of it, one silent tick allowed)."""
+        client is given up after sending nothing for ``idle`` to 2 x ``idle`` seconds (the same
+        monitor, ticking every ``idle``: the first tick that finds nothing read gives up)."""
         self.stop()
         self.liveness.reset()
         if send:
@@ -68,7 +68,7 @@ class HeartBeats:
         if receive:
             self._receive_timer = self._loop.call_later(receive, self.receive_tick, receive)
         elif idle:
-            self._receive_timer = self._loop.call_later(idle / 2, self.idle_tick, idle)
+            self._receive_timer = self._loop.call_later(idle, self.idle_tick, idle)
 
     def stop(self) -> None:
         if self._send_timer is not None:
@@ -100,4 +100,4 @@ class HeartBeats:
             self.stop()
             host.idle_timed_out(idle)
             return
-        self._receive_timer = self._loop.call_later(idle / 2, self.idle_tick, idle)
+        self._receive_timer = self._loop.call_later(idle, self.idle_tick, idle)

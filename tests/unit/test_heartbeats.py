@@ -27,6 +27,9 @@ class Host:
     def heartbeat_timed_out(self, interval: float) -> None:
         self.timed_out.append(interval)
 
+    def idle_timed_out(self, seconds: float) -> None:
+        self.timed_out.append(-seconds)  # negative: the idle timeout, not a heart-beat one
+
 
 def make() -> tuple[HeartBeats, Host]:
     host = Host()
@@ -97,3 +100,27 @@ async def test_a_client_we_do_not_read_is_excused() -> None:
     beats.receive_tick(15)
     assert host.timed_out == []
     beats.stop()
+
+
+async def test_without_heart_beats_the_idle_timeout_gives_up_a_silent_client() -> None:
+    """adapter.idle_client_timeout: with no receive interval negotiated, the first tick (one per
+    timeout) that finds nothing read gives the client up; a tick after a read, or while the
+    adapter does not read the client, does not."""
+    beats, host = make()
+    beats.start(0, 0, idle=10.0)
+    assert beats.running
+    beats.liveness.read = True
+    beats.idle_tick(10.0)  # it spoke
+    host.excused = True
+    beats.idle_tick(10.0)  # not read by the adapter: not the client's silence
+    assert host.timed_out == []
+    host.excused = False
+    beats.idle_tick(10.0)
+    assert host.timed_out == [-10.0] and not beats.running
+
+
+async def test_a_negotiated_receive_interval_takes_precedence_over_the_idle_timeout() -> None:
+    beats, host = make()
+    beats.start(0, 1.5, idle=10.0)
+    beats.receive_tick(1.5)
+    assert host.timed_out == [1.5]
