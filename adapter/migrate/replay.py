@@ -394,6 +394,17 @@ class _Connection:
         )
 
 
+def _body_of(event: Event) -> bytes:
+    """The body to send for a recorded client frame: the recorded one; for one the tap left out
+    because of its size (``omitted``), as many filler bytes (its length still matters: limits,
+    ``content-length``, what consumers are sent); else none."""
+    if event.body is not None:
+        return event.body
+    if "body" in event.omitted and event.body_len > 0:
+        return b"x" * event.body_len
+    return b""
+
+
 def _encode(command: str, headers: Sequence[tuple[str, str]], body: bytes) -> bytes:
     # the recorded header bytes as they were on the wire (still escaped)
     head = "".join(f"{name}:{value}\n" for name, value in headers)
@@ -474,7 +485,7 @@ class _Group:
             connection.acks_undelivered += 1
             return
         self._learn_reply_tos()
-        data = _encode(event.command, replayer.rewrite(connection, event), event.body or b"")
+        data = _encode(event.command, replayer.rewrite(connection, event), _body_of(event))
         if event.command == "DISCONNECT":
             self._end(connection, data)
             return
