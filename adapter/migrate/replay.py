@@ -453,6 +453,9 @@ class _Group:
         connection = replayer.connection(event)
         if event.kind == "close":
             if connection.writer is not None and not connection.finished:
+                # what the upstream sent it before it closed (a scheduled message 1.5 s late, say)
+                # is waited for first, as a DISCONNECT's catch-up does
+                await self._catch_up(options.wait)
                 self._end(connection, None)
             return
         if event.direction == "out":
