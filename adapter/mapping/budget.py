@@ -109,7 +109,7 @@ class Pool:
 
     def _changed(self, account: Account, delta: int) -> None:
         """``account`` holds ``delta`` bytes more (or fewer): the owners' books follow."""
-        if not self.evicts or not delta:
+        if not delta:
             return
         owner = account.owner
         total = self._totals.get(owner, 0) + delta
@@ -166,7 +166,8 @@ class Account:
             pool._make_room(self, size)
         self.held += size
         pool.used += size
-        pool._changed(self, size)
+        if pool.evicts:
+            pool._changed(self, size)
 
     def release(self, size: int) -> None:
         """Give back ``size`` bytes reserved earlier (never more than the account holds)."""
@@ -175,7 +176,8 @@ class Account:
         size = min(size, self.held)
         self.held -= size
         self.pool.used -= size
-        self.pool._changed(self, -size)
+        if self.pool.evicts:
+            self.pool._changed(self, -size)
 
     def close(self) -> None:
         """The connection is gone: give back everything; later calls change nothing."""
@@ -183,7 +185,8 @@ class Account:
             held, self.held = self.held, 0
             self.pool.used -= held
             self._closed = True
-            self.pool._changed(self, -held)
+            if self.pool.evicts:
+                self.pool._changed(self, -held)
 
     def evict(self, error: BudgetExceeded) -> None:
         """The pool needs this account's bytes: give them all back, then tell its owner

@@ -13,7 +13,7 @@ random part, exclusive, auto-delete), ``queue.declare`` (configure on the queue)
 key (write on the queue, read on the exchange, topic read on the key).  The connection closes
 after it, and its queue with it; the group's own queue and consumer are never touched.
 
-What an answer means (``REFUSED_CODES``, ``revokes``): a refused login (403), access refused (403)
+What an answer means (``revokes``): a refused login (403), access refused (403)
 and vhost access refused (530 without "limit" in its text) say the user may no longer read the
 group's messages: the group ends for every member (they are all that user).  Anything else (a
 connection or channel limit, a broker that does not answer within the login timeout, a lost
@@ -45,10 +45,6 @@ from .login import OwnLoginServices, login_refused, own_login
 
 log = logging.getLogger("adapter.sharing")
 
-# the answers that say the user may not read the group's messages (a refused login, access
-# refused, vhost access refused: ``revokes``); any other failure refuses the join but leaves
-# the group
-REFUSED_CODES = frozenset({403, 530})
 # seconds between the starts of two checks of one group
 MIN_CHECK_INTERVAL = 0.5
 _CHECK_TAG = "stomp-adapter-rights"

@@ -313,6 +313,8 @@ class Session:
             return None
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
+        if multiple and self._retries.holding:
+            return None  # it settles kept retry deliveries too: the general path sweeps them
         settle = self._quick_settle
         if settle is not None and not settle(subscription, delivery_tag, multiple):
             return None

@@ -100,7 +100,7 @@ class Frames:
         if table:
             if redelivered or "x-death" in table:
                 pairs = redelivery_headers(table, pairs)  # x-delivery-count (docs/destinations.md)
-            if "x-stream-offset" in table and not subscription.stream:
+            if not subscription.stream and "x-stream-offset" in table:
                 subscription.stream = True  # its NACKs never reach the broker (subscriptions.py)
         if pairs:
             escaped_name, append = _ESCAPED_NAMES.get, lines.append

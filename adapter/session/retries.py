@@ -165,6 +165,11 @@ class Retries:
     def rendered(self, subscription: Subscription, delivery: Delivery, dispatched: bool) -> None:
         self._kept[delivery.delivery_tag] = delivery  # BudgetExceeded: the session closes
 
+    @property
+    def holding(self) -> bool:
+        """Whether any delivery is kept (a cumulative ack must then sweep: ``swept``)."""
+        return bool(self._kept)
+
     # ------------------------------------------------------------------ settling
     def swept(self, delivery_tag: int) -> None:
         """A cumulative ack or nack (``client`` mode) of another subscription settled every

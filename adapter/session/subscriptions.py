@@ -375,7 +375,7 @@ class Subscriptions:
                 return
         # 'client' acks are cumulative: AMQP multiple=true (docs/behaviour.md#receipts)
         multiple = subscription.ack_mode == "client"
-        if multiple:
+        if multiple and self._retries.holding:
             self._retries.swept(delivery_tag)
         steps = self._extension.settle(frame, subscription, delivery_tag, multiple, nack, transaction)
         if steps is not None:

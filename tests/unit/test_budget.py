@@ -316,3 +316,26 @@ def test_one_reservation_evicts_at_most_one_account() -> None:
     big.reserve(80)  # 0 over... fits as is
     big.reserve(60)  # 40 over: one web session (90) makes room
     assert len(evicted) == 1 and pool.used == 900 - 90 + 140
+
+
+def test_a_cumulative_ack_gives_back_what_retry_subscriptions_keep_on_either_path() -> None:
+    """A ``client``-mode ACK settles every earlier delivery of the channel, a retry
+    subscription's kept ones too (x-retry-delays, adapter/session/retries.py): the quick path
+    declines while any is kept, so the general path's sweep gives their bytes back."""
+    session, budgets = _session()
+    run(
+        session,
+        Frame(
+            "SUBSCRIBE",
+            {"destination": "/amq/queue/r", "id": "r", "ack": "client-individual", "x-retry-delays": "100"},
+        ),
+    )
+    run(session, Frame("SUBSCRIBE", {"destination": "/amq/queue/c", "id": "s", "ack": "client"}))
+    assert session.on_delivery(ops.Delivery("T_r", 1, False, "", "r", MessageProperties(), b"k" * 10))
+    assert session.on_delivery(_delivery(2, b"y"))
+    assert budgets.unacked.used == 10
+    ack = Frame("ACK", {"id": f"T_s@@{SESSION_ID}@@2"})
+    assert session.quick_ack(ack) is None
+    assert ops.BasicAck(2, True) in run(session, ack)
+    assert budgets.unacked.used == 0
+    assert session.quick_ack(ack) == ops.BasicAck(2, True)  # nothing kept: the quick path again
