@@ -29,11 +29,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from ..mapping.operations import Delivery
 from .connection import AmqpConnection, AmqpError, BrokerEvents, SessionLink
 from .multiplex import SharedConnections
 from .pool import PasscodeCheck
 from .probe import Probe, ProbeOpener
+from .probe_runtime import Unheard
 from .shared import ChannelLink, PausedBytes, SharedConnection
 
 log = logging.getLogger(__name__)
@@ -54,17 +54,12 @@ class _ConnectionEvents:
         self._mux = mux
         self._connection = connection
 
-    def on_deliver(self, delivery: Delivery) -> None:
-        pass
-
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> None:
-        pass
-
-    def on_server_cancel(self, consumer_tag: str) -> None:
-        pass
-
-    def on_read_done(self) -> None:
-        pass
+    # deliveries, confirms, cancels and reads of a connection no session reads: dropped, as a
+    # probe's (the same no-ops, not a subclass)
+    on_deliver = Unheard.on_deliver
+    on_confirm = Unheard.on_confirm
+    on_server_cancel = Unheard.on_server_cancel
+    on_read_done = Unheard.on_read_done
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         # the per-user limit only ("number of channels opened for user ..."): a node-wide one or
