@@ -787,10 +787,10 @@ class ClientConnection(asyncio.Protocol):
         session = self.session
         clocks = self._clocks
         clocks.confirmed(delivery_tag, multiple)
-        data = session.on_confirm(delivery_tag, multiple, ack)
+        frames = session.on_confirm(delivery_tag, multiple, ack)
         clocks.confirm_clock = 0.0
-        if data:
-            self._out.append(data)  # flushed by on_read_done, as for deliveries
+        if frames:
+            self._out += frames  # flushed by on_read_done, as for deliveries
             if not ack:
                 self._close("the broker refused a message (basic.nack)")
         waiter = self._confirm_waiter

@@ -412,14 +412,15 @@ class Session:
         """What to do with a delivery ``on_delivery`` rendered no bytes for (subscriptions.py)."""
         return self._subscriptions.dropped_delivery_ack(delivery)
 
-    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
-        """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``."""
+    def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> list[bytes]:
+        """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``: the
+        frames to send, one item per frame."""
         receipts = self._confirms.settle(delivery_tag, multiple, ack)
         hook = self._confirm_hook
         if hook is not None:
             hook(delivery_tag, multiple, ack)
         if not receipts:
-            return b""
+            return []
         return self._frames.confirmed(receipts, ack)
 
     @property

@@ -164,12 +164,13 @@ class Frames:
         if receipt is not None:
             yield SendFrame(self.receipt(receipt))
 
-    def confirmed(self, receipts: list[str], ack: bool) -> bytes:
-        """The frames for receipts a broker confirm completed: RECEIPTs, or for a broker nack
-        (the message may not be stored) ERRORs, never RECEIPTs."""
+    def confirmed(self, receipts: list[str], ack: bool) -> list[bytes]:
+        """The frames for receipts a broker confirm completed, one item per frame (a WebSocket
+        client gets each as its own message): RECEIPTs, or for a broker nack (the message may
+        not be stored) ERRORs, never RECEIPTs."""
         if ack:
-            return b"".join(self.receipt(r) for r in receipts)
-        return b"".join(
+            return [self.receipt(r) for r in receipts]
+        return [
             self.error(
                 "Message rejected by the broker",
                 "The broker refused (basic.nack) the message sent with this receipt; "
@@ -177,7 +178,7 @@ class Frames:
                 receipt=r,
             )
             for r in receipts
-        )
+        ]
 
 
 # Header names escaped for MESSAGE frames: the property names (which need no escaping) and the

@@ -634,15 +634,15 @@ def test_composite_send_publishes_to_each_and_its_receipt_waits_for_all() -> Non
     assert [(p.exchange, p.routing_key) for p in publishes] == [("", "a"), ("amq.topic", "t.x")]
     assert any(isinstance(op, ops.QueueDeclare) and op.queue == "a" for op in out)
     assert frames_of(out) == []  # no RECEIPT before the broker confirmed both
-    assert session.on_confirm(1, False, True) == b""
-    receipt = session.on_confirm(2, False, True)
+    assert session.on_confirm(1, False, True) == []
+    (receipt,) = session.on_confirm(2, False, True)
     assert command_of(receipt) == "RECEIPT" and header(receipt, "receipt-id") == "r"
 
 
 def test_composite_send_with_a_refused_copy_is_an_error() -> None:
     session = amq_session(None)
     run(session, Frame("SEND", {"destination": "/queue/a,/queue/b", "receipt": "r"}, b"hi"))
-    error = session.on_confirm(2, True, False)
+    (error,) = session.on_confirm(2, True, False)
     assert command_of(error) == "ERROR" and header(error, "receipt-id") == "r"
 
 

@@ -314,10 +314,10 @@ def test_receipts_of_a_broker_nack_are_errors_and_each_receipt_is_told():
     told: list[str] = []
     frames = Frames({}, SESSION_ID, trailing_lf=True)
     frames.on_receipt = told.append
-    assert [command_of(f + b"") for f in [frames.confirmed(["a"], True)]] == ["RECEIPT"]
-    error = frames.confirmed(["b"], False)
+    assert [command_of(f) for f in frames.confirmed(["a", "c"], True)] == ["RECEIPT", "RECEIPT"]
+    (error,) = frames.confirmed(["b"], False)
     assert (command_of(error), header(error, "receipt-id")) == ("ERROR", "b")
-    assert told == ["a"] and frames.frames_sent == {"RECEIPT": 1, "ERROR": 1}
+    assert told == ["a", "c"] and frames.frames_sent == {"RECEIPT": 2, "ERROR": 1}
 
 
 # --- the profile extension -----------------------------------------------------------------------
