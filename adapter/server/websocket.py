@@ -60,8 +60,9 @@ from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from ..caps import ConnectionCap
-from .connection import ClientConnection, refuse_untrusted_proxy
-from .proxy_protocol import ProxyHeaderError, parse_proxy_header
+from ..stomp.output import MESSAGE_FRAMES
+from .connection import ClientConnection
+from .proxy_prelude import ProxyPrelude
 from .wsdeflate import CONTEXT_BYTES, BoundedDeflate
 
 if TYPE_CHECKING:
@@ -270,7 +271,7 @@ class WebSocketConnection(asyncio.Protocol):
         self.peer = "?"
         self._peername: tuple[str, int] | None = None
         self._phase: Literal["proxy", "http", "websocket", "closing", "closed"] = "http"
-        self._proxy_buffer = b""
+        self._proxy = ProxyPrelude(server.stats, "WebSocket connection", log)  # with web_stomp.proxy_protocol
         self._http_started = False  # some of the HTTP request has arrived
         self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_HEAD)
         self._ws: WSConnection | None = None
@@ -304,8 +305,9 @@ class WebSocketConnection(asyncio.Protocol):
             self._phase = "proxy"
         # the request (and a PROXY header before it) must arrive in time
         self._timer = self._loop.call_later(self._settings.request_timeout, self._request_timed_out)
-        if self._phase == "proxy" and not self._server.proxy_trust.trusts(peername[0] if peername else "?"):
-            refuse_untrusted_proxy(self._server, self.peer)
+        if self._phase == "proxy" and not self._proxy.trusted(
+            self._server.proxy_trust, peername[0] if peername else "?", self.peer
+        ):
             self.abort()
 
     def data_received(self, data: bytes) -> None:
@@ -346,25 +348,17 @@ class WebSocketConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ PROXY header and HTTP
     def _proxy_input(self, data: bytes) -> None:
-        buffered = self._proxy_buffer + data
-        try:
-            header = parse_proxy_header(buffered)
-        except ProxyHeaderError as error:
-            log.warning("closing WebSocket connection from proxy %s: %s", self.peer, error)
-            self._server.stats.connections_refused["proxy_header"] += 1
-            self.abort()
+        opened = self._proxy.opened(data, self.peer)
+        if opened is None:
+            if self._proxy.refusal:
+                self.abort()
             return
-        if header is None:
-            self._proxy_buffer = buffered
-            return
-        self._proxy_buffer = b""
-        if header.source is not None:
-            self._peername = header.source
-            self.peer = _format_peer(header.source)
+        if opened.source is not None:
+            self._peername = opened.source
+            self.peer = _format_peer(opened.source)
         self._phase = "http"
-        rest = buffered[header.length :]
-        if rest:
-            self._http_input(rest)
+        if opened.rest:
+            self._http_input(opened.rest)
 
     def _http_input(self, data: bytes) -> None:
         self._http_started = True
@@ -469,7 +463,7 @@ class WebSocketConnection(asyncio.Protocol):
         self._timer = None
         if self._phase in ("proxy", "http"):
             if self._phase == "proxy":
-                self._server.stats.connections_refused["proxy_timeout"] += 1
+                self._proxy.timed_out(self.peer, logged=False)
             log.info(
                 "closing WebSocket connection from %s: no complete HTTP request in %g s",
                 self.peer,
@@ -547,8 +541,13 @@ class WebSocketConnection(asyncio.Protocol):
             if credentials is None:
                 defaults = self._server.session_settings
                 credentials = (defaults.default_user or "", defaults.default_pass or "")
-        session = ClientConnection(self._server, proxy_protocol=False, label="WebSocket ")
-        session.frame_per_write = True
+        session = ClientConnection(
+            self._server,
+            proxy_protocol=False,
+            label="WebSocket ",
+            listener="websocket",
+            frames=MESSAGE_FRAMES,
+        )
         self._session = session
         session.connection_made(WebSocketTransport(self))  # type: ignore[arg-type]
         if credentials is not None and session.session is not None:
@@ -565,7 +564,7 @@ class WebSocketConnection(asyncio.Protocol):
             return limit
         session = self._session
         if session is not None:
-            return session.frame_limits.max_frame_size + _INFLATE_ROOM
+            return session.stomp.parser.limits.max_frame_size + _INFLATE_ROOM
         return self._server.session_settings.unauthenticated_limits.max_frame_size + _INFLATE_ROOM
 
     def _websocket_input(self, data: bytes) -> None:

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from adapter.server.listener import read_proxy_header
+from adapter.server.proxy_prelude import read_proxy_header
 from adapter.server.proxy_protocol import (
     V2_SIGNATURE,
     ProxyHeader,
@@ -78,7 +78,7 @@ def test_invalid_headers_are_refused(data: bytes) -> None:
         parse_proxy_header(data)
 
 
-# read_proxy_header (adapter/server/listener.py) on a socket pair: what a TLS listener reads
+# read_proxy_header (adapter/server/proxy_prelude.py) on a socket pair: what a TLS listener reads
 # before it hands the socket to the TLS transport.
 
 TLS_HELLO = b"\x16\x03\x01\x02\x00\x01"  # the start of a TLS ClientHello record
