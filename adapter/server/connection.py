@@ -200,7 +200,7 @@ class ClientConnection(asyncio.Protocol):
             data = opened.rest
             if not data:
                 return
-        stomp.receive_data(data)
+        stomp.parser.feed(data)  # receive_data, without the call
         self.pump_batch()
 
     def pump_batch(self) -> None:
@@ -308,7 +308,8 @@ class ClientConnection(asyncio.Protocol):
         stomp = self.stomp
         if not stomp.out or self.transport is None:
             return
-        out = stomp.take_output()
+        out = stomp.out  # take_output, without the call
+        stomp.out = []
         if self._linger is not None:
             return  # after our half-close (see close) nothing more goes to the client
         self._liveness.wrote = True
