@@ -139,6 +139,12 @@ class ClientConnection(asyncio.Protocol):
         """Closed by either side (the AMQP connection may still be closing)."""
         return self.stomp.closed
 
+    @property
+    def _amqp(self) -> SessionLink | None:
+        """The session's AMQP link (its holder is ``stomp.amqp``), under the name an integration
+        test reads it by (tests/integration/test_connection_reuse.py)."""
+        return self.stomp.amqp
+
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = self.flow.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
