@@ -113,6 +113,9 @@ class ClientConnection(asyncio.Protocol):
         # time.monotonic, not loop.time: uvloop's clock has millisecond steps
         self.counters = ConnectionCounters(time.monotonic())
         self.flow = FlowControl()
+        # the same set as flow.reasons, under the name a cluster test reads it by
+        # (tests/cluster/test_resource_alarm.py)
+        self._pause_reasons = self.flow.reasons
         self.link = ClientLink(self, server, loop)
         self.stomp: StompConnection[SessionLink] = StompConnection(
             session,

@@ -28,33 +28,33 @@ class Pausable(Protocol):
 class FlowControl:
     """The pause reasons and clocks of one client socket (see the module docstring)."""
 
-    __slots__ = ("_reasons", "paused_seconds", "paused_since", "transport")
+    __slots__ = ("paused_seconds", "paused_since", "reasons", "transport")
 
     def __init__(self) -> None:
         self.transport: Pausable | None = None  # the client's socket, while it is open
-        self._reasons: set[str] = set()
+        self.reasons: set[str] = set()  # changed in place, never replaced
         self.paused_seconds: dict[str, float] = {}
         self.paused_since: dict[str, float] = {}  # pause reason -> when it started
 
     @property
     def paused(self) -> bool:
         """The client's socket is not being read."""
-        return bool(self._reasons)
+        return bool(self.reasons)
 
     def pause(self, reason: str) -> None:
-        if not self._reasons and self.transport is not None:
+        if not self.reasons and self.transport is not None:
             self.transport.pause_reading()
-        if reason not in self._reasons:
-            self._reasons.add(reason)
+        if reason not in self.reasons:
+            self.reasons.add(reason)
             self.paused_since[reason] = time.monotonic()
 
     def resume(self, reason: str, closed: bool = False) -> None:
         """``reason`` ends; reading resumes if it was the last one, unless ``closed``."""
-        if reason not in self._reasons:
+        if reason not in self.reasons:
             return
-        self._reasons.discard(reason)
+        self.reasons.discard(reason)
         self.stop_clock(reason)
-        if not self._reasons and self.transport is not None and not closed:
+        if not self.reasons and self.transport is not None and not closed:
             self.transport.resume_reading()
 
     def start_clock(self, reason: str) -> None:
