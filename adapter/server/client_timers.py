@@ -96,7 +96,9 @@ class ClientTimers:
             self._login_timer = None
 
     def stop(self) -> None:
-        self._stop_login()
+        if self._login_timer is not None:
+            self._login_timer.cancel()
+            self._login_timer = None
         self._heartbeats.stop()
 
     # the HeartBeatHost side (adapter/server/heartbeats.py)

@@ -91,6 +91,7 @@ class ClientConnection(asyncio.Protocol):
         frames: FrameOutput = STREAM_FRAMES,
     ) -> None:
         self._server = server
+        self.performed = _PERFORMED  # the operations the STOMP connection hands to the shell
         # the client's address from a PROXY header read before the TLS handshake (listener.py)
         self._client_address = client_address
         expect_proxy = server.proxy_protocol if proxy_protocol is None else proxy_protocol
@@ -278,10 +279,6 @@ class ClientConnection(asyncio.Protocol):
         self.features.set_paused(False)
 
     # ------------------------------------------------------------------ what the STOMP connection asks
-    def perform(self, op: Any, in_frame: bool) -> object:
-        """An operation only the shell can carry out (``_PERFORMED``)."""
-        return _PERFORMED[type(op)](self, op, in_frame)
-
     def over_budget(self, error: BudgetExceeded, later: bool) -> None:
         """A delivery the session would have to keep does not fit its byte budget: ERROR, then
         close (``later``: one loop turn later).  The delivery is not sent and stays

@@ -95,11 +95,9 @@ class Shell(Protocol):
     that need the shell (login, timers, the feature runtimes)."""
 
     peer: str
-
-    def perform(self, op: Any, in_frame: bool) -> object:
-        """Carry out an operation that needs the shell; its answer goes back into the frame's
-        generator."""
-        ...
+    # the operations only the shell can carry out: type -> (shell, operation, in_frame) -> what
+    # goes back into the frame's generator
+    performed: dict[type, Callable[[Any, Any, bool], object]]
 
     def flush(self) -> None: ...  # write the output now (the end of a broker read)
 
@@ -444,7 +442,7 @@ class StompConnection(Generic[Link]):
         if dispatched:
             # out of its dispatcher, or messages routed to it would be rendered for a
             # subscription that is gone (and, with auto acks, acked on their way there)
-            self.shell.perform(ops.LeaveDispatch(consumer_tag), False)
+            _by_shell(self, ops.LeaveDispatch(consumer_tag), False)
 
     def on_read_done(self) -> None:
         self.shell.flush()
@@ -536,7 +534,7 @@ def _op_established(connection: StompConnection[Any], op: ops.Established, in_fr
     parser = connection.parser
     parser.set_version(op.version)
     parser.limits = connection.session.settings.frame_limits
-    return connection.shell.perform(op, in_frame)  # the login timer, heart-beats, the log line
+    return _by_shell(connection, op, in_frame)  # the login timer, heart-beats, the log line
 
 
 def _broker_call(connection: StompConnection[Any], op: ops.Operation, in_frame: bool) -> None:
@@ -545,7 +543,8 @@ def _broker_call(connection: StompConnection[Any], op: ops.Operation, in_frame: 
 
 
 def _by_shell(connection: StompConnection[Any], op: ops.Operation, in_frame: bool) -> object:
-    return connection.shell.perform(op, in_frame)
+    shell = connection.shell
+    return shell.performed[type(op)](shell, op, in_frame)
 
 
 # Every operation the session emits, and who carries it out.  A type missing here is a bug that

@@ -9,6 +9,7 @@ next frame's start behind it."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -55,14 +56,16 @@ class Shell:
 
     def __init__(self) -> None:
         self.stomp: StompConnection[Link] | None = None
-        self.performed: list[Any] = []
+        # every operation handed to the shell goes to record (whatever its type)
+        self.performed: dict[type, Any] = defaultdict(lambda: Shell.record)
+        self.ops: list[Any] = []
         self.closed: list[str] = []
         self.flushes = 0
         self.soon = 0
         self.over: list[tuple[BudgetExceeded, bool]] = []
 
-    def perform(self, op: Any, in_frame: bool) -> object:
-        self.performed.append(op)
+    def record(self, op: Any, in_frame: bool) -> object:
+        self.ops.append(op)
         if isinstance(op, ops.OpenConnection):  # a pooled link: no broker call
             assert self.stomp is not None
             self.stomp.amqp = Link()
@@ -182,7 +185,7 @@ def test_connect_logs_in_without_a_broker_call(split: str) -> None:
         feed(stomp, CONNECT + b"SEND\ndestination:/que")
     (frame,) = frames(stomp)
     assert frame.startswith(b"CONNECTED\nserver:RabbitMQ/3.10.8\nsession:sess-1\n")
-    assert [type(op) for op in shell.performed] == [ops.OpenConnection, ops.Established]
+    assert [type(op) for op in shell.ops] == [ops.OpenConnection, ops.Established]
     assert broker.calls == [] and not stomp.busy
     assert stomp.parser.limits == stomp.session.settings.frame_limits  # the larger limits now
 
