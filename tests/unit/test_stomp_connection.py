@@ -13,6 +13,8 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapter.mapping import operations as ops
 from adapter.mapping.budget import BudgetExceeded
@@ -22,6 +24,7 @@ from adapter.session.connection import ConnectionCounters, Lifecycle, StompConne
 from adapter.session.fanout import Member
 from adapter.stomp.frame import Frame
 from adapter.stomp.output import MESSAGE_FRAMES, STREAM_FRAMES, FrameOutput
+from tests.unit.test_session import SEND_HEADERS
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 LARGE = 1 << 20
@@ -35,18 +38,23 @@ class Link:
         self.acks: list[tuple[int, bool]] = []
         self.nacks: list[tuple[int, bool, bool]] = []
         self.declared: list[str] = []
+        self.commands: list[tuple[Any, ...]] = []  # all of them, in order, properties included
 
     def publish(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None:
         self.published.append((exchange, routing_key, body))
+        self.commands.append(("publish", exchange, routing_key, properties, body))
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
         self.acks.append((delivery_tag, multiple))
+        self.commands.append(("ack", delivery_tag, multiple))
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
         self.nacks.append((delivery_tag, multiple, requeue))
+        self.commands.append(("nack", delivery_tag, multiple, requeue))
 
     def declare_nowait(self, op: ops.QueueDeclare) -> None:
         self.declared.append(op.queue)
+        self.commands.append(("declare", op))
 
 
 class Shell:
@@ -309,3 +317,53 @@ def test_an_operation_without_an_entry_is_a_bug() -> None:
         stomp.execute(object(), in_frame=False)  # type: ignore[arg-type]
     with pytest.raises(AssertionError, match="outside a frame"):
         stomp.execute(ops.BasicQos(1), in_frame=False)
+
+
+# --- the quick paths against the general path, through the real pump (#35 item 4) ----------------
+def encoded(command: str, headers: dict[str, str], body: bytes = b"body") -> bytes:
+    lines = "".join(f"{name}:{value}\n" for name, value in headers.items())
+    return f"{command}\n{lines}\n".encode() + body + b"\0"
+
+
+def run_frames(stomp: StompConnection[Link], broker: Broker, data: list[bytes]) -> tuple[Any, ...]:
+    """Feed each frame, answer the broker calls; what went to the broker and to the client."""
+    for frame in data:
+        if stomp.closed:
+            break
+        feed(stomp, frame)
+        answer(stomp, broker)
+    assert stomp.amqp is not None
+    sent = b"".join(stomp.take_output())
+    confirmed = [stomp.session.on_confirm(tag, False, True) for tag in range(1, 12)]
+    return stomp.amqp.commands, [type(op) for op in broker.calls], sent, confirmed, stomp.lifecycle
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("SEND"), SEND_HEADERS),
+            st.tuples(st.sampled_from(["BEGIN", "COMMIT"]), st.just({"transaction": "t1"})),
+            st.tuples(st.just("SUBSCRIBE"), st.just({"destination": "/queue/a", "id": "0", "ack": "client"})),
+            st.tuples(
+                st.just("ACK"), st.fixed_dictionaries({"id": st.sampled_from(["T_0@@sess-1@@1", "bad"])})
+            ),
+        ),
+        max_size=10,
+    )
+)
+def test_the_pump_with_its_quick_paths_does_what_the_general_path_does(
+    frames: list[tuple[str, dict[str, str]]],
+):
+    """The real pump (quick SEND and ACK first) against the same pump whose session declines
+    every quick path: the same AMQP commands, broker calls, client bytes, receipts and end."""
+    data = [encoded(command, headers) for command, headers in frames]
+    quick, _shell, quick_broker = connected()
+    general, _shell, general_broker = connected()
+    general.session.quick_send = lambda frame: None  # type: ignore[method-assign]
+    general.session.quick_ack = lambda frame: None  # type: ignore[method-assign]
+    for stomp in (quick, general):
+        assert stomp.amqp is not None
+        stomp.on_deliver(delivery(1))  # nothing subscribed yet: dropped alike; a tag to ACK later
+        stomp.take_output()
+    assert run_frames(quick, quick_broker, data) == run_frames(general, general_broker, data)
