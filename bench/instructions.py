@@ -76,7 +76,10 @@ def connect_cycles(port: int, count: int) -> None:
 
 
 def queued_messages(port: int, count: int) -> None:
-    queue = "/queue/bench-instructions"  # durable, as SEND declares it; left empty
+    # durable, as SEND declares it; left empty.  BENCH_INSTRUCTIONS_QUEUE names another one for
+    # runs beside each other on one broker (two consumers of one queue share its messages, and
+    # each waits for all of them)
+    queue = os.environ.get("BENCH_INSTRUCTIONS_QUEUE", "/queue/bench-instructions")
     consumer = _login(port)
     consumer.sendall(f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:auto\nreceipt:s\n\n\0".encode())
     frame, _ = _read_frame(consumer, b"")

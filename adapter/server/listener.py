@@ -25,14 +25,14 @@ from ..amqp.probe_runtime import Probes
 from ..mapping.profile import Profile
 from ..session import SessionSettings
 from .accept_pause import AcceptPause
-from .connection import ClientConnection, refuse_untrusted_proxy
+from .connection import ClientConnection
 from .fdlimit import EXHAUSTED, DescriptorWatch
 from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
 from .login import probe_login
 from .metrics import add_connection, build_registry
 from .options import AmqpLink, Limits, Listening, Operations, WebListener
-from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
+from .proxy_prelude import before_tls
 from .stats import DestinationCounts, ServerStats
 from .websocket import WebSocketConnection, warn_open_origins
 from .wsdeflate import CompressionBudget
@@ -370,18 +370,10 @@ class Server:
         source: tuple[str, int] | None = None
         handed_over = False  # once True, the transport owns the socket and closes it on failure
         try:
-            if proxy_protocol:
-                if not self.proxy_trust.trusts(host):
-                    refuse_untrusted_proxy(self, peer)
-                    sock.close()
+            if proxy_protocol:  # adapter/server/proxy_prelude.py: refused ones are closed there
+                header = await before_tls(self, loop, sock, host, peer, log)
+                if header is None:
                     return
-                try:
-                    async with asyncio.timeout(self.login_timeout):
-                        header = await read_proxy_header(loop, sock)
-                except TimeoutError:
-                    raise ProxyHeaderError(
-                        "no complete PROXY header within the login timeout", timed_out=True
-                    ) from None
                 source = header.source
             handed_over = True
             await loop.connect_accepted_socket(
@@ -390,10 +382,6 @@ class Server:
                 ssl=tls,
                 ssl_handshake_timeout=max(0.001, deadline - loop.time()),
             )
-        except ProxyHeaderError as error:
-            log.warning("closing connection from proxy %s: %s", peer, error)
-            self.stats.connections_refused["proxy_timeout" if error.timed_out else "proxy_header"] += 1
-            sock.close()
         except (OSError, TimeoutError, EOFError) as error:  # ssl.SSLError is an OSError
             client = f"{source[0]}:{source[1]} via proxy {peer}" if source else peer
             # asyncio and uvloop end a handshake that outlives its timeout with
@@ -531,34 +519,6 @@ _HTTP = "HTTP metrics and health"
 
 # Connections a TLS listener accepts in a row before it lets the event loop run other work.
 _ACCEPTS_PER_TURN = 64
-
-# Bytes looked at for a PROXY header: v2's largest (16 + 65535), v1's are at most 107.
-_PROXY_PEEK = 16 + 65535
-
-
-async def read_proxy_header(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> ProxyHeader:
-    """Read exactly the PROXY header from an accepted socket and nothing after it (the TLS
-    handshake that follows belongs to the TLS transport).  Each time the socket is readable:
-    peek, parse what has come so far, and take off the socket only the bytes that belong to the
-    header (all of them while it is incomplete), so that waiting for the rest of a slow header
-    really waits: bytes left in the kernel's buffer would keep the socket readable."""
-    received = b""
-    while True:
-        await _readable(loop, sock)
-        try:
-            peeked = sock.recv(_PROXY_PEEK - len(received), socket.MSG_PEEK)
-        except BlockingIOError:
-            continue
-        if not peeked:
-            raise ProxyHeaderError("the connection closed before its PROXY header was complete")
-        header = parse_proxy_header(received + peeked)
-        wanted = len(peeked) if header is None else header.length - len(received)
-        taken = 0
-        while taken < wanted:  # already in the kernel's buffer: no waiting
-            taken += len(sock.recv(wanted - taken))
-        if header is not None:
-            return header
-        received += peeked
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
