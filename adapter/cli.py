@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from .amqp.brokers import BrokerNodes, parse_nodes
 from .amqp.multiplex_runtime import AmqpMultiplex
 from .amqp.pool_runtime import AmqpReuse
 from .amqp.shared import PausedBytes
@@ -38,7 +39,6 @@ from .caps import ConnectionCap
 from .config import DECLARED, ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .mapping.budget import Budgets
-from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
 from .server.listener import Server

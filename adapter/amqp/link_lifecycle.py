@@ -6,7 +6,7 @@ The link itself (``SessionLink``: an AMQP connection of the session's own, or wi
 held by the shell (``ClientConnection._amqp``) while the session uses it, because the shell calls
 it for every message.  ``AmqpLinkGlue`` owns the steps around it, which the shell delegates:
 
-* at CONNECT, its ``login`` (the server's ``BrokerLogin``, adapter/server/login.py, handed in
+* at CONNECT, its ``login`` (the server's ``BrokerLogin``, adapter/amqp/login.py, handed in
   by the shell as a ``LinkLogin``): a link without I/O when one is ready (a pooled
   connection, or a channel on a shared connection with room), else a login over the broker
   nodes in the frame's task; a link that arrives once the client is gone (the login timeout
@@ -47,7 +47,7 @@ class LinkServices(Protocol):
 
 
 class LinkLogin(Protocol):
-    """What the glue uses of the login (adapter/server/login.py ``BrokerLogin``)."""
+    """What the glue uses of the login (adapter/amqp/login.py ``BrokerLogin``)."""
 
     @property
     def reusing(self) -> bool: ...

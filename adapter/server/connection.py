@@ -40,6 +40,7 @@ from ..amqp import wire
 from ..amqp.admission import Gate
 from ..amqp.connection import AmqpError, SessionLink
 from ..amqp.link_lifecycle import AmqpLinkGlue
+from ..amqp.login import BrokerLogin, BrokerSettings, logged_in, tls_failure
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
@@ -51,17 +52,16 @@ from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import FrameClock, InputGuard
 from .latency import LatencyClocks
-from .login import BrokerLogin, BrokerSettings, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 from .sharing import SharedLink
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from ..amqp.brokers import BrokerNodes
     from ..amqp.multiplex_runtime import AmqpMultiplex
     from ..amqp.pool_runtime import AmqpReuse
     from ..session.fanout import Member
-    from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
     from .wsdeflate import CompressionBudget

@@ -10,7 +10,6 @@ close the process is to its limit, at no cost per connection beyond one comparis
 
 from __future__ import annotations
 
-import errno
 import logging
 import resource
 import time
@@ -18,7 +17,6 @@ from collections.abc import Callable
 
 log = logging.getLogger("adapter.server")
 
-EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
 # a warning at most this often, however many connections hit the limit meanwhile
 _WARN_EVERY_SECONDS = 10.0
 

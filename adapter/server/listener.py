@@ -21,15 +21,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..amqp.admission import AMQP_CLOSES_AT_ONCE, LOGINS_WAITING_PER_PLACE, Gate
+from ..amqp.login import EXHAUSTED, probe_login
 from ..amqp.probe_runtime import Probes
 from ..mapping.profile import Profile
 from ..session import SessionSettings
 from .accept_pause import AcceptPause
 from .connection import ClientConnection, refuse_untrusted_proxy
-from .fdlimit import EXHAUSTED, DescriptorWatch
+from .fdlimit import DescriptorWatch
 from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
-from .login import probe_login
 from .metrics import add_connection, build_registry
 from .options import AmqpLink, Limits, Listening, Operations, WebListener
 from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header

@@ -36,10 +36,10 @@ from .stats import (
 )
 
 if TYPE_CHECKING:
+    from ..amqp.brokers import BrokerNodes
     from ..amqp.multiplex_runtime import AmqpMultiplex
     from ..amqp.pool_runtime import AmqpReuse
     from ..session.fanout import Registry
-    from .brokers import BrokerNodes
     from .connection import ClientConnection
 
 PREFIX = "stomp_adapter"

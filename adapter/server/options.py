@@ -13,10 +13,10 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
+from ..amqp.brokers import BrokerNodes
 from ..amqp.multiplex_runtime import AmqpMultiplex
 from ..amqp.pool_runtime import AmqpReuse
 from ..caps import ConnectionCap
-from .brokers import BrokerNodes
 from .connection import BrokerSettings
 from .proxy_protocol import ProxyTrust
 from .websocket import WebStompSettings

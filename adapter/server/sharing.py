@@ -39,19 +39,19 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from ..amqp.connection import AmqpError, SessionLink
+from ..amqp.login import BrokerSettings, login_refused, own_login
 from ..amqp.pool import PasscodeCheck
+from ..amqp.rights_check import RightsCheck, revokes
 from ..errors import StompError
 from ..mapping import operations as ops
 from ..session.fanout import Eviction, Member, Registry, SharedGroup
-from .login import BrokerSettings, login_refused, own_login
-from .rights_check import RightsCheck, revokes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
     from ..amqp.admission import Gate
-    from .brokers import BrokerNodes
+    from ..amqp.brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
 
@@ -85,9 +85,13 @@ class HubServices(Protocol):
     broker: BrokerSettings
     nodes: BrokerNodes
     login_timeout: float
-    descriptors: DescriptorWatch
-    stats: ServerStats
     logins: Gate  # a hub's login takes its turn like a client's (adapter.max_logins_in_flight)
+
+    @property
+    def descriptors(self) -> DescriptorWatch: ...
+
+    @property
+    def stats(self) -> ServerStats: ...
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
@@ -122,7 +126,7 @@ class SharedHub:
         self.ready: asyncio.Future[None] = loop.create_future()
         self.closed = False
         self.error: BaseException | None = None  # why it ended, for a member that joins late
-        # the broker's word on later members' rights (adapter/server/rights_check.py), and the
+        # the broker's word on later members' rights (adapter/amqp/rights_check.py), and the
         # timer that asks again when it is older than the registry's reauthorise_seconds
         self.rights: RightsCheck | None = None
         self._recheck: asyncio.TimerHandle | None = None

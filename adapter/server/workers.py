@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import Metric
 
-from .brokers import BrokerNodes
+from ..amqp.brokers import BrokerNodes
 from .connection import BrokerSettings
 from .health import BrokerCheck, Verdict
 from .http import OperatorHttp

@@ -14,6 +14,7 @@ import pytest
 from pamqp import commands, frame
 
 from adapter.amqp import wire
+from adapter.amqp.brokers import BrokerNodes, parse_nodes
 from adapter.amqp.connection import AmqpConnection
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import (
@@ -27,7 +28,6 @@ from adapter.mapping.destinations import (
     subscribe_target,
 )
 from adapter.mapping.profile import rules_for
-from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.workermetrics import WorkerMetrics
 from adapter.stomp.frame import Frame
 from tests.unit.test_amqp_connection import Events, MemoryTransport, broker
@@ -210,7 +210,7 @@ async def test_handshake_reads_the_version(
 def test_each_node_is_logged_once_and_on_change(caplog: pytest.LogCaptureFixture) -> None:
     nodes = BrokerNodes(parse_nodes("amqp://a:5672,amqp://b:5672"))
     a, b = nodes.nodes
-    with caplog.at_level(logging.INFO, logger="adapter.server.brokers"):
+    with caplog.at_level(logging.INFO, logger="adapter.amqp.brokers"):
         for _ in range(3):
             nodes.announced(a, "3.10.8")
         nodes.announced(b, None)

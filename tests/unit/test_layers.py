@@ -42,8 +42,8 @@ PURE = sorted(
         ROOT / "amqp" / "wire.py",
         ROOT / "amqp" / "framing.py",
         ROOT / "server" / "proxy_protocol.py",
-        ROOT / "server" / "brokers.py",
-        ROOT / "server" / "resolver.py",
+        ROOT / "amqp" / "brokers.py",
+        ROOT / "amqp" / "resolver.py",
         ROOT / "tap" / "recorder.py",
     ]
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapter.server.resolver import BrokerHost
+from adapter.amqp.resolver import BrokerHost
 
 
 class Clock:

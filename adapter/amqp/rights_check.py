@@ -37,11 +37,11 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from ..amqp.connection import AmqpError
-from ..amqp.probe_runtime import Unheard
 from ..mapping import operations as ops
 from ..mapping.destinations import subscription_queue_name
+from .connection import AmqpError
 from .login import OwnLoginServices, login_refused, own_login
+from .probe_runtime import Unheard
 
 log = logging.getLogger("adapter.sharing")
 
