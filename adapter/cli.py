@@ -47,7 +47,7 @@ from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
 from .session import SessionSettings
-from .session.fanout import Registry
+from .sharing.rules import Registry
 from .stomp.codec import FrameLimits
 
 log = logging.getLogger("adapter")

@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 from ..mapping.destinations import NEWEST_BROKER, BrokerGeneration, broker_generation
 from .resolver import BrokerHost
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("adapter.server.brokers")  # the name the docs give (docs/behaviour.md)
 
 NodeOrder = Literal["round_robin", "shuffle"]
 RETRY_AFTER_SECONDS = 5.0

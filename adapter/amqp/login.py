@@ -123,7 +123,7 @@ class _OwnLoginView:
 
 def own_login(services: OwnLoginServices, loop: asyncio.AbstractEventLoop) -> BrokerLogin:
     """The login of a connection the adapter opens on a logged-in session's behalf, with its
-    credentials (a shared subscription's: adapter/server/sharing.py; a probe:
+    credentials (a shared subscription's: adapter/sharing/runtime.py; a probe:
     adapter/amqp/probe_runtime.py): a connection of its own, never pooled, taken from the pool
     nor multiplexed."""
     return BrokerLogin(

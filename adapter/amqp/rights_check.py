@@ -1,5 +1,5 @@
 """Whether a user may still read what a shared subscription delivers, asked of the broker
-(``RightsCheck``, one per shared group: adapter/server/sharing.py).
+(``RightsCheck``, one per shared group: adapter/sharing/runtime.py).
 
 A shared group is opened with its first member's credentials; later members of the same user
 and passcode join it without a broker call of their own, and RabbitMQ caches each permission it

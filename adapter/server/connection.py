@@ -41,19 +41,19 @@ from ..amqp.admission import Gate
 from ..amqp.connection import AmqpError, SessionLink
 from ..amqp.link_lifecycle import AmqpLinkGlue
 from ..amqp.login import BrokerLogin, BrokerSettings, logged_in, tls_failure
+from ..dispatch.runtime import DispatchGlue, DispatchLink
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
+from ..sharing.runtime import SharedLink
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from . import connection_log
-from .dispatching import DispatchGlue, DispatchLink
 from .heartbeats import HeartBeats
 from .input_guard import FrameClock, InputGuard
 from .latency import LatencyClocks
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
-from .sharing import SharedLink
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from ..amqp.brokers import BrokerNodes
     from ..amqp.multiplex_runtime import AmqpMultiplex
     from ..amqp.pool_runtime import AmqpReuse
-    from ..session.fanout import Member
+    from ..sharing.rules import Member
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
     from .wsdeflate import CompressionBudget
@@ -259,7 +259,7 @@ class ClientConnection(asyncio.Protocol):
         self.session.on_receipt = self._clocks.receipt_sent
         self._dispatch: DispatchGlue | None = None  # activemq profile: made on the first selector
         # adapter.shared_subscriptions: this connection's side of the shared groups, made at
-        # its CONNECT (adapter/server/sharing.py)
+        # its CONNECT (adapter/sharing/runtime.py)
         self._shared: SharedLink | None = None
         self.done: asyncio.Future[None] = loop.create_future()
         # Counters for the metrics and the close log line: plain attributes, read by
@@ -844,7 +844,7 @@ class ClientConnection(asyncio.Protocol):
         glue.execute(op)
 
     def deliver_dispatched(self, delivery: ops.Delivery) -> None:
-        """The queue's dispatcher gives this client a message (adapter/server/dispatching.py)."""
+        """The queue's dispatcher gives this client a message (adapter/dispatch/runtime.py)."""
         if self._closed:
             return
         try:
@@ -880,7 +880,7 @@ class ClientConnection(asyncio.Protocol):
             glue.leave()
 
     # ------------------------------------------------------------------ shared subscriptions
-    # the SharingHost side of adapter/server/sharing.py (its SharedLink is the hubs' Subscriber)
+    # the SharingHost side of adapter/sharing/runtime.py (its SharedLink is the hubs' Subscriber)
     def _op_leave_shared(self, op: ops.LeaveShared, in_frame: bool) -> None:
         if self._shared is not None:
             self._shared.leave(op.consumer_tag)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ..amqp.brokers import BrokerNodes
     from ..amqp.multiplex_runtime import AmqpMultiplex
     from ..amqp.pool_runtime import AmqpReuse
-    from ..session.fanout import Registry
+    from ..sharing.rules import Registry
     from .connection import ClientConnection
 
 PREFIX = "stomp_adapter"
@@ -322,7 +322,7 @@ class ServerCollector(Collector):
             yield _counter(
                 "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined
             )
-        shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/session/fanout.py)
+        shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/sharing/rules.py)
         if shared is not None:
             yield _gauge(
                 "shared_subscriptions",

@@ -9,7 +9,7 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
   budget (adapter/mapping/budget.py), and the confirms of those copies;
 * selector subscriptions: on a topic, deliveries the selector does not match are withheld; on a
   queue, the subscription joins the process's dispatcher of the queue
-  (adapter/mapping/dispatch.py), which hands it messages, and its ACK/NACK settle there;
+  (adapter/dispatch/rules.py), which hands it messages, and its ACK/NACK settle there;
 * SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues);
 * queue browsers (``browser:true``): the queue's messages taken, sent and handed back;
 * a scheduled SEND (``AMQ_SCHEDULED_DELAY``): its publishes through a delay queue;
@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Protocol
 
+from ..dispatch import rules as dispatch
 from ..errors import StompError
-from ..mapping import dispatch
 from ..mapping.budget import KeptDeliveries
 from ..mapping.destinations import Destination, DestinationKind
 from ..mapping.operations import (
@@ -94,7 +94,7 @@ def _match_all(_properties: MessageProperties) -> bool:
 
 
 def _selector_matcher(selector: Selector) -> Callable[[MessageProperties], bool]:
-    """A selector as the dispatcher asks it (adapter/mapping/dispatch.py)."""
+    """A selector as the dispatcher asks it (adapter/dispatch/rules.py)."""
 
     def matches(properties: MessageProperties) -> bool:
         return selector.matches(selector_lookup(properties))
@@ -159,7 +159,7 @@ class ActiveMQExtension(ProfileExtension):
         takes no held message with it.  It always consumes with acks (``auto`` is acked by the
         adapter as each message is sent, so a message no selector matches can be held), with a
         prefetch that leaves room for those held messages; the STOMP prefetch is enforced by the
-        dispatcher (adapter/mapping/dispatch.py)."""
+        dispatcher (adapter/dispatch/rules.py)."""
         if browses(frame.headers, dest):
             yield from self._browse(frame, queue, tag, dest, selector)
             return

@@ -183,7 +183,7 @@ class Session:
     @property
     def plain_acks(self) -> bool:
         """Whether a subscription outside the dispatchers ever asked for client acks
-        (adapter/server/dispatching.py)."""
+        (adapter/dispatch/runtime.py)."""
         return self._subscriptions.plain_acks
 
     @property

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from ..caps import ConnectionCap
+from ..dispatch import rules as dispatch
 from ..errors import StompError
-from ..mapping import dispatch
 from ..mapping.budget import Budgets
 from ..mapping.operations import Operation
 from ..mapping.profile import ClientIds, Profile
+from ..sharing.rules import Registry
 from ..stomp.codec import FrameLimits
-from .fanout import Registry
 
 # The operations of one client frame, in order; a synchronous one's result is sent back in.
 Steps = Generator[Operation, object, None]

@@ -38,9 +38,9 @@ from ..mapping.operations import (
     QueueDelete,
 )
 from ..mapping.profile import Profile, RabbitMQRules
+from ..sharing.rules import shareable
 from ..stomp.frame import Frame
 from .edition import edition_for
-from .fanout import shareable
 from .retries import DELAYS_HEADER, default_delays, retry_plan
 from .settings import RefusedWithReceipt, SessionSettings, Steps
 from .subscription import ACK_MODES, Subscription
@@ -117,7 +117,7 @@ class Subscriptions:
         self.client_id: str | None = None
         # whether a subscription outside the dispatchers ever asked for client acks: then the
         # channel may hold unsettled deliveries the dispatchers do not know, and their acks
-        # are never coalesced into a multiple ack (adapter/server/dispatching.py)
+        # are never coalesced into a multiple ack (adapter/dispatch/runtime.py)
         self.plain_acks = False
         # the subscription queue a SUBSCRIBE has declared but not yet consumed and bound: if
         # the broker refuses the consume or the bind, the plugin deletes it
@@ -250,7 +250,7 @@ class Subscriptions:
         self, frame: Frame, raw: str, dest: Destination, tag: str, sub_id: str | None
     ) -> Generator[Operation, object, bool]:
         """adapter.shared_subscriptions: join the process's shared subscription of ``raw``
-        instead of consuming on this session's channel (adapter/session/fanout.py).  The plan
+        instead of consuming on this session's channel (adapter/sharing/rules.py).  The plan
         is the plain one, which the group's first member carries out with its credentials."""
         target = self._rules.subscribe_target(
             dest, frame.headers, sub_id, self._settings.default_topic_exchange, self.client_id

@@ -1,4 +1,4 @@
-"""Selectors on /queue/ subscriptions (activemq profile, adapter/mapping/dispatch.py) against the
+"""Selectors on /queue/ subscriptions (activemq profile, adapter/dispatch/rules.py) against the
 real RabbitMQ: competing consumers with selectors get exactly their messages, a message no
 selector matches stays on the queue, and nothing is lost when consumers come and go.  The STOMP
 side is stomp.py, the broker side an independent AMQP client (BrokerProbe)."""

@@ -21,7 +21,7 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from adapter.server.metrics import build_registry, render
-from adapter.session.fanout import MAX_OPENED_PER_CONNECTION
+from adapter.sharing.rules import MAX_OPENED_PER_CONNECTION
 from tests.amqp_proxy import MethodLog, ProxyThread
 from tests.support import AdapterProcess, BrokerProbe, StompClient, frame_headers, read_frames, unique
 

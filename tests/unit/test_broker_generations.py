@@ -210,7 +210,7 @@ async def test_handshake_reads_the_version(
 def test_each_node_is_logged_once_and_on_change(caplog: pytest.LogCaptureFixture) -> None:
     nodes = BrokerNodes(parse_nodes("amqp://a:5672,amqp://b:5672"))
     a, b = nodes.nodes
-    with caplog.at_level(logging.INFO, logger="adapter.amqp.brokers"):
+    with caplog.at_level(logging.INFO, logger="adapter.server.brokers"):
         for _ in range(3):
             nodes.announced(a, "3.10.8")
         nodes.announced(b, None)

@@ -1,7 +1,7 @@
-"""The queue dispatcher of selector subscriptions (adapter/mapping/dispatch.py): routing, credit,
+"""The queue dispatcher of selector subscriptions (adapter/dispatch/rules.py): routing, credit,
 parking, the bound, the release back-off, members leaving, and settlements on the right
 channel with the right tag.  Pure: fake owners record what the shell would execute.  Last, the
-shell's coalescing of a channel's acks (adapter/server/dispatching.py), with a fake channel."""
+shell's coalescing of a channel's acks (adapter/dispatch/runtime.py), with a fake channel."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.mapping import dispatch
+from adapter.dispatch import rules as dispatch
+from adapter.dispatch import runtime as dispatching
+from adapter.dispatch.rules import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
+from adapter.dispatch.runtime import DispatchLink
 from adapter.mapping import operations as ops
-from adapter.mapping.dispatch import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
 from adapter.mapping.operations import Delivery
 from adapter.mapping.properties import MessageProperties
-from adapter.server import dispatching
-from adapter.server.dispatching import DispatchLink
 
 
 @dataclass
@@ -516,7 +516,7 @@ def _origin_key(
     return next(i for i, (m, _c) in enumerate(joined) if m is settle.origin), settle.delivery_tag
 
 
-# --- the shell's acks on one channel (adapter/server/dispatching.py) -----------------------------
+# --- the shell's acks on one channel (adapter/dispatch/runtime.py) -----------------------------
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""adapter/server/dispatching.py's DispatchGlue: a connection's acks for the queue dispatchers,
+"""adapter/dispatch/runtime.py's DispatchGlue: a connection's acks for the queue dispatchers,
 gathered and written one loop turn later, and the leave on close, over an in-memory channel."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from adapter.mapping import dispatch
-from adapter.server.dispatching import DispatchGlue, DispatchLink
+from adapter.dispatch import rules as dispatch
+from adapter.dispatch.runtime import DispatchGlue, DispatchLink
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""adapter/session/fanout.py: who shares, the MESSAGE rendered once per delivery (byte for byte
+"""adapter/sharing/rules.py: who shares, the MESSAGE rendered once per delivery (byte for byte
 what a plain subscription renders), the lag bounds and whom they cut off; and the session's side
 (SUBSCRIBE, UNSUBSCRIBE, ACK of a shared subscription).  No broker, no loop."""
 
@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationKind
 from adapter.mapping.properties import MessageProperties
-from adapter.session.fanout import (
+from adapter.session.frames import Frames
+from adapter.session.subscription import Subscription
+from adapter.sharing.rules import (
     MAX_GROUPS,
     MAX_OPENED_PER_CONNECTION,
     SHAREABLE_HEADERS,
@@ -21,8 +23,6 @@ from adapter.session.fanout import (
     member_head,
     shareable,
 )
-from adapter.session.frames import Frames
-from adapter.session.subscription import Subscription
 from adapter.stomp.frame import Frame
 from tests.unit.test_session import SESSION_ID, command_of, connected, frames_of, header, run
 

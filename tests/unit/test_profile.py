@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapter.config import ConfigError, load_settings
-from adapter.mapping import dispatch
+from adapter.dispatch import rules as dispatch
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationError, ProcessingError, parse_destination
 from adapter.mapping.profile import (
@@ -657,7 +657,7 @@ def test_composite_destination_errors() -> None:
     assert header(frames_of(out)[0], "message") == "Invalid destination"
 
 
-# --- selectors on a queue: the session's side of the dispatcher (adapter/mapping/dispatch.py) --
+# --- selectors on a queue: the session's side of the dispatcher (adapter/dispatch/rules.py) --
 
 
 def test_queue_selector_subscription_joins_the_dispatcher_before_it_consumes() -> None:

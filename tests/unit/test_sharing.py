@@ -1,4 +1,4 @@
-"""adapter/server/sharing.py over in-memory stand-ins: the hub writes each delivery to every
+"""adapter/sharing/runtime.py over in-memory stand-ins: the hub writes each delivery to every
 member, measures them after the broker read and cuts off the one too far behind while the others
 go on; the broker ending the group reaches every member; links join one group per key, the first
 one opens it, and the bound on groups a connection opens makes later ones plain; a link turns
@@ -15,8 +15,8 @@ import pytest
 from adapter.amqp.connection import AmqpError
 from adapter.mapping import operations as ops
 from adapter.mapping.properties import MessageProperties
-from adapter.server.sharing import SharedHub, SharedLink
-from adapter.session.fanout import MAX_OPENED_PER_CONNECTION, Eviction, Member, Registry
+from adapter.sharing.rules import MAX_OPENED_PER_CONNECTION, Eviction, Member, Registry
+from adapter.sharing.runtime import SharedHub, SharedLink
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The asyncio side of shared topic subscriptions (``adapter.shared_subscriptions``).
 
-``adapter/session/fanout.py`` decides who shares, renders each delivery once and keeps the lag
+``adapter/sharing/rules.py`` decides who shares, renders each delivery once and keeps the lag
 accounts; this module owns what has sockets:
 
 * ``SharedHub``: one per shared group, the AMQP connection that consumes for it.  The group's
@@ -39,12 +39,12 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from ..amqp.connection import AmqpError, SessionLink
-from ..amqp.login import BrokerSettings, login_refused, own_login
+from ..amqp.login import BrokerSettings, DescriptorWatch, LoginFailures, login_refused, own_login
 from ..amqp.pool import PasscodeCheck
 from ..amqp.rights_check import RightsCheck, revokes
 from ..errors import StompError
 from ..mapping import operations as ops
-from ..session.fanout import Eviction, Member, Registry, SharedGroup
+from .rules import Eviction, Member, Registry, SharedGroup
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
 
     from ..amqp.admission import Gate
     from ..amqp.brokers import BrokerNodes
-    from .fdlimit import DescriptorWatch
-    from .stats import ServerStats
 
 log = logging.getLogger("adapter.sharing")
 # lines about one client connection, under the shell's logger
@@ -91,7 +89,7 @@ class HubServices(Protocol):
     def descriptors(self) -> DescriptorWatch: ...
 
     @property
-    def stats(self) -> ServerStats: ...
+    def stats(self) -> LoginFailures: ...
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
@@ -411,7 +409,7 @@ class SharedLink:
 
     async def join(self, op: ops.JoinShared) -> bool:
         """Join (opening the group if it is new); False: a new group would pass the bounds
-        (adapter/session/fanout.py).  The group's error is answered as a plain SUBSCRIBE's
+        (adapter/sharing/rules.py).  The group's error is answered as a plain SUBSCRIBE's
         broker call would be (ERROR with the frame's receipt, then close) and raised."""
         try:
             return await self._join(op)

@@ -1,6 +1,6 @@
 """The shell of the queue dispatchers (activemq profile, selectors on a queue): runs their actions.
 
-``adapter/mapping/dispatch.py`` decides which member gets each delivery, what is parked and what
+``adapter/dispatch/rules.py`` decides which member gets each delivery, what is parked and what
 is released; this module executes those decisions across connections (a delivery that arrived
 on one client's channel may be rendered to another client, and its ACK becomes a ``basic.ack``
 on the first client's channel) and arms each dispatcher's release timer.  One ``DispatchLink``
@@ -16,11 +16,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from ..mapping import dispatch
 from ..mapping import operations as ops
-from ..mapping.dispatch import Deliver, Dispatchers, Member, Owner, QueueDispatcher
+from . import rules as dispatch
+from .rules import Deliver, Dispatchers, Member, Owner, QueueDispatcher
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("adapter.server.dispatching")  # its name before the move, kept for log filters
 
 
 def run(actions: Iterable[dispatch.Action]) -> None:
