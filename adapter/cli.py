@@ -42,10 +42,10 @@ from .mapping.budget import Budgets
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
 from .server.listener import Server
-from .server.options import AmqpLink, Limits, Listening, Operations, SocketOptions, WebListener
+from .server.options import AmqpOptions, Limits, Listening, Operations, SocketOptions, WebListener
 from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
-from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
+from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerControl, WorkerSpec
 from .session import SessionSettings
 from .sharing.rules import Registry
 from .stomp.codec import FrameLimits
@@ -380,7 +380,7 @@ def listening(settings: Settings) -> Listening:
     )
 
 
-def amqp_link(settings: Settings) -> AmqpLink:
+def amqp_link(settings: Settings) -> AmqpOptions:
     nodes = parse_nodes(settings.amqp_url)
     broker = BrokerSettings(
         heartbeat=settings.amqp_heartbeat,
@@ -410,7 +410,7 @@ def amqp_link(settings: Settings) -> AmqpLink:
         if settings.amqp_sessions_per_connection > 1
         else None
     )
-    return AmqpLink(broker, BrokerNodes(nodes, settings.amqp_node_order), reuse, mux)
+    return AmqpOptions(broker, BrokerNodes(nodes, settings.amqp_node_order), reuse, mux)
 
 
 def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server:
@@ -455,7 +455,7 @@ async def supervise(supervisor: Supervisor) -> int:
     return await supervisor.run()
 
 
-async def serve(server: Server, link: WorkerLink | None = None) -> None:
+async def serve(server: Server, link: WorkerControl | None = None) -> None:
     """Run until SIGTERM/SIGINT (or, for a worker, until its supervisor is gone), then shut
     down gracefully."""
     loop = asyncio.get_running_loop()
@@ -539,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if settings.workers > 1:
             return int(runner(supervise(build_supervisor(settings, server, arguments))))
-        runner(serve(server, WorkerLink(worker.control) if worker is not None else None))
+        runner(serve(server, WorkerControl(worker.control) if worker is not None else None))
     except OSError as error:
         log.error("cannot start: %s", error)
         return 1

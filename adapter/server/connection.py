@@ -39,14 +39,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..amqp import wire
 from ..amqp.admission import Gate
 from ..amqp.connection import AmqpError, SessionLink
-from ..amqp.link_lifecycle import AmqpLinkGlue
+from ..amqp.link_lifecycle import LinkGlue as AmqpLinkGlue
 from ..amqp.login import BrokerLogin, BrokerSettings, logged_in, tls_failure
-from ..dispatch.runtime import DispatchGlue, DispatchLink
+from ..dispatch.runtime import DispatchGlue
+from ..dispatch.runtime import DispatchMembership as DispatchLink
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
-from ..sharing.runtime import SharedLink
+from ..sharing.runtime import SharedMembership as SharedLink
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from . import connection_log

@@ -31,7 +31,7 @@ from .fdlimit import DescriptorWatch
 from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
 from .metrics import add_connection, build_registry
-from .options import AmqpLink, Limits, Listening, Operations, WebListener
+from .options import AmqpOptions, Limits, Listening, Operations, WebListener
 from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
 from .stats import DestinationCounts, ServerStats
 from .websocket import WebSocketConnection, warn_open_origins
@@ -49,7 +49,7 @@ class Server:
         session_settings: SessionSettings,
         *,
         listening: Listening,
-        link: AmqpLink,
+        link: AmqpOptions,
         limits: Limits,
         operations: Operations,
         web: tuple[WebListener, ...] = (),

@@ -64,7 +64,7 @@ class WebListener:
 
 
 @dataclass(frozen=True, slots=True)
-class AmqpLink:
+class AmqpOptions:
     """Group "AMQP link": how AMQP connections are opened, to which nodes, and the pool of idle
     ones (adapter.amqp_connection_reuse; None when off), and the shared connections
     (adapter.amqp_sessions_per_connection above 1; None when off)."""

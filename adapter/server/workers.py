@@ -10,7 +10,7 @@ Owns both ends of it:
   (adapter/server/workermetrics.py); and on SIGTERM/SIGINT stops every worker the way a single
   adapter stops (each closes its clients cleanly), killing those still running after
   ``shutdown_timeout``;
-* the worker's end of the control socket (``WorkerLink``): it says when the worker listens,
+* the worker's end of the control socket (``WorkerControl``): it says when the worker listens,
   answers the supervisor's requests for a metrics snapshot, and shuts the worker down when the
   supervisor goes away (end of file on the socket), so a killed supervisor leaves no orphans.
 
@@ -518,7 +518,7 @@ class WorkerSpec:
         return cls(int(spec["slot"]), control, sockets, workers, caps)
 
 
-class WorkerLink:
+class WorkerControl:
     """The worker's end of the control socket (see the module docstring)."""
 
     def __init__(self, control: socket.socket) -> None:

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from .transactions import Transactions
 
 
-class Host(Protocol):
+class ExtensionHost(Protocol):
     """What the extension uses of its session (``Session`` has it): its parts, reached midway
     through a frame (a NACK to the dead-letter queue needs confirms, transactions and receipts).
     Named here so that this module does not import the session that builds it
@@ -103,7 +103,7 @@ def _selector_matcher(selector: Selector) -> Callable[[MessageProperties], bool]
 
 
 class ActiveMQExtension(ProfileExtension):
-    def __init__(self, host: Host, dead_letter_queue: str) -> None:
+    def __init__(self, host: ExtensionHost, dead_letter_queue: str) -> None:
         self._host = host
         self._dead_letter_queue = dead_letter_queue
         # the bytes of the bodies kept in _unsettled and _dispatched, against the per-connection
@@ -471,7 +471,7 @@ class ActiveMQExtension(ProfileExtension):
         self._kept_bytes.close()
 
 
-def extension_for(host: Host) -> ProfileExtension:
+def extension_for(host: ExtensionHost) -> ProfileExtension:
     """The extension of the session's profile: ActiveMQ's when its rules have a dead-letter
     queue (the activemq profile), else the null extension."""
     queue = host._rules.dead_letter_queue

@@ -13,11 +13,11 @@ accounts; this module owns what has sockets:
   get.  Each delivery is written to every member's output; after each read from the broker
   every member written to is flushed and measured, and one too far behind is evicted (ERROR
   naming the limit, then closed) without the hub ever pausing for it.
-* ``SharedLink``: one per client connection (made at its CONNECT when the setting is on): the
+* ``SharedMembership``: one per client connection (made at its CONNECT when the setting is on): the
   credentials its groups are keyed by and opened with, its members by consumer tag, and what
   the hubs tell them (it is their ``Subscriber``): a join the broker refused, a group the broker
   ended, a member evicted for lag each become what the session answers (ERROR, or the
-  cancellation of a plain subscription), through its ``SharingHost``, the connection.  The
+  cancellation of a plain subscription), through its ``SharedMembershipHost``, the connection.  The
   MESSAGE bytes go straight to the connection's output: the hubs' per-delivery call is the
   connection's own method, bound once.
 
@@ -64,7 +64,7 @@ _CLOSE_TIMEOUT = 5.0
 
 
 class Subscriber(Protocol):
-    """What a hub needs of a member's connection (its ``SharedLink``)."""
+    """What a hub needs of a member's connection (its ``SharedMembership``)."""
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None: ...
 
@@ -246,7 +246,7 @@ class SharedHub:
             if lag or member.lag:
                 evictions += registry.measured(member, lag)
         for eviction in evictions:
-            # closes the connection, whose link leaves the group (SharedLink.leave_all)
+            # closes the connection, whose link leaves the group (SharedMembership.leave_all)
             subscriber = eviction.member.subscriber  # type: ignore[assignment]
             subscriber.shared_evicted(eviction)
 
@@ -323,8 +323,8 @@ class SharedHub:
 _PASSCODES = PasscodeCheck()
 
 
-class SharingHost(Protocol):
-    """What a ``SharedLink`` needs of its client connection (``ClientConnection``)."""
+class SharedMembershipHost(Protocol):
+    """What a ``SharedMembership`` needs of its client connection (``ClientConnection``)."""
 
     peer: str
 
@@ -346,7 +346,7 @@ class SharingHost(Protocol):
     def on_server_cancel(self, consumer_tag: str) -> None: ...
 
 
-class SharedLink:
+class SharedMembership:
     """A client connection's side of the shared groups: its credentials, its members, and the
     ``Subscriber`` its members' hubs talk to (see the module docstring)."""
 
@@ -371,7 +371,7 @@ class SharedLink:
         registry: Registry,
         services: HubServices,
         loop: asyncio.AbstractEventLoop,
-        host: SharingHost,
+        host: SharedMembershipHost,
         user: str,
         password: str,
         vhost: str,
@@ -398,9 +398,9 @@ class SharedLink:
         registry: Registry | None,
         services: HubServices,
         loop: asyncio.AbstractEventLoop,
-        host: SharingHost,
+        host: SharedMembershipHost,
         op: ops.OpenConnection,
-    ) -> SharedLink | None:
+    ) -> SharedMembership | None:
         """The link of a session that logs in with ``op``'s credentials (a group it opens is
         opened with them); None with ``adapter.shared_subscriptions`` off (no registry)."""
         if registry is None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from adapter.dispatch import rules as dispatch
 from adapter.dispatch import runtime as dispatching
 from adapter.dispatch.rules import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
-from adapter.dispatch.runtime import DispatchLink
+from adapter.dispatch.runtime import DispatchMembership
 from adapter.mapping import operations as ops
 from adapter.mapping.operations import Delivery
 from adapter.mapping.properties import MessageProperties
@@ -530,10 +530,10 @@ class Wire:
         self.written.append(("nack", delivery_tag, multiple))
 
 
-def _link() -> DispatchLink:
+def _link() -> DispatchMembership:
     loop = asyncio.new_event_loop()
     loop.close()  # flush_acks and settle never use it
-    return DispatchLink(Channel("x"), dispatch.Dispatchers(), "/", loop)
+    return DispatchMembership(Channel("x"), dispatch.Dispatchers(), "/", loop)
 
 
 def test_acks_below_every_outstanding_tag_become_one_multiple_ack() -> None:
@@ -573,7 +573,7 @@ def test_a_resubscription_with_the_same_tag_numbers_its_messages_after_the_old_o
     loop = asyncio.new_event_loop()
     try:
         client = Channel("red")
-        link = DispatchLink(client, dispatch.Dispatchers(), "/", loop)
+        link = DispatchMembership(client, dispatch.Dispatchers(), "/", loop)
         subscribe = ops.JoinDispatch("q", "T_1", colour_is("red"), auto_ack=False, credit=None)
         link.execute(subscribe)
         link.execute(ops.ActivateDispatch("T_1"))

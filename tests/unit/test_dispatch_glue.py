@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from adapter.dispatch import rules as dispatch
-from adapter.dispatch.runtime import DispatchGlue, DispatchLink
+from adapter.dispatch.runtime import DispatchGlue, DispatchMembership
 
 
 @dataclass
@@ -40,7 +40,7 @@ def make(coalesce: bool = True) -> tuple[DispatchGlue, Wire, dict[str, Wire | No
     loop = asyncio.get_running_loop()
     wire = Wire()
     current: dict[str, Wire | None] = {"channel": wire}
-    link = DispatchLink(Owner(), dispatch.Dispatchers(), "/", loop)
+    link = DispatchMembership(Owner(), dispatch.Dispatchers(), "/", loop)
     glue = DispatchGlue(link, loop, lambda: current["channel"], lambda: coalesce)
     return glue, wire, current
 

@@ -170,7 +170,7 @@ def test_the_server_groups_filled_by_name_are_settings() -> None:
         assert _field_names(cls) <= set(DECLARED), cls
     assert _field_names(options.Operations) - set(DECLARED) == set()
     with pytest.raises(TypeError, match="neither given nor a setting"):
-        cli.group(options.AmqpLink, Settings())
+        cli.group(options.AmqpOptions, Settings())
 
 
 def test_the_server_built_from_the_groups_has_what_a_connection_reads() -> None:
