@@ -150,8 +150,8 @@ class Server:
         add_connection(stats.closed, connection, self.clock())
         stats.connections_closed[connection.listener] += 1
         session = connection.session
-        if session is not None and session.login_failure is not None:
-            stats.login_failures[session.login_failure] += 1
+        if session is not None and session.login.failure is not None:
+            stats.login_failures[session.login.failure] += 1
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

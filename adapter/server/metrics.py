@@ -86,10 +86,10 @@ def add_connection(counts: TrafficCounts, connection: ClientConnection, now: flo
     counts.add_frames_received(connection.frames_received)
     session = connection.session
     if session is not None:
-        for command, count in session.frames_sent.items():
+        for command, count in session.frames.frames_sent.items():
             counts.frames_sent[str(command)] += count
-        counts.frames_sent[Command.MESSAGE.value] += session.messages_sent
-        counts.messages_delivered += session.messages_sent
+        counts.frames_sent[Command.MESSAGE.value] += session.frames.messages_sent
+        counts.messages_delivered += session.frames.messages_sent
         counts.add_errors_sent(session.errors_sent)
     shared = connection.shared_messages  # adapter.shared_subscriptions' MESSAGE frames
     if shared:

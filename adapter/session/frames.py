@@ -118,6 +118,11 @@ class Frames:
                 raise
         return data
 
+    def deliver_dispatched(self, delivery: Delivery) -> bytes:
+        """A message the dispatcher gives one of this session's dispatched subscriptions
+        (its consumer tag and message number in place of the AMQP ones)."""
+        return self.deliver(delivery, True)
+
     def shared_head(self, sub_id: str | None, consumer_tag: str) -> tuple[bytes, bytes]:
         """A shared subscription's own bytes of every MESSAGE (adapter/sharing/rules.py)."""
         return member_head(sub_id, consumer_tag, self._session_id)

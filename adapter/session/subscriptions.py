@@ -414,6 +414,34 @@ class Subscriptions:
             return None
         return BasicAck(delivery.delivery_tag, False)
 
+    def destination_of(self, consumer_tag: str) -> str | None:
+        """The destination header of the SUBSCRIBE behind a consumer (per-destination metrics)."""
+        subscription = self.by_tag.get(consumer_tag)
+        return subscription.destination if subscription is not None else None
+
+    def is_dispatched(self, consumer_tag: str) -> bool:
+        """Whether ``consumer_tag`` is a subscription of a queue dispatcher (activemq profile)."""
+        subscription = self.by_tag.get(consumer_tag)
+        return subscription is not None and subscription.dispatched
+
+    def server_cancel(self, consumer_tag: str) -> bytes:
+        """The broker cancelled a consumer (e.g. its queue was deleted): the ERROR that says so,
+        the connection left open (docs/behaviour.md#error-handling); nothing for a consumer
+        that is no longer a subscription."""
+        subscription = self.cancelled_by_server(consumer_tag)
+        if subscription is None:
+            return b""
+        if subscription.id is not None:
+            header, description = subscription.id, f"id='{subscription.id}'"
+        else:
+            header, description = subscription.destination, f"destination='{subscription.destination}'"
+        return self._frames.error(
+            "Server cancelled subscription",
+            "The server has canceled a subscription.\n"
+            f'No more messages will be delivered for "{description}".\n',
+            extra=[("subscription", header)],
+        )
+
     def cancelled_by_server(self, consumer_tag: str) -> Subscription | None:
         """The broker cancelled a consumer: the subscription it was, now gone, if any."""
         subscription = self.by_tag.pop(consumer_tag, None)

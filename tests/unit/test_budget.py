@@ -205,7 +205,7 @@ def test_a_delivery_over_the_kept_bound_is_refused_and_not_rendered() -> None:
     session.on_delivery(_delivery(2, b"y" * 10))
     with pytest.raises(BudgetExceeded, match=r"more than 25 bytes \(adapter.max_unacked_bytes\)"):
         session.on_delivery(_delivery(3, b"y" * 10))
-    assert session.messages_sent == 2
+    assert session.frames.messages_sent == 2
     assert budgets.unacked.used == 20
     # the shell answers it with the session's ERROR and close
     out = session.close_with_error("Unacknowledged bytes exceeded", "...")

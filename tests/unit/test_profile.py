@@ -275,7 +275,7 @@ def amq_session(client_id: str | None = "app") -> Session:
         headers["client-id"] = client_id
     out = run(session, Frame("CONNECT", headers))
     assert command_of(frames_of(out)[-1]) == "CONNECTED"
-    assert session.client_id == client_id
+    assert session.identity.client_id == client_id
     return session
 
 
@@ -447,7 +447,7 @@ def test_durable_subscription_without_client_id_is_refused() -> None:
 def test_default_profile_ignores_activemq_headers() -> None:
     session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
     run(session, Frame("CONNECT", {"accept-version": "1.2", "client-id": "app"}))
-    assert session.client_id is None
+    assert session.identity.client_id is None
     out = run(
         session,
         Frame(
@@ -517,7 +517,7 @@ def test_second_connection_with_a_connected_client_id_is_refused() -> None:
     assert command_of(error) == "ERROR"
     assert header(error, "message") == "Client app already connected"
     assert b"InvalidClientIDException" in error
-    assert isinstance(out[-1], ops.CloseClient) and second.client_id is None
+    assert isinstance(out[-1], ops.CloseClient) and second.user is None  # refused: not logged in
     second.on_closed()  # the refused connection holds nothing
     assert "app" in settings.client_ids
     first.on_closed()
@@ -619,8 +619,8 @@ def test_default_profile_nack_is_unchanged() -> None:
     # the default profile's per-delivery path is the plain one: the null extension, no hook on
     # the subscription (before the session became a router: no on_delivery swapped in)
     assert session.on_delivery.__func__ is Frames.deliver  # type: ignore[attr-defined]
-    assert type(session._extension) is ProfileExtension
-    assert session._subscriptions.by_tag["T_s"].hook is None
+    assert type(session._parts.extension) is ProfileExtension
+    assert session._parts.subscriptions.by_tag["T_s"].hook is None
     assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"})) == [ops.BasicNack(1, False, True)]
 
 

@@ -711,7 +711,7 @@ def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(fi
         b"Connection refused: node connection limit reached\0\n",
     )
     assert not any(isinstance(op, ops.OpenConnection) for op in out)
-    assert isinstance(out[-1], ops.CloseClient) and refused.login_failure == "max_connections"
+    assert isinstance(out[-1], ops.CloseClient) and refused.login.failure == "max_connections"
     refused.on_closed()
     assert cap.in_use == 1  # the refused session had no slot to give back
     holder.on_closed()
