@@ -46,7 +46,7 @@ from .server.options import AmqpOptions, Limits, Listening, Operations, SocketOp
 from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerControl, WorkerSpec
-from .session import SessionSettings
+from .session import SessionRegistries, SessionSettings
 from .sharing.rules import Registry
 from .stomp.codec import FrameLimits
 
@@ -128,22 +128,8 @@ def cap_rows(settings: Settings) -> int:
 def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> SessionSettings:
     """``worker``: this process is a worker of --workers N, whose stomp.max_connections counts
     every worker's sessions (adapter/server/sharedcaps.py)."""
-    return SessionSettings(
+    registries = SessionRegistries(
         connection_cap=connection_cap(settings.max_connections, worker, 0),
-        default_user=settings.default_user,
-        default_pass=settings.default_pass,
-        default_vhost=settings.default_vhost,
-        implicit_connect=settings.implicit_connect,
-        hide_server_info=settings.hide_server_info,
-        default_nack_requeue=settings.default_nack_requeue,
-        min_client_heartbeat=settings.min_client_heartbeat,
-        default_retry_delays=settings.default_retry_delays,
-        default_topic_exchange=settings.default_topic_exchange,
-        loopback_users=frozenset(settings.loopback_users),
-        trailing_lf=settings.trailing_lf,
-        profile=settings.profile,
-        plugin_behaviour=settings.plugin_behaviour,
-        declare_exchanges=settings.declare_exchanges,
         shared=Registry(
             max_lag=settings.shared_subscription_max_lag,
             lag_budget=settings.shared_subscription_lag_budget,
@@ -158,12 +144,29 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
             max_unacked_bytes=settings.max_unacked_bytes,
             unacked_bytes_budget=settings.unacked_bytes_budget,
         ),
+    )
+    return SessionSettings(
+        default_user=settings.default_user,
+        default_pass=settings.default_pass,
+        default_vhost=settings.default_vhost,
+        implicit_connect=settings.implicit_connect,
+        hide_server_info=settings.hide_server_info,
+        default_nack_requeue=settings.default_nack_requeue,
+        min_client_heartbeat=settings.min_client_heartbeat,
+        default_retry_delays=settings.default_retry_delays,
+        default_topic_exchange=settings.default_topic_exchange,
+        loopback_users=frozenset(settings.loopback_users),
+        trailing_lf=settings.trailing_lf,
+        profile=settings.profile,
+        plugin_behaviour=settings.plugin_behaviour,
+        declare_exchanges=settings.declare_exchanges,
         frame_limits=FrameLimits(settings.max_frame_size, settings.max_headers, settings.max_header_length),
         unauthenticated_limits=FrameLimits(
             min(settings.max_frame_size_unauthenticated, settings.max_frame_size),
             settings.max_headers,
             settings.max_header_length,
         ),
+        registries=registries,
     )
 
 

@@ -104,7 +104,7 @@ class Server:
             # exchange type it lacks, a browse of a stream): they run on probes of their own
             self.amqp_mux.probes = Probes(self, probe_login(self))
         # adapter.shared_subscriptions: the process's shared groups (the metrics read them)
-        self.shared_subscriptions = session_settings.shared
+        self.shared_subscriptions = session_settings.registries.shared
         # every accepted socket until its transport reports connection_lost (also while a closed
         # connection lingers for the client's last reads, or a WebSocket waits for the client's
         # Close): what is still open at the end of shutdown is aborted

@@ -108,7 +108,7 @@ class ActiveMQExtension(ProfileExtension):
         self._dead_letter_queue = dead_letter_queue
         # the bytes of the bodies kept in _unsettled and _dispatched, against the per-connection
         # and process-wide bounds (adapter/mapping/budget.py); given back as they are settled
-        self._kept_bytes = host.settings.budgets.unacked_account()
+        self._kept_bytes = host.settings.registries.budgets.unacked_account()
         # the unsettled deliveries of client-ack subscriptions by delivery tag
         self._unsettled: MutableMapping[int, Delivery] = KeptDeliveries(self._kept_bytes)
         # the unsettled messages of dispatched subscriptions of client-ack modes, by (consumer
@@ -138,7 +138,7 @@ class ActiveMQExtension(ProfileExtension):
             selector is not None
             or (
                 host.rules.plain_joins_dispatcher(headers)
-                and host.settings.dispatchers.has(host.identity.vhost, queue)
+                and host.settings.registries.dispatchers.has(host.identity.vhost, queue)
             )
         )
 

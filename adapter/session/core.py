@@ -104,9 +104,9 @@ class Session:
         by_tag: dict[str, Subscription] = {}  # consumer tag -> subscription, shared
         self.frames = frames = Frames(by_tag, session_id, settings.trailing_lf)
         confirms = Confirms()
-        transactions = Transactions(settings.budgets.transaction_account())
+        transactions = Transactions(settings.registries.budgets.transaction_account())
         targets = Targets(rules, settings.declare_exchanges, settings.default_topic_exchange)
-        retries = Retries(confirms, frames, settings.budgets.unacked_account())
+        retries = Retries(confirms, frames, settings.registries.budgets.unacked_account())
         parts = self._parts = Parts(
             settings, rules, edition, self.login, by_tag, frames, confirms, transactions, targets, retries
         )

@@ -128,7 +128,7 @@ class Subscriptions:
         self.channel_prefetch = 0
         # adapter.shared_subscriptions is on and this profile shares (the activemq profile's
         # topic subscriptions carry its own semantics: never shared)
-        self._shares = settings.shared is not None and settings.profile == Profile.RABBITMQ
+        self._shares = settings.registries.shared is not None and settings.profile == Profile.RABBITMQ
         self._edition = edition_for(settings.plugin_behaviour)
 
     def add(self, subscription: Subscription) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from adapter.mapping import operations as ops
 from adapter.mapping.budget import Account, BudgetExceeded, Budgets, KeptDeliveries, Pool
 from adapter.mapping.properties import MessageProperties
-from adapter.session import Session, SessionSettings
+from adapter.session import Session, SessionRegistries, SessionSettings
 from adapter.stomp.frame import Frame
 from tests.unit.test_session import SESSION_ID, command_of, frames_of, header, run
 
@@ -112,7 +112,9 @@ def test_kept_deliveries_charge_their_bodies_while_they_are_kept() -> None:
 def _session(profile: str = "rabbitmq", **bounds: int) -> tuple[Session, Budgets]:
     budgets = Budgets(**bounds)
     session = Session(
-        SessionSettings(profile=profile, budgets=budgets), session_id=SESSION_ID, peer_is_loopback=True
+        SessionSettings(profile=profile, registries=SessionRegistries(budgets=budgets)),
+        session_id=SESSION_ID,
+        peer_is_loopback=True,
     )
     run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
     return session, budgets

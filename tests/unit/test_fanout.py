@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationKind
 from adapter.mapping.properties import MessageProperties
+from adapter.session import SessionRegistries
 from adapter.session.frames import Frames
 from adapter.session.subscription import Subscription
 from adapter.sharing.rules import (
@@ -190,7 +191,7 @@ def test_a_connection_opens_a_bounded_number_of_groups_and_the_process_too() -> 
 
 # --- the session's side
 def shared_session() -> object:
-    return connected(shared=Registry(max_lag=1000, lag_budget=10**6))
+    return connected(registries=SessionRegistries(shared=Registry(max_lag=1000, lag_budget=10**6)))
 
 
 def joined(answer: object) -> object:

@@ -519,7 +519,7 @@ def test_second_connection_with_a_connected_client_id_is_refused() -> None:
     assert b"InvalidClientIDException" in error
     assert isinstance(out[-1], ops.CloseClient) and second.user is None  # refused: not logged in
     second.on_closed()  # the refused connection holds nothing
-    assert "app" in settings.client_ids
+    assert "app" in settings.registries.client_ids
     first.on_closed()
     third = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
     assert command_of(frames_of(run(third, connect))[-1]) == "CONNECTED"
@@ -531,7 +531,7 @@ def test_client_id_is_not_checked_in_the_default_profile() -> None:
     for _ in range(2):
         session = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
         assert command_of(frames_of(run(session, connect))[-1]) == "CONNECTED"
-    assert len(settings.client_ids) == 0
+    assert len(settings.registries.client_ids) == 0
 
 
 # ------------------------------------------------------------------------------ NACK to ActiveMQ.DLQ
@@ -706,7 +706,7 @@ def test_a_plain_queue_subscription_joins_the_queues_dispatcher_when_there_is_on
     out = run(session, Frame("SUBSCRIBE", plain))
     assert not any(isinstance(op, ops.JoinDispatch) for op in out)  # no dispatcher: the broker's way
     assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is False
-    session.settings.dispatchers.get("/", "q")  # a selector subscription of the process made one
+    session.settings.registries.dispatchers.get("/", "q")  # a selector subscription of the process made one
     out = run(session, Frame("SUBSCRIBE", {**plain, "id": "2", "ack": "auto"}))
     join = next(op for op in out if isinstance(op, ops.JoinDispatch))
     assert (join.consumer_tag, join.auto_ack) == ("T_2", True)
@@ -721,7 +721,7 @@ def test_a_plain_queue_subscription_joins_the_queues_dispatcher_when_there_is_on
 def test_the_rabbitmq_profile_never_joins_a_dispatcher() -> None:
     session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
     run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
-    session.settings.dispatchers.get("/", "q")
+    session.settings.registries.dispatchers.get("/", "q")
     out = run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1"}))
     assert not any(isinstance(op, ops.DISPATCH_OPS) for op in out)
     assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is True

@@ -17,7 +17,7 @@ from adapter.mapping.budget import BudgetExceeded, Budgets
 from adapter.mapping.destinations import DestinationError, ProcessingError, plugin_integer
 from adapter.mapping.profile import ClientIds, rules_for
 from adapter.mapping.properties import MessageProperties
-from adapter.session import Identity, Session, SessionSettings, State
+from adapter.session import Identity, Session, SessionRegistries, SessionSettings, State
 from adapter.session.activemq import ActiveMQExtension
 from adapter.session.confirms import Confirms
 from adapter.session.extension import ProfileExtension
@@ -115,10 +115,11 @@ def test_login_refusals_by_the_broker(result, refusal, failure):
 
 def test_login_takes_and_gives_back_the_connection_slot_and_the_client_id():
     cap, ids = ConnectionCap(1), ClientIds()
-    first = login("activemq", connection_cap=cap, client_ids=ids)
+    registries = SessionRegistries(client_ids=ids, connection_cap=cap)
+    first = login("activemq", registries=registries)
     _, outcome = drive(first.connect(Frame("CONNECT", {"client-id": "app"})), OK)
     assert isinstance(outcome, Admitted) and outcome.identity.client_id == "app"
-    second = login("activemq", connection_cap=cap, client_ids=ids)
+    second = login("activemq", registries=registries)
     assert drive(second.connect(Frame("CONNECT", {})), OK) == (
         [],
         Refused("Bad CONNECT", "Connection refused: node connection limit reached"),
