@@ -437,15 +437,16 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
 def build_supervisor(settings: Settings, server: Server, argv: Sequence[str]) -> Supervisor:
     """The supervisor of ``settings.workers`` workers; ``server`` (never started) has checked the
     configuration and knows the broker nodes, which /readyz asks."""
-    plans = [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.listeners]
-    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.tls_listeners]
-    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.activemq_listeners]
-    plans += [ListenerPlan(web.host, web.port, web.backlog) for web in server.web_listeners]
+    listening = server.listening
+    plans = [ListenerPlan(host, port, settings.tcp_backlog) for host, port in listening.stomp]
+    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in listening.tls]
+    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in listening.activemq]
+    plans += [ListenerPlan(web.host, web.port, web.backlog) for web in server.web]
     return Supervisor(
         workers=settings.workers,
         worker_command=[sys.executable, "-m", "adapter", *argv],
         plans=plans,
-        http_listen=server.http_listen,
+        http_listen=server.operations.http_listen,
         nodes=server.nodes,
         broker=server.broker,
         shutdown_timeout=settings.shutdown_timeout,

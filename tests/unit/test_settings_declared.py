@@ -182,8 +182,8 @@ def test_the_server_built_from_the_groups_has_what_a_connection_reads() -> None:
     assert server.limits.frame_timeout == settings.frame_timeout  # the group, passed whole
     assert server.heartbeat_tolerance == settings.heartbeat_tolerance
     assert server.incomplete_input_budget == settings.incomplete_frames_budget
-    assert server.shutdown_timeout == settings.shutdown_timeout
-    assert server.listeners == [("127.0.0.1", 0)]
+    assert server.operations.shutdown_timeout == settings.shutdown_timeout
+    assert list(server.listening.stomp) == [("127.0.0.1", 0)]
     assert server.stats.destinations is not None
 
 
