@@ -16,7 +16,7 @@ operations out.  ``Session`` (core.py) is a small router over named parts:
                     registries beside them), ``State``, the session id, the transaction limits
 * parts.py          ``Parts``: the parts held together (the extension reads them there)
 * quick.py          ``QuickPaths``: the common SEND and ACK as one plain call each
-* commit.py         ``TransactionFrames``: BEGIN, COMMIT, ABORT
+* commit.py         BEGIN, COMMIT, ABORT: the steps of the transactions' frames
 
 Imports neither asyncio nor pydantic (tests/unit/test_layers.py).
 """

@@ -20,7 +20,7 @@ it; the two quick paths of the message flow are ``QuickPaths`` (quick.py), bound
 * ``Subscriptions`` (subscriptions.py): SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, the one ack-id parser;
 * ``Targets`` (targets.py): destinations parsed, queues declared, temp queues, publish targets;
 * ``Transactions`` (transactions.py), ``Confirms`` (confirms.py); BEGIN, COMMIT and ABORT are
-  ``TransactionFrames`` (commit.py);
+  the functions of commit.py;
 * ``Frames`` (frames.py): MESSAGE rendering (``on_delivery``), RECEIPT, ERROR, their counts;
 * the profile's extension (extension.py; activemq.py), called at fixed hooks.
 
@@ -57,8 +57,8 @@ from ..mapping.operations import (
 from ..mapping.profile import rules_for
 from ..stomp.codec import FrameError
 from ..stomp.frame import Command, Frame
+from . import commit
 from .activemq import extension_for
-from .commit import TransactionFrames
 from .confirms import Confirms
 from .edition import edition_for
 from .frames import Frames
@@ -107,31 +107,17 @@ class Session:
         transactions = Transactions(settings.registries.budgets.transaction_account())
         targets = Targets(rules, settings.declare_exchanges, settings.default_topic_exchange)
         retries = Retries(confirms, frames, settings.registries.budgets.unacked_account())
-        parts = self._parts = Parts(
+        parts = self.parts = Parts(
             settings, rules, edition, self.login, by_tag, frames, confirms, transactions, targets, retries
         )
         extension = parts.extension = extension_for(parts)
         subscriptions = parts.subscriptions = Subscriptions(
             settings, rules, targets, transactions, frames, extension, by_tag, retries
         )
-        publishing = parts.publishing = Publishing(
+        parts.publishing = Publishing(
             settings, rules, targets, transactions, confirms, frames, extension, by_tag
         )
         quick = self._quick = QuickPaths(self, parts)
-        committing = TransactionFrames(parts)
-        # the general path of each frame once logged in, keyed by str: frame.command is any text
-        # the client sent (Command is a StrEnum)
-        self._routes: dict[str, Callable[[Frame], Steps]] = {
-            Command.SEND: publishing.send,
-            Command.SUBSCRIBE: subscriptions.subscribe,
-            Command.UNSUBSCRIBE: subscriptions.unsubscribe,
-            Command.ACK: subscriptions.ack,
-            Command.NACK: subscriptions.nack,
-            Command.BEGIN: committing.begin,
-            Command.COMMIT: committing.commit,
-            Command.ABORT: committing.abort,
-            Command.DISCONNECT: self._disconnect,
-        }
         self.on_delivery = frames.deliver
         self.render_dispatched = frames.deliver_dispatched
         self.errors_sent = frames.errors_sent  # the ERRORs sent, by message (the one dict Frames keeps)
@@ -148,21 +134,21 @@ class Session:
     @property
     def identity(self) -> Identity:
         """Who the connection is logged in as; only asked once it is."""
-        return self._parts.identity
+        return self.parts.identity
 
     @property
     def user(self) -> str | None:
-        identity = self._parts.logged_in
+        identity = self.parts.logged_in
         return identity.user if identity is not None else None
 
     @property
     def vhost(self) -> str | None:
-        identity = self._parts.logged_in
+        identity = self.parts.logged_in
         return identity.vhost if identity is not None else None
 
     @property
     def version(self) -> str:
-        identity = self._parts.logged_in
+        identity = self.parts.logged_in
         return identity.version if identity is not None else "1.0"
 
     @property
@@ -185,7 +171,7 @@ class Session:
     def plain_acks(self) -> bool:
         """Whether a subscription outside the dispatchers ever asked for client acks
         (adapter/dispatch/runtime.py)."""
-        return self._parts.subscriptions.plain_acks
+        return self.parts.subscriptions.plain_acks
 
     @property
     def on_receipt(self) -> Callable[[str], None] | None:
@@ -201,7 +187,7 @@ class Session:
         """Generator of the operations for one client frame (see module docstring)."""
         try:
             if self.state is State.CONNECTED:
-                route = self._routes.get(frame.command)
+                route = _ROUTES.get(frame.command)
                 if route is None:
                     if frame.command in (Command.CONNECT, Command.STOMP):
                         yield from self._fail("Already connected", "A second CONNECT is not allowed", frame)
@@ -210,7 +196,7 @@ class Session:
                             "Bad command", f'Could not interpret command "{frame.command}"\n', frame
                         )
                     return
-                yield from route(frame)
+                yield from route(self, frame)
             elif self.state is State.AWAITING_CONNECT:
                 if frame.command in (Command.CONNECT, Command.STOMP):
                     yield from self._connect(self.login.connect(frame), frame, send_connected=True)
@@ -218,14 +204,14 @@ class Session:
                     # docs/behaviour.md#authentication: log in, send no CONNECTED, then process
                     # the frame as usual
                     yield from self._connect(self.login.implicit(), frame, send_connected=False)
-                    if self._parts.logged_in is not None:
-                        route = self._routes.get(frame.command)
+                    if self.parts.logged_in is not None:
+                        route = _ROUTES.get(frame.command)
                         if route is None:
                             yield from self._fail(
                                 "Bad command", f'Could not interpret command "{frame.command}"\n', frame
                             )
                         else:
-                            yield from route(frame)
+                            yield from route(self, frame)
                 else:
                     yield from self._fail("Illegal command", "You must log in using CONNECT first", frame)
         except StompError as error:  # DestinationError, ProcessingError, RefusedWithReceipt
@@ -242,10 +228,10 @@ class Session:
         if isinstance(outcome, Refused):
             yield from self._fail(outcome.message, outcome.detail, frame)
             return
-        identity = self._parts.logged_in = outcome.identity
+        identity = self.parts.logged_in = outcome.identity
         self.state = State.CONNECTED
         version_12 = identity.version == "1.2"
-        subscriptions = self._parts.subscriptions
+        subscriptions = self.parts.subscriptions
         self._quick.ack_header = subscriptions.ack_header = "id" if version_12 else "message-id"
         subscriptions.client_id = identity.client_id
         self.frames.ack_lines = version_12
@@ -259,7 +245,7 @@ class Session:
         # (docs/behaviour.md#receipts), we wait for the confirms so that every receipt asked for is sent.
         if self.confirms_outstanding:
             yield AwaitConfirms()
-        self._parts.transactions.clear()
+        self.parts.transactions.clear()
         yield CloseAmqp()
         yield from self.frames.receipt_of(frame)
         self.state = State.CLOSED
@@ -268,7 +254,7 @@ class Session:
     # ------------------------------------------------------------------ broker events
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
         """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``."""
-        receipts = self._parts.confirms.settle(delivery_tag, multiple, ack)
+        receipts = self.parts.confirms.settle(delivery_tag, multiple, ack)
         hook = self._confirm_hook
         if hook is not None:
             hook(delivery_tag, multiple, ack)
@@ -279,11 +265,11 @@ class Session:
     @property
     def publish_seq(self) -> int:
         """The confirm sequence number of the last publish (0: confirms are off)."""
-        return self._parts.confirms.seq
+        return self.parts.confirms.seq
 
     @property
     def confirms_outstanding(self) -> bool:
-        parts = self._parts
+        parts = self.parts
         return parts.confirms.outstanding or parts.extension.confirms_outstanding
 
     def on_broker_error(self, name: str, text: str, frame: Frame | None) -> list[Operation]:
@@ -297,11 +283,11 @@ class Session:
         """
         also_receipt = frame is not None and frame.command != Command.SEND
         operations: list[Operation] = []
-        subscriptions = self._parts.subscriptions
+        subscriptions = self.parts.subscriptions
         queue, subscriptions.unfinished_queue = subscriptions.unfinished_queue, None
         if queue and frame is not None and frame.command == Command.SUBSCRIBE:
             operations.append(DeleteQueueOnClose(queue))
-        message, detail = self._parts.edition.broker_error(name, text)
+        message, detail = self.parts.edition.broker_error(name, text)
         operations += self._fail(message, detail, frame, also_receipt=also_receipt)
         return operations
 
@@ -317,7 +303,7 @@ class Session:
         """The connection is gone (whatever closed it): give back its client id, its
         stomp.max_connections slot and the bytes it held (its transactions, its kept deliveries,
         which the broker requeues)."""
-        parts = self._parts
+        parts = self.parts
         self.login.close()
         parts.transactions.close()
         parts.extension.close()
@@ -343,3 +329,20 @@ class Session:
             yield SendFrame(self.frames.receipt(receipt))
         self.state = State.CLOSED
         yield CloseClient(message)
+
+
+# The general path of each frame once logged in, keyed by str: frame.command is any text the
+# client sent (Command is a StrEnum).  Plain functions of the session, one table for every
+# session: a table of bound methods per session cost a connect cycle ~2 % more instructions
+# (bench/instructions.py).
+_ROUTES: dict[str, Callable[[Session, Frame], Steps]] = {
+    Command.SEND: lambda session, frame: session.parts.publishing.send(frame),
+    Command.SUBSCRIBE: lambda session, frame: session.parts.subscriptions.subscribe(frame),
+    Command.UNSUBSCRIBE: lambda session, frame: session.parts.subscriptions.unsubscribe(frame),
+    Command.ACK: lambda session, frame: session.parts.subscriptions.settle(frame, nack=False),
+    Command.NACK: lambda session, frame: session.parts.subscriptions.settle(frame, nack=True),
+    Command.BEGIN: lambda session, frame: commit.begin(session.parts, frame),
+    Command.COMMIT: lambda session, frame: commit.commit(session.parts, frame),
+    Command.ABORT: lambda session, frame: commit.abort(session.parts, frame),
+    Command.DISCONNECT: Session._disconnect,
+}

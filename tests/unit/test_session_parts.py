@@ -332,7 +332,7 @@ def test_the_null_extension_has_no_per_message_hooks():
 
 def test_the_activemq_extension_watches_only_the_subscriptions_that_need_it():
     session = Session(SessionSettings(profile="activemq"), session_id=SESSION_ID, peer_is_loopback=True)
-    extension = session._parts.extension
+    extension = session.parts.extension
     assert isinstance(extension, ActiveMQExtension)
     assert extension.delivery_hook("auto", None) is None  # nothing to keep, nothing to filter
     assert extension.delivery_hook("client", None) is extension
@@ -387,7 +387,7 @@ def test_a_duplicate_subscription_is_refused_before_any_step_with_error_then_rec
     frame = Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "s", "receipt": "r"})
     run(session, frame)
     with pytest.raises(RefusedWithReceipt):
-        next(session._parts.subscriptions.subscribe(frame))
+        next(session.parts.subscriptions.subscribe(frame))
     out = run(session, frame)
     assert [command_of(op.data) for op in out if isinstance(op, ops.SendFrame)] == ["ERROR", "RECEIPT"]
     assert isinstance(out[-1], ops.CloseClient)
@@ -396,7 +396,7 @@ def test_a_duplicate_subscription_is_refused_before_any_step_with_error_then_rec
 def test_publishing_turns_confirms_on_once_for_receipts():
     session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
     run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
-    publishing = session._parts.publishing
+    publishing = session.parts.publishing
     publish = ops.BasicPublish("", "q", MessageProperties(), b"")
     assert list(publishing.publish(publish, "r1")) == [ops.ConfirmSelect(), publish]
     assert list(publishing.publish(publish, "r2")) == [publish]
