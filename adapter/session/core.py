@@ -127,7 +127,9 @@ class Session:
         self.subscription_destination = subscriptions.destination_of
         self.is_dispatched = subscriptions.is_dispatched
         self.dropped_delivery_ack = subscriptions.dropped_delivery_ack
-        # the extension's per-confirm hook, None for the default profile
+        # the confirms part and the extension's per-confirm hook (None for the default profile),
+        # bound once: the shell asks them per publish and per confirm
+        self._confirms = confirms
         self._confirm_hook = extension.confirm_hook()
 
     # ------------------------------------------------------------------ identity and figures
@@ -254,7 +256,7 @@ class Session:
     # ------------------------------------------------------------------ broker events
     def on_confirm(self, delivery_tag: int, multiple: bool, ack: bool) -> bytes:
         """The broker confirmed (ack) or refused (nack) publishes up to ``delivery_tag``."""
-        receipts = self.parts.confirms.settle(delivery_tag, multiple, ack)
+        receipts = self._confirms.settle(delivery_tag, multiple, ack)
         hook = self._confirm_hook
         if hook is not None:
             hook(delivery_tag, multiple, ack)
@@ -265,12 +267,11 @@ class Session:
     @property
     def publish_seq(self) -> int:
         """The confirm sequence number of the last publish (0: confirms are off)."""
-        return self.parts.confirms.seq
+        return self._confirms.seq
 
     @property
     def confirms_outstanding(self) -> bool:
-        parts = self.parts
-        return parts.confirms.outstanding or parts.extension.confirms_outstanding
+        return self._confirms.outstanding or self.parts.extension.confirms_outstanding
 
     def on_broker_error(self, name: str, text: str, frame: Frame | None) -> list[Operation]:
         """The broker closed the channel or connection (docs/behaviour.md#error-handling).
