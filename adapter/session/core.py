@@ -57,8 +57,8 @@ from ..mapping.operations import (
 from ..mapping.profile import rules_for
 from ..stomp.codec import FrameError
 from ..stomp.frame import Command, Frame
-from . import commit
 from .activemq import extension_for
+from .commit import abort, begin, commit
 from .confirms import Confirms
 from .edition import edition_for
 from .frames import Frames
@@ -342,8 +342,8 @@ _ROUTES: dict[str, Callable[[Session, Frame], Steps]] = {
     Command.UNSUBSCRIBE: lambda session, frame: session.parts.subscriptions.unsubscribe(frame),
     Command.ACK: lambda session, frame: session.parts.subscriptions.settle(frame, nack=False),
     Command.NACK: lambda session, frame: session.parts.subscriptions.settle(frame, nack=True),
-    Command.BEGIN: lambda session, frame: commit.begin(session.parts, frame),
-    Command.COMMIT: lambda session, frame: commit.commit(session.parts, frame),
-    Command.ABORT: lambda session, frame: commit.abort(session.parts, frame),
+    Command.BEGIN: lambda session, frame: begin(session.parts, frame),
+    Command.COMMIT: lambda session, frame: commit(session.parts, frame),
+    Command.ABORT: lambda session, frame: abort(session.parts, frame),
     Command.DISCONNECT: Session._disconnect,
 }
