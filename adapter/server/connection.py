@@ -260,7 +260,7 @@ class ClientConnection(asyncio.Protocol):
         self.session.on_receipt = self._clocks.receipt_sent
         self._dispatch: DispatchGlue | None = None  # activemq profile: made on the first selector
         # adapter.shared_subscriptions: this connection's side of the shared groups, made at
-        # its CONNECT (adapter/sharing/runtime.py)
+        # its CONNECT (adapter/server/sharing.py)
         self._shared: SharedLink | None = None
         self.done: asyncio.Future[None] = loop.create_future()
         # Counters for the metrics and the close log line: plain attributes, read by
@@ -845,7 +845,7 @@ class ClientConnection(asyncio.Protocol):
         glue.execute(op)
 
     def deliver_dispatched(self, delivery: ops.Delivery) -> None:
-        """The queue's dispatcher gives this client a message (adapter/dispatch/runtime.py)."""
+        """The queue's dispatcher gives this client a message (adapter/server/dispatching.py)."""
         if self._closed:
             return
         try:
@@ -881,7 +881,7 @@ class ClientConnection(asyncio.Protocol):
             glue.leave()
 
     # ------------------------------------------------------------------ shared subscriptions
-    # the SharingHost side of adapter/sharing/runtime.py (its SharedLink is the hubs' Subscriber)
+    # the SharingHost side of adapter/server/sharing.py (its SharedLink is the hubs' Subscriber)
     def _op_leave_shared(self, op: ops.LeaveShared, in_frame: bool) -> None:
         if self._shared is not None:
             self._shared.leave(op.consumer_tag)
