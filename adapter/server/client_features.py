@@ -1,9 +1,9 @@
 """A client connection's part in the process-wide feature runtimes.
 
 Two runtimes outside the connection send it MESSAGEs and ask things of it: the shared topic
-subscriptions (adapter.shared_subscriptions, ``sharing.SharedLink``) and the queue dispatchers
-of the activemq profile (``dispatching.DispatchGlue``).  ``ClientFeatures`` is the one object
-they talk to (the ``SharingHost`` and the dispatcher's ``Owner``), so neither the shell nor the
+subscriptions (adapter.shared_subscriptions, ``sharing.runtime.SharedMembership``) and the queue dispatchers
+of the activemq profile (``dispatch.runtime.DispatchGlue``).  ``ClientFeatures`` is the one object
+they talk to (the ``SharedMembershipHost`` and the dispatcher's ``Owner``), so neither the shell nor the
 STOMP connection carries their methods: their MESSAGEs go to the STOMP connection's sources
 (``deliver_shared``, ``deliver_dispatched``, adapter/session/connection.py), which feed its one
 delivery entry point.  Each runtime's part is made on first use (``None`` until then).
@@ -15,15 +15,15 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from .dispatching import DispatchGlue, DispatchLink
-from .sharing import SharedLink
+from ..dispatch.runtime import DispatchGlue, DispatchMembership
+from ..sharing.runtime import SharedMembership
 
 if TYPE_CHECKING:
     from ..amqp.connection import AmqpError, SessionLink
     from ..mapping import operations as ops
     from ..session.connection import StompConnection
-    from ..session.fanout import Member
-    from .sharing import HubServices
+    from ..sharing.rules import Member
+    from ..sharing.runtime import HubServices
 
 __all__ = ["ClientFeatures", "FeatureShell"]
 
@@ -66,7 +66,7 @@ class ClientFeatures:
         self._stomp = stomp
         self._services = services
         self._loop = loop
-        self.shared: SharedLink | None = None  # made at login, with adapter.shared_subscriptions
+        self.shared: SharedMembership | None = None  # made at login, with adapter.shared_subscriptions
         self.dispatch: DispatchGlue | None = None  # activemq profile: made on the first selector
         # the hubs call these per delivery and per broker read: bound once, no call in between
         self.deliver_shared: Callable[[Member, tuple[bytes, ...]], None] = stomp.deliver_shared
@@ -117,7 +117,9 @@ class ClientFeatures:
     def at_login(self, op: ops.OpenConnection) -> None:
         settings = self._stomp.session.settings
         self.peer = self._shell.peer  # final by CONNECT (after a PROXY header)
-        self.shared = SharedLink.at_login(settings.shared, self._services, self._loop, self, op)
+        self.shared = SharedMembership.at_login(
+            settings.registries.shared, self._services, self._loop, self, op
+        )
 
     async def join_shared(self, op: ops.JoinShared) -> bool:
         assert self.shared is not None
@@ -132,7 +134,9 @@ class ClientFeatures:
         if glue is None:
             session = self._stomp.session
             assert session.vhost is not None
-            link = DispatchLink(self, session.settings.dispatchers, session.vhost, self._loop)
+            link = DispatchMembership(
+                self, session.settings.registries.dispatchers, session.vhost, self._loop
+            )
             stomp = self._stomp
             glue = self.dispatch = DispatchGlue(
                 link, self._loop, lambda: stomp.amqp, lambda: not session.plain_acks

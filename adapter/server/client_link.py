@@ -10,7 +10,7 @@ I/O, each as a task of the server:
   nodes), DISCONNECT's wait for outstanding confirms and its release of the link;
 * the link's own events: its loss (counted, then ERROR and close) and the broker's flow control.
 
-The link itself is the STOMP connection's ``amqp`` (its one holder); ``AmqpLinkGlue``
+The link itself is the STOMP connection's ``amqp`` (its one holder); ``LinkGlue``
 (adapter/amqp/link_lifecycle.py) owns the steps around it (queues to delete, the release).
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp.connection import AmqpError, SessionLink
-from ..amqp.link_lifecycle import AmqpLinkGlue
+from ..amqp.link_lifecycle import LinkGlue
+from ..amqp.login import BrokerLogin, logged_in
 from ..mapping import operations as ops
 from ..mapping.destinations import ProcessingError
-from .login import BrokerLogin, logged_in
 
 if TYPE_CHECKING:
     from ..session.connection import StompConnection
@@ -66,7 +66,7 @@ class ClientLink:
         self._shell = shell
         self._server = server
         self._loop = loop
-        self.glue = AmqpLinkGlue(server, BrokerLogin(server, loop))
+        self.glue = LinkGlue(server, BrokerLogin(server, loop))
         self._confirm_waiter: asyncio.Future[None] | None = None  # DISCONNECT's AwaitConfirms
 
     # ------------------------------------------------------------------ broker calls

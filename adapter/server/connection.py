@@ -8,7 +8,7 @@ output out (through the transport's ``FrameOutput``, adapter/stomp/output.py), a
 the operations that need the shell.  The rest is an object of its own, which the shell holds:
 
 * ``client_link.ClientLink``: the login, the broker calls of the frame being handled, the
-  link's events and release (over ``AmqpLinkGlue``, adapter/amqp/link_lifecycle.py);
+  link's events and release (over ``LinkGlue``, adapter/amqp/link_lifecycle.py);
 * ``client_features.ClientFeatures``: the shared subscriptions and the queue dispatchers;
 * ``client_timers.ClientTimers``: the login timeout and the heart-beats;
 * ``flow.FlowControl``: the pause reasons of the client's socket and their clocks;
@@ -34,6 +34,7 @@ from typing import Any
 
 from ..amqp import wire
 from ..amqp.connection import SessionLink
+from ..amqp.login import BrokerSettings, tls_failure
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..session import Session, SessionSettings, new_session_id
@@ -47,7 +48,6 @@ from .flow import FlowControl
 from .half_close import HalfClose
 from .input_guard import InputGuard
 from .latency import LatencyClocks
-from .login import BrokerSettings, tls_failure
 from .proxy_prelude import ProxyPrelude, address, is_loopback, refuse_untrusted_proxy
 from .server_state import ConnectionServices, ConnectionSettings, ServerState, SharedCounters
 

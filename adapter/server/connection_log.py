@@ -76,20 +76,20 @@ def closed(connection: LoggedConnection) -> None:
         return
     session = connection.session
     logged_in = session.user is not None
-    frames_sent = sum(session.frames_sent.values()) + session.messages_sent
+    frames_sent = sum(session.frames.frames_sent.values()) + session.frames.messages_sent
     fields = {
         "event": "connection_closed",
         "peer": connection.peer,
         "listener": connection.listener,
-        "user": session.requested_user,
-        "vhost": session.requested_vhost,
+        "user": session.login.requested_user,
+        "vhost": session.login.requested_vhost,
         "logged_in": logged_in,
         "version": session.version if logged_in else None,
         "duration_seconds": round(time.monotonic() - connection.counters.opened_at, 3),
         "frames_received": sum(connection.counters.frames_received.values()),
         "frames_sent": frames_sent,
         "messages_published": connection.counters.messages_published,
-        "messages_delivered": session.messages_sent,
+        "messages_delivered": session.frames.messages_sent,
         "bytes_received": connection.counters.bytes_received,
         "bytes_sent": connection.counters.bytes_sent,
         "reason": connection.close_reason,

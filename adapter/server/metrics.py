@@ -36,10 +36,10 @@ from .stats import (
 )
 
 if TYPE_CHECKING:
+    from ..amqp.brokers import BrokerNodes
     from ..amqp.multiplex_runtime import AmqpMultiplex
     from ..amqp.pool_runtime import AmqpReuse
-    from ..session.fanout import Registry
-    from .brokers import BrokerNodes
+    from ..sharing.rules import Registry
     from .connection import ClientConnection
 
 PREFIX = "stomp_adapter"
@@ -87,10 +87,10 @@ def add_connection(counts: TrafficCounts, connection: ClientConnection, now: flo
     counters = connection.counters
     session = connection.session
     if session is not None:
-        for command, count in session.frames_sent.items():
+        for command, count in session.frames.frames_sent.items():
             counts.frames_sent[str(command)] += count
-        counts.frames_sent[Command.MESSAGE.value] += session.messages_sent
-        counts.messages_delivered += session.messages_sent
+        counts.frames_sent[Command.MESSAGE.value] += session.frames.messages_sent
+        counts.messages_delivered += session.frames.messages_sent
         counts.add_errors_sent(session.errors_sent)
     shared = counters.shared_messages  # adapter.shared_subscriptions' MESSAGE frames
     if shared:
@@ -323,7 +323,7 @@ class ServerCollector(Collector):
             yield _counter(
                 "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined
             )
-        shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/session/fanout.py)
+        shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/sharing/rules.py)
         if shared is not None:
             yield _gauge(
                 "shared_subscriptions",

@@ -16,17 +16,17 @@ import socket
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp.admission import Gate
+from ..amqp.login import BrokerSettings
 from ..session import SessionSettings
 from .input_guard import FrameClock
-from .login import BrokerSettings
 from .proxy_protocol import ProxyTrust
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
+    from ..amqp.brokers import BrokerNodes
     from ..amqp.multiplex_runtime import AmqpMultiplex
     from ..amqp.pool_runtime import AmqpReuse
-    from .brokers import BrokerNodes
     from .fdlimit import DescriptorWatch
     from .stats import ServerStats
     from .wsdeflate import CompressionBudget

@@ -35,11 +35,11 @@ from typing import Any, Generic, Protocol, TypeVar
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
+from ..sharing.rules import Member
 from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
 from ..stomp.output import FrameOutput
 from .core import Session
-from .fanout import Member
 
 __all__ = [
     "INTERPRETER",
@@ -380,7 +380,7 @@ class StompConnection(Generic[Link]):
         self.deliver(data, len(delivery.body) >= self._large_body, True)
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None:
-        """Source 2: one MESSAGE of a shared group (adapter/server/sharing.py), rendered once
+        """Source 2: one MESSAGE of a shared group (adapter/sharing/runtime.py), rendered once
         for the group: ``member``'s own bytes go around the delivery's ``pieces``."""
         if self.closed:
             return
@@ -396,7 +396,7 @@ class StompConnection(Generic[Link]):
 
     def deliver_dispatched(self, delivery: ops.Delivery) -> None:
         """Source 3: the queue's dispatcher gives this client a message
-        (adapter/server/dispatching.py)."""
+        (adapter/dispatch/runtime.py)."""
         if self.closed:
             return
         try:

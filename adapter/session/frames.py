@@ -16,9 +16,9 @@ from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import message_destination
 from ..mapping.operations import Delivery, SendFrame
 from ..mapping.properties import PROPERTY_HEADERS, message_headers, redelivery_headers
+from ..sharing.rules import member_head
 from ..stomp.codec import encode_frame, escape
 from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
-from .fanout import member_head
 from .settings import Steps
 from .targets import remember
 
@@ -118,8 +118,13 @@ class Frames:
                 raise
         return data
 
+    def deliver_dispatched(self, delivery: Delivery) -> bytes:
+        """A message the dispatcher gives one of this session's dispatched subscriptions
+        (its consumer tag and message number in place of the AMQP ones)."""
+        return self.deliver(delivery, True)
+
     def shared_head(self, sub_id: str | None, consumer_tag: str) -> tuple[bytes, bytes]:
-        """A shared subscription's own bytes of every MESSAGE (adapter/session/fanout.py)."""
+        """A shared subscription's own bytes of every MESSAGE (adapter/sharing/rules.py)."""
         return member_head(sub_id, consumer_tag, self._session_id)
 
     # ------------------------------------------------------------------ other frames

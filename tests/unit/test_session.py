@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from adapter.caps import ConnectionCap
 from adapter.mapping import operations as ops
 from adapter.mapping.properties import MessageProperties
-from adapter.session import Session, SessionSettings, State, new_session_id
+from adapter.session import Session, SessionRegistries, SessionSettings, State, new_session_id
 from adapter.stomp.frame import Frame
 
 SESSION_ID = new_session_id(bytes(16))
@@ -699,7 +699,7 @@ def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(fi
     """stomp.max_connections: checked first (before the version, as the plugin does), also for
     implicit connect; the slot of a session is given back when its connection closes."""
     cap = ConnectionCap(1)
-    settings = SessionSettings(connection_cap=cap, implicit_connect=True)
+    settings = SessionSettings(registries=SessionRegistries(connection_cap=cap), implicit_connect=True)
     holder = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
     run(holder, Frame("CONNECT", {"accept-version": "1.2"}))
     assert holder.state is State.CONNECTED and cap.in_use == 1
@@ -711,7 +711,7 @@ def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(fi
         b"Connection refused: node connection limit reached\0\n",
     )
     assert not any(isinstance(op, ops.OpenConnection) for op in out)
-    assert isinstance(out[-1], ops.CloseClient) and refused.login_failure == "max_connections"
+    assert isinstance(out[-1], ops.CloseClient) and refused.login.failure == "max_connections"
     refused.on_closed()
     assert cap.in_use == 1  # the refused session had no slot to give back
     holder.on_closed()
@@ -724,7 +724,7 @@ def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(fi
 
 def test_a_failed_login_gives_its_slot_back_when_the_connection_closes():
     cap = ConnectionCap(1)
-    session = make_session(connection_cap=cap)
+    session = make_session(registries=SessionRegistries(connection_cap=cap))
     out = run(
         session, Frame("CONNECT", {"accept-version": "1.2"}), lambda _op: ops.LoginResult(False, "auth")
     )

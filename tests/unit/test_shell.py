@@ -173,7 +173,7 @@ async def test_plain_get_on_the_websocket_path_gets_426() -> None:
 
 
 # ---------------------------------------------------------------------- with an in-memory AMQP link
-# BrokerLogin's opener (the AmqpLinkGlue's login) is replaced by one that hands out FakeAmqp
+# BrokerLogin's opener (the LinkGlue's login) is replaced by one that hands out FakeAmqp
 # links (tests/unit/fake_amqp.py), so these tests run the whole shell (pump, interpreter, login,
 # heart-beats, close) with no broker.
 

@@ -21,7 +21,7 @@ from adapter.mapping.budget import BudgetExceeded
 from adapter.mapping.properties import MessageProperties
 from adapter.session import Session, SessionSettings
 from adapter.session.connection import ConnectionCounters, Lifecycle, StompConnection
-from adapter.session.fanout import Member
+from adapter.sharing.rules import Member
 from adapter.stomp.frame import Frame
 from adapter.stomp.output import MESSAGE_FRAMES, STREAM_FRAMES, FrameOutput
 from tests.unit.test_session import SEND_HEADERS
