@@ -221,6 +221,38 @@ def next_offset(broker: BlockingBroker, queue: str) -> int | None:
     return None if highest is None else highest + 1
 
 
+def offset_within_bytes(
+    broker: BlockingBroker, queue: str, start: int, end: int, budget: int, timeout: float
+) -> int:
+    """The end of the longest range ``[start, e)``, ``e <= end``, whose bodies hold at most
+    ``budget`` bytes, but at least one message (``maxBytesPerTrigger``): the driver reads the
+    bodies from ``start`` to count them, as AMQP 0-9-1 tells no message's size otherwise.
+    An offset retention has removed counts as empty."""
+    if start >= end:
+        return start
+    consumer = _Consumer(broker, queue, ("long", start), 1000)
+    used = 0
+    reached = start
+    try:
+        while reached < end:
+            delivery = consumer.next(time.monotonic() + timeout)
+            if delivery is None:
+                raise BrokerError(
+                    f"stream {queue!r} delivered nothing after offset {reached - 1} within {timeout:g} s "
+                    f"while sizing a micro-batch (maxBytesPerTrigger) up to offset {end - 1}"
+                )
+            offset = stream_offset(delivery)
+            if offset < reached:
+                continue  # the chunk holding ``start`` begins before it
+            used += len(delivery.body)
+            if offset >= end or (used > budget and offset > start):
+                return min(offset, end)
+            reached = offset + 1
+    finally:
+        consumer.close()
+    return reached
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRange:
     """Offsets ``[start, end)`` of one stream: what one Spark partition reads."""
