@@ -219,7 +219,13 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
         min_offsets_per_trigger=positive_option(options, "minOffsetsPerTrigger", None),
         max_trigger_delay=duration_option(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         partition_size=partition_size,
-        read=ReadSettings(url, prefetch, timeout, fail_on_data_loss),
+        read=ReadSettings(
+            url,
+            prefetch,
+            timeout,
+            fail_on_data_loss,
+            include_headers=options.get("includeHeaders", "true").strip().lower() != "false",
+        ),
     )
 
 

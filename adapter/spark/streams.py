@@ -269,6 +269,8 @@ class ReadSettings:
     prefetch: int = 1000
     timeout: float = 30.0
     fail_on_data_loss: bool = True
+    # includeHeaders=false: rows carry an empty headers map, the MESSAGE headers are not rendered
+    include_headers: bool = True
 
 
 def split_range(queue: str, destination: str, start: int, end: int, size: int) -> list[OffsetRange]:
@@ -308,6 +310,9 @@ def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[Row]:
                 )
             if offset >= offsets.end:
                 break
-            yield renderer.row(delivery, offsets.queue, offset)
+            if settings.include_headers:
+                yield renderer.row(delivery, offsets.queue, offset)
+            else:
+                yield renderer.row_without_headers(delivery, offsets.queue, offset)
             expected = offset + 1
         consumer.close()

@@ -1,6 +1,7 @@
 """The micro-batch bounds of the streaming reader in a local SparkSession against the real
 RabbitMQ: ``maxBytesPerTrigger`` (body bytes, shared by the streams), ``minOffsetsPerTrigger``
-with ``maxTriggerDelay`` (as Kafka's), and Trigger.AvailableNow, which lifts the minimum."""
+with ``maxTriggerDelay`` (as Kafka's), and Trigger.AvailableNow, which lifts the minimum; and
+``includeHeaders=false``, which spares the reader the MESSAGE headers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.spark.conftest import publish
+from tests.spark.test_spark import read_stream
 from tests.spark.test_spark_positions import run_available_now
 
 pytestmark = pytest.mark.timeout(300)
@@ -140,3 +142,13 @@ def test_trigger_available_now_does_not_wait_for_the_minimum(spark, amqp_url, qu
         minOffsetsPerTrigger="100",
     )
     assert rows_read(query) == [4]
+
+
+def test_include_headers_false_reads_an_empty_headers_map(spark, amqp_url, queues, broker):
+    stream = queues("spark-no-headers")
+    publish(broker, stream, [b"h0", b"h1"], {"colour": "red"})
+    rows = read_stream(spark, amqp_url, f"/amq/queue/{stream}", includeHeaders="false")
+    assert [(row.offset, row.body, row.headers, row.destination) for row in rows] == [
+        (0, b"h0", {}, f"/queue/{stream}"),
+        (1, b"h1", {}, f"/queue/{stream}"),
+    ]
