@@ -166,6 +166,43 @@ def test_an_executor_killed_in_mid_batch_loses_and_repeats_nothing(
     assert len(part_files(output)) >= 1
 
 
+CLIENT_ONLY_SOURCE = """from pyspark.sql.datasource import DataSource, DataSourceReader
+
+
+class ClientOnly(DataSource):
+    @classmethod
+    def name(cls):
+        return "client_only"
+
+    def schema(self):
+        return "x int"
+
+    def reader(self, schema):
+        return Reader()
+
+
+class Reader(DataSourceReader):
+    def read(self, partition):
+        yield (1,)
+"""
+
+
+def test_connect_needs_the_data_source_installed_on_the_server(remote_spark, tmp_path, monkeypatch):
+    """Registering sends the class by reference (its module's name): a class the server's
+    Python cannot import fails at the first read, which is why the server and the executors
+    need the ``adapter`` package installed (docs/spark.md, "Spark Connect")."""
+    (tmp_path / "client_only_source.py").write_text(CLIENT_ONLY_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import client_only_source
+
+    remote_spark.dataSource.register(client_only_source.ClientOnly)
+    with pytest.raises(Exception) as failure:
+        remote_spark.read.format("client_only").load().collect()
+    text = str(failure.value)
+    assert "PYTHON_DATA_SOURCE_ERROR" in text
+    assert "ModuleNotFoundError: No module named 'client_only_source'" in text
+
+
 # ------------------------------------------------------------------- spark-submit to the cluster
 DRIVER_JOB = """import sys
 from pyspark.sql import SparkSession
