@@ -110,6 +110,19 @@ class MessageRenderer:
         destination, headers = self.message_headers(delivery)
         return (destination, headers, delivery.body, offset, _timestamp(delivery.properties), stream)
 
+    def row_without_headers(self, delivery: Delivery, stream: str, offset: int) -> Row:
+        """The row of ``delivery`` with an empty ``headers`` map (option ``includeHeaders=false``):
+        the destination alone, as the MESSAGE ``destination`` header would carry it."""
+        key = (delivery.exchange, delivery.routing_key)
+        destination = self._destinations.get(key)
+        if destination is None:
+            destination = message_destination(*key)
+            if len(self._destinations) < _DESTINATIONS_KEPT:
+                self._destinations[key] = destination
+        if not destination.isascii():
+            destination = _valid_text(destination)
+        return (destination, {}, delivery.body, offset, _timestamp(delivery.properties), stream)
+
     def render(self, delivery: Delivery, stream: str) -> StreamMessage:
         return StreamMessage(*self.row(delivery, stream, stream_offset(delivery)))
 

@@ -58,3 +58,30 @@ def broker_url(options: Mapping[str, str]) -> BrokerUrl:
         return parse_broker_url(raw)
     except ValueError as error:
         raise StreamOptionError(str(error)) from None
+
+
+_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_option(options: Mapping[str, str], name: str, default: float) -> float:
+    """A duration as Spark's Kafka source takes it (``maxTriggerDelay``): a number with a unit
+    ``ms``, ``s``, ``m``/``min``, ``h`` or ``d`` (``15m``, ``500ms``), or a bare number of
+    milliseconds; in seconds, refused with the option's name unless it is at least zero."""
+    raw = options.get(name)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    number, unit = text, "ms"
+    for suffix in sorted(_DURATION_UNITS, key=len, reverse=True):
+        if text.endswith(suffix):
+            number, unit = text[: -len(suffix)].strip(), suffix
+            break
+    try:
+        value = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise StreamOptionError(
+            f"option {name!r} must be a duration such as '15m', '30s' or '500ms', got {raw!r}"
+        )
+    return value

@@ -14,6 +14,7 @@ executors need this package installed, nothing else.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -31,7 +32,14 @@ from pyspark.sql.types import StructType
 
 from .broker import BlockingBroker, BrokerUrl
 from .messages import Row
-from .options import DEFAULT_TIMEOUT, broker_url, positive_option, required_option, seconds_option
+from .options import (
+    DEFAULT_TIMEOUT,
+    broker_url,
+    duration_option,
+    positive_option,
+    required_option,
+    seconds_option,
+)
 from .streams import (
     OffsetRange,
     ReadSettings,
@@ -40,6 +48,7 @@ from .streams import (
     first_offset,
     next_offset,
     offset_at,
+    offset_within_bytes,
     prepare_streams,
     read_range,
     split_range,
@@ -71,6 +80,8 @@ ARROW_BATCH_BYTES: Final = 16 * 1024 * 1024
 
 DEFAULT_PARTITION_SIZE: Final = 100_000
 DEFAULT_PREFETCH: Final = 1000
+# maxTriggerDelay's default, as Kafka's: 15 minutes
+DEFAULT_MAX_TRIGGER_DELAY: Final = 15 * 60.0
 
 
 # ------------------------------------------------------------------------------------ options
@@ -82,6 +93,9 @@ class SourceOptions:
     starting: dict[str, OffsetSpec] | None  # None: the default (latest streaming, earliest batch)
     ending: dict[str, OffsetSpec]
     max_offsets_per_trigger: int | None
+    max_bytes_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay: float  # seconds
     partition_size: int
     read: ReadSettings
 
@@ -201,8 +215,17 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
         ending=_position(options, streams, "ending")
         or dict.fromkeys([ref.queue for ref in streams], _LATEST),
         max_offsets_per_trigger=positive_option(options, "maxOffsetsPerTrigger", None),
+        max_bytes_per_trigger=positive_option(options, "maxBytesPerTrigger", None),
+        min_offsets_per_trigger=positive_option(options, "minOffsetsPerTrigger", None),
+        max_trigger_delay=duration_option(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY),
         partition_size=partition_size,
-        read=ReadSettings(url, prefetch, timeout, fail_on_data_loss),
+        read=ReadSettings(
+            url,
+            prefetch,
+            timeout,
+            fail_on_data_loss,
+            include_headers=options.get("includeHeaders", "true").strip().lower() != "false",
+        ),
     )
 
 
@@ -351,6 +374,9 @@ class StompStreamReader(DataSourceStreamReader):
         self._broker: BlockingBroker | None = None
         # Trigger.AvailableNow: each stream's end when the query started, never read past
         self._available_now: dict[str, int] | None = None
+        # when the last micro-batch with new offsets was planned (minOffsetsPerTrigger waits
+        # at most maxTriggerDelay from then; from the reader's start for the first)
+        self._last_batch = time.monotonic()
 
     def _driver_broker(self) -> BlockingBroker:
         # one connection for the life of the query, kept by the driver-side reader
@@ -367,16 +393,22 @@ class StompStreamReader(DataSourceStreamReader):
         }
 
     def latestOffset(self, start: dict[str, int] | None = None, limit: object = None) -> dict[str, int]:
-        """The next offset of each stream, at most ``maxOffsetsPerTrigger`` past ``start``
-        (or the engine's ReadMaxRows limit on Spark 4.2+; earlier versions pass nothing)."""
+        """The end of the next micro-batch in each stream: the stream's next offset, bounded by
+        ``maxOffsetsPerTrigger`` (per stream) and ``maxBytesPerTrigger`` (bodies, shared equally
+        by the streams); ``start`` itself (no batch) while fewer than ``minOffsetsPerTrigger``
+        offsets are new, for at most ``maxTriggerDelay`` since the last batch.
+
+        Spark before 4.2 passes neither ``start`` nor ``limit``; from 4.2 the engine passes the
+        read limit ``getDefaultReadLimit`` returned, or ReadAllAvailable (Trigger.Once), which
+        lifts every bound."""
         broker = self._driver_broker()
+        unbounded = type(limit).__name__ == "ReadAllAvailable"
+        options = self.options
+        cap = None if unbounded else options.max_offsets_per_trigger
+        byte_budget = None if unbounded else options.max_bytes_per_trigger
         latest: dict[str, int] = {}
-        # Spark before 4.2 passes no limit: the option is the limit; from 4.2 the engine's
-        # ReadMaxRows carries max_rows, ReadAllAvailable (Trigger.AvailableNow ...) none
-        cap: int | None = (
-            self.options.max_offsets_per_trigger if limit is None else getattr(limit, "max_rows", None)
-        )
-        for ref in self.options.streams:
+        begins: dict[str, int] = {}
+        for ref in options.streams:
             if self._available_now is not None:
                 end: int | None = self._available_now[ref.queue]
             else:
@@ -385,8 +417,29 @@ class StompStreamReader(DataSourceStreamReader):
             if begin is None:
                 latest[ref.queue] = end or 0
                 continue
+            begins[ref.queue] = begin
             end = begin if end is None else max(begin, end)
             latest[ref.queue] = min(end, begin + cap) if cap else end
+        if start is None or not begins:
+            return latest
+        new = sum(latest[queue] - begin for queue, begin in begins.items())
+        minimum = options.min_offsets_per_trigger
+        waiting = self._available_now is None and not unbounded
+        if (
+            waiting
+            and minimum is not None
+            and new < minimum
+            and time.monotonic() - self._last_batch < options.max_trigger_delay
+        ):
+            return {**latest, **begins}
+        if byte_budget is not None:
+            share = max(1, byte_budget // len(begins))
+            for queue, begin in begins.items():
+                latest[queue] = offset_within_bytes(
+                    broker, queue, begin, latest[queue], share, options.read.timeout
+                )
+        if any(latest[queue] > begin for queue, begin in begins.items()):
+            self._last_batch = time.monotonic()
         return latest
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -397,10 +450,20 @@ class StompStreamReader(DataSourceStreamReader):
         self._available_now = {ref.queue: next_offset(broker, ref.queue) or 0 for ref in self.options.streams}
 
     def getDefaultReadLimit(self) -> Any:
-        limit = self.options.max_offsets_per_trigger
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+        """ReadMaxRows / ReadMaxBytes / ReadMinRows when one bound is set, so that the engine
+        knows the query is rate-limited; latestOffset applies the options themselves (Python
+        sources have no composite limit), whatever this returns, unless the engine passes
+        ReadAllAvailable."""
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        options = self.options
+        if options.max_offsets_per_trigger:
+            return ReadMaxRows(options.max_offsets_per_trigger)
+        if options.max_bytes_per_trigger:
+            return ReadMaxBytes(options.max_bytes_per_trigger)
+        if options.min_offsets_per_trigger:
+            return ReadMinRows(options.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         ranges = {}

@@ -221,6 +221,38 @@ def next_offset(broker: BlockingBroker, queue: str) -> int | None:
     return None if highest is None else highest + 1
 
 
+def offset_within_bytes(
+    broker: BlockingBroker, queue: str, start: int, end: int, budget: int, timeout: float
+) -> int:
+    """The end of the longest range ``[start, e)``, ``e <= end``, whose bodies hold at most
+    ``budget`` bytes, but at least one message (``maxBytesPerTrigger``): the driver reads the
+    bodies from ``start`` to count them, as AMQP 0-9-1 tells no message's size otherwise.
+    An offset retention has removed counts as empty."""
+    if start >= end:
+        return start
+    consumer = _Consumer(broker, queue, ("long", start), 1000)
+    used = 0
+    reached = start
+    try:
+        while reached < end:
+            delivery = consumer.next(time.monotonic() + timeout)
+            if delivery is None:
+                raise BrokerError(
+                    f"stream {queue!r} delivered nothing after offset {reached - 1} within {timeout:g} s "
+                    f"while sizing a micro-batch (maxBytesPerTrigger) up to offset {end - 1}"
+                )
+            offset = stream_offset(delivery)
+            if offset < reached:
+                continue  # the chunk holding ``start`` begins before it
+            used += len(delivery.body)
+            if offset >= end or (used > budget and offset > start):
+                return min(offset, end)
+            reached = offset + 1
+    finally:
+        consumer.close()
+    return reached
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetRange:
     """Offsets ``[start, end)`` of one stream: what one Spark partition reads."""
@@ -237,6 +269,8 @@ class ReadSettings:
     prefetch: int = 1000
     timeout: float = 30.0
     fail_on_data_loss: bool = True
+    # includeHeaders=false: rows carry an empty headers map, the MESSAGE headers are not rendered
+    include_headers: bool = True
 
 
 def split_range(queue: str, destination: str, start: int, end: int, size: int) -> list[OffsetRange]:
@@ -276,6 +310,9 @@ def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[Row]:
                 )
             if offset >= offsets.end:
                 break
-            yield renderer.row(delivery, offsets.queue, offset)
+            if settings.include_headers:
+                yield renderer.row(delivery, offsets.queue, offset)
+            else:
+                yield renderer.row_without_headers(delivery, offsets.queue, offset)
             expected = offset + 1
         consumer.close()

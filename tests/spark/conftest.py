@@ -1,5 +1,6 @@
 """Fixtures for the Spark data source tests: one local SparkSession for the whole run, a
-blocking broker connection, and stream queues that are deleted afterwards.
+blocking broker connection, stream queues that are deleted afterwards, and (for the tests that
+ask for them) a standalone cluster and a Spark Connect server on it, started once.
 
 The SparkSession is local[2] with the UI off and two shuffle partitions, so the whole module
 takes well under a few minutes; its Python workers run this interpreter (PYSPARK_PYTHON),
@@ -20,6 +21,7 @@ import pytest
 
 from adapter.mapping.properties import MessageProperties
 from adapter.spark.broker import BlockingBroker, BrokerError, parse_broker_url
+from tests.spark.standalone import ConnectServer, StandaloneCluster
 from tests.support import unique
 
 
@@ -133,3 +135,41 @@ class SteadyPublisher:
         assert not self._thread.is_alive(), "the publisher thread did not stop"
         assert self.error is None, self.error
         return self.confirmed
+
+
+# ------------------------------------------------------------------- a standalone cluster
+@pytest.fixture(scope="package")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A standalone master and two workers on 127.0.0.1, started once for tests/spark (about
+    20 s) and stopped after its last test (tests/spark/standalone.py)."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="package")
+def connect_server(
+    spark_cluster: StandaloneCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ConnectServer]:
+    """A Spark Connect server whose application runs on ``spark_cluster`` (two executors)."""
+    server = ConnectServer(spark_cluster, tmp_path_factory.mktemp("spark-connect"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="package")
+def remote_spark(connect_server: ConnectServer) -> Iterator[Any]:
+    """A Spark Connect session with the ``stomp`` source registered from this (client) side.
+
+    Made with the Connect session class itself rather than ``SparkSession.builder.remote``,
+    which would mark the whole process as a Connect client (SPARK_CONNECT_MODE_ENABLED) under
+    the local ``spark`` session of the other tests; the tests that use it take their column
+    functions from ``pyspark.sql.connect.functions`` for the same reason."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    from adapter.spark import register
+
+    session = RemoteSparkSession.builder.remote(connect_server.url).getOrCreate()
+    register(session)
+    yield session
+    session.stop()

@@ -54,6 +54,15 @@ def test_header_bytes_that_are_not_utf8_become_replacement_characters():
     assert message.headers["h"] == "caf\ufffd"
 
 
+def test_a_row_without_headers_keeps_every_other_column():
+    renderer = MessageRenderer()
+    properties = MessageProperties(headers={"custom": "v", "x-stream-offset": 3}, timestamp=1_700_000_000)
+    full = renderer.row(delivery(properties, exchange="amq.topic", key="t.x"), "s", 3)
+    bare = renderer.row_without_headers(delivery(properties, exchange="amq.topic", key="t.x"), "s", 3)
+    assert bare[1] == {} and full[1]["custom"] == "v"
+    assert bare[:1] + bare[2:] == full[:1] + full[2:]
+
+
 def test_a_delivery_without_stream_offset_is_refused():
     renderer = MessageRenderer()
     with pytest.raises(ValueError, match="is the queue a stream"):

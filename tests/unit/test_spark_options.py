@@ -13,6 +13,7 @@ from adapter.spark.streams import StreamOptionError
 URL = "amqp://guest:guest@localhost:5672/"
 SINK_SCHEMA = StructType([StructField("destination", StringType()), StructField("body", BinaryType())])
 BAD_SECONDS = ["soon", "", "0", "-1", "nan", "inf"]
+BASE = {"url": URL, "destination": "/amq/queue/events"}
 
 
 @pytest.mark.parametrize("value", BAD_SECONDS)
@@ -79,3 +80,32 @@ def test_a_url_that_cannot_be_read_does_not_show_the_password(url):
         source_options({"url": url, "destination": "/amq/queue/events"})
     assert SECRET not in str(info.value) and "12345" not in str(info.value), str(info.value)
     assert "option 'url'" in str(info.value)
+
+
+# ------------------------------------------------------------------- micro-batch bounds
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [("15m", 900.0), ("30s", 30.0), ("500ms", 0.5), ("2h", 7200.0), ("1500", 1.5), ("0", 0.0)],
+)
+def test_max_trigger_delay_takes_kafkas_durations(raw, seconds):
+    options = source_options({**BASE, "minOffsetsPerTrigger": "10", "maxTriggerDelay": raw})
+    assert (options.min_offsets_per_trigger, options.max_trigger_delay) == (10, seconds)
+
+
+def test_the_bounds_default_to_none_and_fifteen_minutes():
+    options = source_options(BASE)
+    assert options.max_bytes_per_trigger is None and options.min_offsets_per_trigger is None
+    assert options.max_trigger_delay == 900.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-1s", "inf", "1 week"])
+def test_a_bad_max_trigger_delay_names_the_option(value):
+    with pytest.raises(StreamOptionError, match="'maxTriggerDelay'"):
+        source_options({**BASE, "maxTriggerDelay": value})
+
+
+@pytest.mark.parametrize("name", ["maxBytesPerTrigger", "minOffsetsPerTrigger"])
+@pytest.mark.parametrize("value", ["0", "-5", "1 MiB"])
+def test_a_bad_bound_names_the_option(name, value):
+    with pytest.raises(StreamOptionError, match=repr(name)):
+        source_options({**BASE, name: value})
