@@ -267,6 +267,7 @@ BROKER_INPUTS: dict[Input, bytes] = {
     Input.CLOSE_OK: marshal((commands.Connection.CloseOk(), 0)),
     Input.BLOCKED: marshal((commands.Connection.Blocked("low on memory"), 0)),
     Input.UNBLOCKED: marshal((commands.Connection.Unblocked(), 0)),
+    Input.UPDATE_SECRET_OK: marshal((commands.Connection.UpdateSecretOk(), 0)),
     Input.OTHER_CONNECTION_METHOD: marshal((commands.Connection.Secure(challenge=""), 0)),
     Input.CHANNEL_METHOD: marshal((commands.Basic.QosOk(), 1)),
 }
