@@ -48,6 +48,7 @@ from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
 from .session import SessionSettings
 from .session.fanout import Registry
+from .session.tokens import TokenValidator
 from .stomp.codec import FrameLimits
 
 log = logging.getLogger("adapter")
@@ -144,6 +145,9 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
         profile=settings.profile,
         plugin_behaviour=settings.plugin_behaviour,
         declare_exchanges=settings.declare_exchanges,
+        token_validator=TokenValidator.from_files(
+            settings.oauth2_signing_key_file, settings.oauth2_jwks_file, settings.oauth2_audience
+        ),
         shared=Registry(
             max_lag=settings.shared_subscription_max_lag,
             lag_budget=settings.shared_subscription_lag_budget,

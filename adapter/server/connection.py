@@ -44,6 +44,7 @@ from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import ProcessingError
 from ..session import Session, SessionSettings, State, new_session_id
+from ..session.token_session import EXPIRED_MESSAGE
 from ..stomp.codec import FrameError, FrameLimits, FrameParser
 from ..stomp.frame import Frame
 from . import connection_log
@@ -54,6 +55,7 @@ from .latency import LatencyClocks
 from .login import BrokerLogin, BrokerSettings, logged_in, tls_failure
 from .proxy_protocol import ProxyHeaderError, ProxyTrust, parse_proxy_header
 from .sharing import SharedLink
+from .token_expiry import TokenExpiryGuard, update_secret_call
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -261,6 +263,8 @@ class ClientConnection(asyncio.Protocol):
         # adapter.shared_subscriptions: this connection's side of the shared groups, made at
         # its CONNECT (adapter/server/sharing.py)
         self._shared: SharedLink | None = None
+        # an OAuth 2.0 token's expiry (adapter/server/token_expiry.py)
+        self._token_expiry = TokenExpiryGuard(loop, self._token_expired)
         self.done: asyncio.Future[None] = loop.create_future()
         # Counters for the metrics and the close log line: plain attributes, read by
         # adapter/server/metrics.py at scrape time and added to server.stats when the
@@ -591,6 +595,21 @@ class ClientConnection(asyncio.Protocol):
 
     def _op_delete_on_close(self, op: ops.DeleteQueueOnClose, in_frame: bool) -> None:
         self._link_glue.delete_on_close.append(op.queue)  # deleted before the AMQP link goes
+
+    def _op_token_expiry(self, op: ops.TokenExpiry, in_frame: bool) -> None:
+        self._token_expiry.arm(op.expires_at)
+
+    def _token_expired(self) -> None:
+        """The token's exp passed: ERROR and close, unless a refresh moved it meanwhile."""
+        if self._closed:
+            return
+        tokens = self.session.tokens
+        detail = tokens.expired()
+        if detail is None:
+            self._token_expiry.arm(tokens.claims.expires_at if tokens.claims is not None else None)
+            return
+        self.close_with_error(EXPIRED_MESSAGE, detail)
+        self.flush()
 
     def _op_dispatch(self, op: ops.DispatchOp, in_frame: bool) -> None:
         self._dispatch_op(op)
@@ -1040,6 +1059,7 @@ class ClientConnection(asyncio.Protocol):
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
+        self._token_expiry.cancel()
         self._heartbeats.stop()
         self._guard.release()
         self.session.on_closed()  # activemq profile: frees its client-id
@@ -1103,6 +1123,10 @@ async def _open_connection(connection: ClientConnection, op: ops.OpenConnection)
     return await connection._open_amqp(op)  # noqa: SLF001
 
 
+async def _update_secret(connection: ClientConnection, op: ops.UpdateSecret) -> object:
+    return await update_secret_call(connection._amqp, op.token)  # noqa: SLF001
+
+
 async def _join_shared(connection: ClientConnection, op: ops.JoinShared) -> object:
     shared = connection._shared  # noqa: SLF001
     assert shared is not None
@@ -1138,4 +1162,6 @@ INTERPRETER: dict[type, _Entry] = {
     ops.CloseAmqp: _broker_call(ClientConnection._close_amqp_link),
     ops.JoinShared: _broker_call(_join_shared),
     ops.LeaveShared: ClientConnection._op_leave_shared,
+    ops.UpdateSecret: _broker_call(_update_secret),  # a token refresh (SEND to /auth/token)
+    ops.TokenExpiry: ClientConnection._op_token_expiry,
 }

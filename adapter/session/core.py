@@ -64,6 +64,8 @@ from .settings import RefusedWithReceipt, SessionSettings, State, Steps
 from .subscription import Subscription
 from .subscriptions import Subscriptions, parse_ack_id
 from .targets import Targets
+from .token_session import TokenSession
+from .tokens import TOKEN_DESTINATION
 from .transactions import Transactions
 
 _CONNECTED = State.CONNECTED
@@ -88,7 +90,9 @@ class Session:
         self._identity: Identity | None = None
         # whose visible behaviour: ERROR texts, consumer timeouts (adapter/session/edition.py)
         self._edition = edition = edition_for(settings.plugin_behaviour)
-        self._login = Login(settings, rules, self, peer_is_loopback, edition)
+        # the OAuth 2.0 token a session may log in with and refresh (token_session.py)
+        self.tokens = TokenSession(settings.token_validator)
+        self._login = Login(settings, rules, self, peer_is_loopback, edition, self.tokens)
         # the parts; each owns its piece of the connection's state (see the module docstring)
         self._by_tag: dict[str, Subscription] = {}  # consumer tag -> subscription, shared
         self._frames = frames = Frames(self._by_tag, session_id, settings.trailing_lf)
@@ -239,6 +243,7 @@ class Session:
         yield Established(outcome.identity.version, outcome.send_ms, outcome.receive_ms)
         if send_connected:
             yield SendFrame(self._login.connected_frame(outcome, self.session_id, self._frames))
+        yield from self.tokens.established()
 
     def _establish(self, admitted: Admitted) -> None:
         identity = self._identity = admitted.identity
@@ -322,6 +327,8 @@ class Session:
 
     # ------------------------------------------------------------------ frames, to their parts
     def _send(self, frame: Frame) -> Steps:
+        if frame.headers.get("destination") == TOKEN_DESTINATION:
+            return self.tokens.refresh(frame, self._frames)  # a token refresh, never published
         return self._publishing.send(frame)
 
     def _subscribe(self, frame: Frame) -> Steps:

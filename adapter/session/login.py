@@ -23,6 +23,7 @@ from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
 from .edition import LEGACY, Edition
 from .frames import Frames
 from .settings import NODE_LIMIT_REACHED, SessionSettings
+from .token_session import TokenSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class Login:
         "requested_vhost",
         "failure",
         "_client_id",
+        "_tokens",
     )
 
     def __init__(
@@ -75,8 +77,10 @@ class Login:
         owner: object,
         peer_is_loopback: bool,
         edition: Edition = LEGACY,
+        tokens: TokenSession | None = None,
     ) -> None:
         self._settings = settings
+        self._tokens = tokens  # an OAuth 2.0 token as passcode (adapter/session/token_session.py)
         self._edition = edition  # whose ERROR texts (adapter/session/edition.py)
         self._rules = rules
         self._owner = owner  # who holds the connection slot and the client id (the session)
@@ -158,6 +162,11 @@ class Login:
             # all): the plugin's answer, unasked
             self.failure = "vhost"
             return Refused("Bad CONNECT", f"Virtual host '{vhost}' access denied")
+        refusal = self._tokens.login_refusal(password) if self._tokens is not None else None
+        if refusal is not None:
+            # a token refused before it reaches the broker (adapter.oauth2_*: local validation)
+            self.failure = "access_refused"
+            return Refused("Bad CONNECT", refusal + "\n")
         result = yield OpenConnection(user, password or "", vhost)
         assert isinstance(result, LoginResult)
         if not result.ok:

@@ -18,6 +18,7 @@ from ..mapping.operations import Operation
 from ..mapping.profile import ClientIds, Profile
 from ..stomp.codec import FrameLimits
 from .fanout import Registry
+from .tokens import TokenValidator
 
 # The operations of one client frame, in order; a synchronous one's result is sent back in.
 Steps = Generator[Operation, object, None]
@@ -67,6 +68,9 @@ class SessionSettings:
     # adapter.shared_subscriptions: the process's shared topic subscriptions (adapter/session/
     # fanout.py), or None (off: every subscription has its own queue, as with the plugin)
     shared: Registry | None = field(default=None, compare=False)
+    # adapter.oauth2_signing_key_file / adapter.oauth2_jwks_file: tokens checked before they
+    # reach the broker (adapter/session/tokens.py), or None (the broker alone decides)
+    token_validator: TokenValidator | None = field(default=None, compare=False)
 
 
 class RefusedWithReceipt(StompError):

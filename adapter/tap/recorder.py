@@ -192,6 +192,16 @@ def _is_error(head: bytes) -> bool:
     return head.startswith(b"ERROR") and head[5:6] in (b"", b"\n", b"\r")
 
 
+_REDACTED_BYTES = REDACTED.encode()
+# a header line naming the token refresh's destination, whatever line ending follows
+_TOKEN_DESTINATION_LINE = re.compile(rb"\ndestination:/auth/token\r?(?:\n|$)")
+
+
+def _is_token_refresh(head: bytes) -> bool:
+    """A SEND to the reserved /auth/token: its body is a token, recorded as ``***``."""
+    return head.startswith(b"SEND") and _TOKEN_DESTINATION_LINE.search(head) is not None
+
+
 def _base64_length(size: int) -> int:
     return 4 * ((size + 2) // 3)
 
@@ -419,6 +429,8 @@ class DirectionRecorder:
             else:
                 if _is_error(head):  # the upstream's own text: it may quote a passcode line
                     body = redact_body(body)
+                elif _is_token_refresh(head):  # an OAuth 2.0 token (SEND to /auth/token)
+                    body = _REDACTED_BYTES
                 append(
                     f'{start}{head_json},"body_len":{body_len},"body":"'
                     + base64.b64encode(body).decode("ascii")

@@ -1,0 +1,193 @@
+"""OAuth 2.0 bearer tokens (JWTs) as STOMP passcodes: what the adapter reads of them, and checks.
+
+Pure (no I/O once built; ``TokenValidator.from_files`` reads the operator's key file once, at
+start-up).  Owns:
+
+* ``read_claims``: whether a passcode is a JWT, and the claims the adapter reads from it
+  *without trusting them* (``exp`` for the expiry guard, the subject for the refresh rule and
+  the logs, scopes and audience for the logs).  The broker is still the one that decides.
+* ``TokenValidator``: with ``adapter.oauth2_signing_key_file`` or ``adapter.oauth2_jwks_file``,
+  the signature, ``exp``, ``nbf`` and audience checked before anything is opened on the broker,
+  so forged tokens never reach it (PyJWT does the cryptography).
+* ``refresh_refusal``: the rules a refreshed token must pass that RabbitMQ does not check
+  (same subject, not expired: docs/behaviour.md, "OAuth 2.0 tokens").
+
+A token is a secret wherever a passcode is: nothing here logs one, and ``TokenClaims`` holds no
+part of the token itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+# the reserved destination of a token refresh (a SEND whose body is the new token)
+TOKEN_DESTINATION = "/auth/token"
+# a JWT longer than this is not read (a passcode is bounded by the frame limits anyway)
+MAX_TOKEN_LENGTH = 16 * 1024
+# seconds of clock difference forgiven when checking exp and nbf locally
+LEEWAY_SECONDS = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClaims:
+    """What the adapter reads of a token, untrusted: never the token itself."""
+
+    subject: str  # the broker's user: ``client_id`` if present, else ``sub`` ("" if neither)
+    expires_at: float | None  # ``exp``, seconds since the epoch
+    scopes: tuple[str, ...] = ()
+    audience: tuple[str, ...] = ()
+
+
+def _b64_json(part: str) -> object:
+    padded = part + "=" * (-len(part) % 4)
+    try:
+        return json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+    except (ValueError, binascii.Error, UnicodeError):
+        return None
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, list):
+        return tuple(item for item in value if isinstance(item, str))
+    return ()
+
+
+def read_claims(passcode: str | None) -> TokenClaims | None:
+    """The claims of ``passcode`` if it is a JWT (three base64url parts, a JSON header with
+    ``alg`` and a JSON object of claims), else None: a password, logged in as before."""
+    if not passcode or len(passcode) > MAX_TOKEN_LENGTH or passcode.count(".") != 2:
+        return None
+    header_part, payload_part, _ = passcode.split(".")
+    header = _b64_json(header_part)
+    payload = _b64_json(payload_part)
+    if not isinstance(header, dict) or "alg" not in header or not isinstance(payload, dict):
+        return None
+    exp = payload.get("exp")
+    expires_at = float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+    subject = payload.get("client_id") or payload.get("sub") or ""
+    return TokenClaims(
+        subject=subject if isinstance(subject, str) else "",
+        expires_at=expires_at,
+        scopes=_strings(payload.get("scope")),
+        audience=_strings(payload.get("aud")),
+    )
+
+
+def refresh_refusal(current: TokenClaims, new: TokenClaims, now: float) -> str | None:
+    """Why a refreshed token cannot replace the session's (None: it can).  RabbitMQ's
+    update-secret takes a token of another subject and an expired one alike."""
+    if new.subject != current.subject:
+        return "The new token is for another subject than the session's"
+    if new.expires_at is not None and new.expires_at <= now:
+        return "The new token has expired"
+    return None
+
+
+# the algorithms a public key may verify; never HMAC with a public key's bytes
+def _algorithms_for(key: object) -> list[str]:
+    if isinstance(key, rsa.RSAPublicKey):
+        return ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"]
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return ["ES256", "ES384", "ES512"]
+    if isinstance(key, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
+        return ["EdDSA"]
+    raise ValueError(f"unsupported signing key type {type(key).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    key: Any
+    algorithms: tuple[str, ...]
+
+
+class TokenValidator:
+    """Checks a token's signature, ``exp``, ``nbf`` and audience with the operator's keys
+    before the broker sees it.  ``refusal(token)`` says why a token is refused (None: valid)."""
+
+    __slots__ = ("_keys", "_default", "_audience")
+
+    def __init__(self, keys: Mapping[str, _Key], default: str | None, audience: str | None) -> None:
+        self._keys = dict(keys)
+        self._default = default  # the key id of a token without ``kid``
+        self._audience = audience
+
+    def __repr__(self) -> str:
+        return f"TokenValidator(keys={sorted(self._keys)!r}, audience={self._audience!r})"
+
+    @classmethod
+    def from_pem(cls, pem: bytes, audience: str | None) -> TokenValidator:
+        key = load_pem_public_key(pem)
+        return cls({"": _Key(key, tuple(_algorithms_for(key)))}, "", audience)
+
+    @classmethod
+    def from_jwks(cls, jwks: bytes, audience: str | None) -> TokenValidator:
+        keys: dict[str, _Key] = {}
+        for number, entry in enumerate(jwt.PyJWKSet.from_json(jwks.decode("utf-8")).keys):
+            if entry.key_type == "oct":
+                continue  # a shared secret is not a signing key the adapter may hold
+            algorithm = entry.algorithm_name
+            algorithms = (algorithm,) if entry.Algorithm is not None and algorithm else ()
+            kid = entry.key_id or str(number)
+            keys[kid] = _Key(entry.key, algorithms or tuple(_algorithms_for(entry.key)))
+        if not keys:
+            raise ValueError("the JWKS file has no public signing key")
+        return cls(keys, next(iter(keys)) if len(keys) == 1 else None, audience)
+
+    @classmethod
+    def from_files(
+        cls, pem_file: str | None, jwks_file: str | None, audience: str | None
+    ) -> TokenValidator | None:
+        """The validator the settings ask for (None: no key configured, no local check)."""
+        if jwks_file is not None:
+            with open(jwks_file, "rb") as file:
+                return cls.from_jwks(file.read(), audience)
+        if pem_file is not None:
+            with open(pem_file, "rb") as file:
+                return cls.from_pem(file.read(), audience)
+        return None
+
+    def refusal(self, token: str) -> str | None:
+        """Why ``token`` is not valid (words for the client's ERROR), or None."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            return "The token is malformed"
+        kid = header.get("kid")
+        key = self._keys.get(kid) if isinstance(kid, str) else None
+        if key is None and self._default is not None and (kid is None or len(self._keys) == 1):
+            key = self._keys[self._default]
+        if key is None:
+            return "The token is signed with an unknown key"
+        try:
+            jwt.decode(
+                token,
+                key.key,
+                algorithms=list(key.algorithms),
+                audience=self._audience,
+                leeway=LEEWAY_SECONDS,
+                options={"require": ["exp"], "verify_aud": self._audience is not None},
+            )
+        except jwt.ExpiredSignatureError:
+            return "The token has expired"
+        except jwt.ImmatureSignatureError:
+            return "The token is not valid yet (nbf)"
+        except (jwt.InvalidAudienceError, jwt.MissingRequiredClaimError) as error:
+            return f"The token is refused: {error}"
+        except jwt.InvalidAlgorithmError:
+            return "The token's algorithm is not allowed for its key"
+        except jwt.InvalidSignatureError:
+            return "The token's signature is invalid"
+        except jwt.PyJWTError:
+            return "The token is malformed"
+        return None
