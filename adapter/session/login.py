@@ -183,7 +183,10 @@ class Login:
                 return Refused(*client_id_in_use(client_id))
             self._client_id = client_id
         send_ms, receive_ms = heartbeat.negotiate(client_heart_beat, self._settings.min_client_heartbeat)
-        return Admitted(Identity(user, vhost, version, client_id), result.server_version, send_ms, receive_ms)
+        # a token's user is its subject (the broker ignores the login header): the logs say so
+        subject = self._tokens.subject if self._tokens is not None else None
+        identity = Identity(subject or user, vhost, version, client_id)
+        return Admitted(identity, result.server_version, send_ms, receive_ms)
 
     def connected_frame(self, admitted: Admitted, session_id: str, frames: Frames) -> bytes:
         headers = []

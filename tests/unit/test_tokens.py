@@ -1,0 +1,201 @@
+"""OAuth 2.0 tokens without a broker: the claims read untrusted, local validation (hostile tokens
+first), the refresh rules and the session part's operations, and the places a token must never
+appear (reprs, tap recordings)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from adapter.mapping import operations as ops
+from adapter.session import Session, SessionSettings
+from adapter.session.frames import Frames
+from adapter.session.token_session import TokenRefused, TokenSession
+from adapter.session.tokens import TokenClaims, TokenValidator, read_claims, refresh_refusal
+from adapter.stomp.frame import Frame
+from tests.unit.test_tap_recorder import Sink, direction
+
+KEY = rsa.generate_private_key(65537, 2048)
+OTHER_KEY = rsa.generate_private_key(65537, 2048)
+PEM = KEY.public_key().public_bytes(
+    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+)
+
+
+def mint(
+    key: Any = KEY, algorithm: str = "RS256", headers: dict[str, Any] | None = None, **claims: Any
+) -> str:
+    payload = {"sub": "alice", "aud": ["rabbitmq"], "scope": "rabbitmq.read:*/*", "exp": time.time() + 60}
+    payload.update(claims)
+    return jwt.encode(
+        {k: v for k, v in payload.items() if v is not None}, key, algorithm=algorithm, headers=headers
+    )
+
+
+def b64(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+
+# --------------------------------------------------------------------------- reading, untrusted
+def test_claims_are_read_from_a_jwt_and_a_password_is_no_token() -> None:
+    claims = read_claims(mint(exp=2_000_000_000, scope="a b", aud="rabbitmq"))
+    assert claims == TokenClaims("alice", 2_000_000_000.0, ("a", "b"), ("rabbitmq",))
+    # the broker's user is client_id when the token has one
+    assert read_claims(mint(client_id="svc")).subject == "svc"  # type: ignore[union-attr]
+    for password in ("guest", "", None, "a.b", "a.b.c", "x" * 20_000, f"{b64([1])}.{b64({})}.s"):
+        assert read_claims(password) is None, password
+    # a header without alg, claims that are not an object: not a token
+    assert read_claims(f"{b64({'typ': 'JWT'})}.{b64({'sub': 'a'})}.s") is None
+    assert read_claims(f"{b64({'alg': 'RS256'})}.{b64(['sub'])}.s") is None
+    # odd claims are read as absent, never raised on
+    odd = read_claims(f"{b64({'alg': 'none'})}.{b64({'sub': 5, 'exp': True, 'scope': 7})}.")
+    assert odd == TokenClaims("", None, (), ())
+
+
+# --------------------------------------------------------------------------- local validation
+def test_hostile_tokens_are_refused_by_local_validation() -> None:
+    validator = TokenValidator.from_pem(PEM, "rabbitmq")
+    assert validator.refusal(mint()) is None
+    hostile = {
+        "forged": mint(OTHER_KEY),
+        "expired": mint(exp=time.time() - 1),
+        "not yet": mint(nbf=time.time() + 60),
+        "no exp": mint(exp=None),
+        "other audience": mint(aud=["elsewhere"]),
+        "alg none": jwt.encode(
+            {"sub": "alice", "exp": time.time() + 60, "aud": "rabbitmq"}, None, algorithm="none"
+        ),
+        # HMAC keyed with the public key's bytes: the algorithm confusion attack
+        "hs256 with the public key": _hs256_with(PEM),
+        "garbage": "a.b.c",
+        "truncated": mint()[:-10],
+    }
+    refusals = {name: validator.refusal(token) for name, token in hostile.items()}
+    assert all(refusals.values()), refusals
+    assert refusals["forged"] == "The token's signature is invalid"
+    assert refusals["expired"] == "The token has expired"
+    assert refusals["not yet"] == "The token is not valid yet (nbf)"
+    assert "audience" in (refusals["other audience"] or "").lower()
+
+
+def _hs256_with(secret: bytes) -> str:
+    header = b64({"alg": "HS256", "typ": "JWT"})
+    payload = b64({"sub": "alice", "exp": time.time() + 60, "aud": "rabbitmq"})
+    import hashlib
+    import hmac
+
+    signature = hmac.new(secret, f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    return f"{header}.{payload}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+
+
+def test_a_jwks_file_picks_the_key_by_kid_and_refuses_unknown_ones() -> None:
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    jwks = {
+        "keys": [
+            {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "r", "alg": "RS256"},
+            {**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_key.public_key())), "kid": "e"},
+        ]
+    }
+    validator = TokenValidator.from_jwks(json.dumps(jwks).encode(), None)
+    assert validator.refusal(mint(headers={"kid": "r"})) is None
+    assert validator.refusal(mint(ec_key, "ES256", headers={"kid": "e"})) is None
+    assert validator.refusal(mint(headers={"kid": "e"})) is not None  # RS256 on the EC key
+    assert validator.refusal(mint(headers={"kid": "x"})) == "The token is signed with an unknown key"
+    assert validator.refusal(mint()) == "The token is signed with an unknown key"  # no kid, two keys
+    assert "PRIVATE" not in repr(validator) and "keys=['e', 'r']" in repr(validator)
+
+
+def test_no_key_file_means_no_local_validation(tmp_path: Any) -> None:
+    assert TokenValidator.from_files(None, None, "rabbitmq") is None
+    path = tmp_path / "key.pem"
+    path.write_bytes(PEM)
+    validator = TokenValidator.from_files(str(path), None, None)
+    assert validator is not None and validator.refusal(mint(aud=["anything"])) is None
+
+
+# --------------------------------------------------------------------------- the refresh rules
+def test_refresh_rules_the_broker_does_not_check() -> None:
+    now = 1_000.0
+    current = TokenClaims("alice", now + 10)
+    assert refresh_refusal(current, TokenClaims("alice", now + 100), now) is None
+    assert "another subject" in (refresh_refusal(current, TokenClaims("bob", now + 100), now) or "")
+    assert "expired" in (refresh_refusal(current, TokenClaims("alice", now - 1), now) or "")
+
+
+def _drive(steps: Any, answers: dict[type, object]) -> list[ops.Operation]:
+    out: list[ops.Operation] = []
+    result: object = None
+    while True:
+        try:
+            op = steps.send(result)
+        except StopIteration:
+            return out
+        out.append(op)
+        result = answers.get(type(op))
+
+
+def test_the_session_part_refreshes_with_update_secret_then_receipts() -> None:
+    clock = [1_000.0]
+    tokens = TokenSession(None, lambda: clock[0])
+    first = mint(exp=1_100)
+    assert tokens.login_refusal("guest") is None and tokens.claims is None  # a password
+    assert tokens.login_refusal(first) is None and tokens.subject == "alice"
+    assert list(tokens.established()) == [ops.TokenExpiry(1_100.0)]
+    frames = Frames({}, "s-1", True)
+    second = mint(exp=1_200)
+    frame = Frame("SEND", {"destination": "/auth/token", "receipt": "r1"}, second.encode())
+    out = _drive(tokens.refresh(frame, frames), {})
+    assert out[0] == ops.UpdateSecret(second) and out[1] == ops.TokenExpiry(1_200.0)
+    assert isinstance(out[2], ops.SendFrame) and out[2].data.startswith(b"RECEIPT\nreceipt-id:r1\n")
+    # the broker refused it: an ERROR, the claims unchanged
+    third = Frame("SEND", {"destination": "/auth/token"}, mint(exp=1_300).encode())
+    with pytest.raises(TokenRefused, match="Token refused"):
+        _drive(tokens.refresh(third, frames), {ops.UpdateSecret: "NOT_ALLOWED"})
+    assert tokens.claims is not None and tokens.claims.expires_at == 1_200.0
+    # the expiry: only once exp has passed (a timer a little early is forgiven)
+    assert tokens.expired() is None
+    clock[0] = 1_199.9
+    assert tokens.expired() is not None
+
+
+def test_a_token_never_appears_in_a_repr() -> None:
+    token = mint()
+    assert token not in repr(ops.UpdateSecret(token))
+    assert token not in repr(ops.OpenConnection("", token, "/"))
+    tokens = TokenSession(None)
+    tokens.login_refusal(token)
+    assert token not in repr(tokens) and "alice" in repr(tokens)
+
+
+def test_a_session_routes_a_send_to_auth_token_to_its_token_and_never_publishes_it() -> None:
+    session = Session(SessionSettings(), session_id="s-1", peer_is_loopback=True)
+    token = mint(exp=time.time() + 60)
+    connect = Frame("CONNECT", {"accept-version": "1.2", "passcode": token, "login": ""}, b"")
+    login_ops = _drive(session.handle_frame(connect), {ops.OpenConnection: ops.LoginResult(True)})
+    assert any(isinstance(op, ops.TokenExpiry) for op in login_ops)
+    assert session.user == "alice"  # the token's subject, for the logs
+    refresh = Frame(
+        "SEND", {"destination": "/auth/token", "receipt": "r"}, mint(exp=time.time() + 120).encode()
+    )
+    assert session.quick_send(refresh) is None
+    out = _drive(session.handle_frame(refresh), {})
+    assert [type(op) for op in out] == [ops.UpdateSecret, ops.TokenExpiry, ops.SendFrame]
+    assert not any(isinstance(op, ops.BasicPublish) for op in out)
+
+
+# --------------------------------------------------------------------------- tap recordings
+def test_the_tap_records_a_refresh_body_as_stars() -> None:
+    sink = Sink()
+    recorder = direction(sink, bodies=True)
+    token = mint()
+    recorder.feed(f"SEND\ndestination:/auth/token\r\nreceipt:r\n\n{token}\0".encode(), 1.0)
+    recorder.feed(b"SEND\ndestination:/queue/a\n\nkept\0", 2.0)
+    bodies = [base64.b64decode(record["body"]) for record in sink.frames()]
+    assert bodies == [b"***", b"kept"]
