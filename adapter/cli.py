@@ -342,6 +342,7 @@ def web_listeners(settings: Settings, worker: WorkerSpec | None = None) -> list[
         proxy_protocol=settings.web_stomp_proxy_protocol,
         hsts_policy=settings.web_stomp_hsts_policy,
         console=settings.web_stomp_console,
+        token_cookie=settings.web_stomp_token_cookie,
     )
     listeners = [
         WebListener(*parse_listener(address), web, backlog=settings.web_stomp_backlog, cap=cap())

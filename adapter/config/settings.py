@@ -232,6 +232,11 @@ class Settings(BaseSettings):
         None
     )
     web_stomp_console: Annotated[bool, Setting(_WEB, _to_bool, "adapter.web_stomp_console")] = True
+    # The cookie of the WebSocket handshake that may carry an OAuth 2.0 token (none: not read); the
+    # handshake's Authorization: Bearer header and Sec-WebSocket-Protocol entry are always read.
+    web_stomp_token_cookie: Annotated[
+        str | None, Setting(_WEB, _optional_path, "adapter.web_stomp_token_cookie")
+    ] = None
 
     # ---- AMQP link ----------------------------------------------------------------------------------------
     # Where the broker is.  STOMP sessions log in with the CONNECT frame's credentials (or the defaults).

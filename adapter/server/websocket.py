@@ -61,6 +61,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from ..caps import ConnectionCap
 from .connection import ClientConnection, refuse_untrusted_proxy
+from .handshake_token import handshake_token, is_bearer
 from .proxy_protocol import ProxyHeaderError, parse_proxy_header
 from .wsdeflate import CONTEXT_BYTES, BoundedDeflate
 
@@ -118,6 +119,8 @@ class WebStompSettings:
     # Strict-Transport-Security value for wss:// listeners (web_stomp.hsts.policy), or None
     hsts_policy: str | None = None
     console: bool = True
+    # adapter.web_stomp_token_cookie: the cookie that may carry an OAuth 2.0 token (handshake_token.py)
+    token_cookie: str | None = None
 
 
 def warn_open_origins(
@@ -536,7 +539,10 @@ class WebSocketConnection(asyncio.Protocol):
         if self._settings.idle_timeout:
             self._timer = self._loop.call_later(self._settings.idle_timeout, self._check_idle)
         credentials: tuple[str, str] | None = None
-        if self._settings.use_http_auth:
+        # an OAuth 2.0 token in the handshake (adapter/server/handshake_token.py): a Bearer
+        # Authorization is a token, never use_http_auth's Basic credentials
+        token = handshake_token(headers, opened.subprotocols, self._settings.token_cookie)
+        if self._settings.use_http_auth and not is_bearer(headers):
             try:
                 credentials = basic_credentials(headers.get("authorization"))
             except BadAuthorization as error:
@@ -553,6 +559,8 @@ class WebSocketConnection(asyncio.Protocol):
         session.connection_made(WebSocketTransport(self))  # type: ignore[arg-type]
         if credentials is not None and session.session is not None:
             session.session.forced_credentials = credentials
+        if token is not None and session.session is not None:
+            session.session.tokens.handshake_token = token  # CONNECT's passcode if it has none
         if trailing:
             self._websocket_input(trailing)
 

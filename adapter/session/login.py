@@ -135,6 +135,10 @@ class Login:
         settings = self._settings
         login = headers.get("login")
         passcode = headers.get("passcode")
+        if self._tokens is not None:
+            # an OAuth 2.0 token: from the WebSocket handshake when CONNECT has no passcode, and
+            # without a login header no default user (the broker's user is the token's subject)
+            passcode, login = self._tokens.credentials(passcode, login)
         if login is not None:
             return login, passcode if passcode is not None else settings.default_pass
         return settings.default_user, passcode if passcode is not None else settings.default_pass

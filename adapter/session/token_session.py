@@ -37,12 +37,14 @@ class TokenRefused(StompError):
 
 
 class TokenSession:
-    __slots__ = ("_validator", "_clock", "claims")
+    __slots__ = ("_validator", "_clock", "claims", "handshake_token")
 
     def __init__(self, validator: TokenValidator | None, clock: Callable[[], float] = time.time) -> None:
         self._validator = validator
         self._clock = clock
         self.claims: TokenClaims | None = None  # the token the session holds now
+        # the token the WebSocket handshake carried (adapter/server/handshake_token.py), if any
+        self.handshake_token: str | None = None
 
     def __repr__(self) -> str:
         return f"TokenSession(claims={self.claims!r})"
@@ -51,6 +53,16 @@ class TokenSession:
     def subject(self) -> str | None:
         """The token's subject (the broker's user name for it), for the logs; None: no token."""
         return self.claims.subject if self.claims is not None else None
+
+    def credentials(self, passcode: str | None, login: str | None) -> tuple[str | None, str | None]:
+        """CONNECT's passcode and login as the login uses them: the handshake's token when the
+        CONNECT has no passcode, and an empty login for a token without one (never the default
+        user, whose loopback_users rule concerns its password)."""
+        if passcode is None and self.handshake_token is not None:
+            passcode = self.handshake_token
+        if login is None and read_claims(passcode) is not None:
+            login = ""
+        return passcode, login
 
     def login_refusal(self, passcode: str | None) -> str | None:
         """CONNECT's passcode: None lets the login go on to the broker (a password, or a token

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from adapter.mapping import operations as ops
+from adapter.server.handshake_token import SUBPROTOCOL_PREFIX, handshake_token
 from adapter.session import Session, SessionSettings
 from adapter.session.frames import Frames
 from adapter.session.token_session import TokenRefused, TokenSession
@@ -199,3 +200,42 @@ def test_the_tap_records_a_refresh_body_as_stars() -> None:
     recorder.feed(b"SEND\ndestination:/queue/a\n\nkept\0", 2.0)
     bodies = [base64.b64decode(record["body"]) for record in sink.frames()]
     assert bodies == [b"***", b"kept"]
+
+
+# --------------------------------------------------------------------------- the WebSocket handshake
+def test_the_handshake_token_is_read_from_its_three_carriers_and_nothing_else() -> None:
+    token = mint()
+    encoded = base64.urlsafe_b64encode(token.encode()).rstrip(b"=").decode()
+    assert handshake_token({"authorization": f"Bearer {token}"}, [], None) == token
+    assert handshake_token({"authorization": f"bearer  {token} "}, [], None) == token
+    assert handshake_token({"cookie": f"a=1; stomp_token={token}; b=2"}, [], "stomp_token") == token
+    assert handshake_token({}, ["v12.stomp", SUBPROTOCOL_PREFIX + encoded], None) == token
+    # the first carrier wins; a cookie is only read when one is configured
+    assert handshake_token({"authorization": "Bearer first", "cookie": "t=second"}, [], "t") == "first"
+    assert handshake_token({"cookie": f"stomp_token={token}"}, [], None) is None
+    hostile: list[tuple[dict[str, str], list[str]]] = [
+        ({"authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="}, []),
+        ({"authorization": "Bearer " + "x" * 20_000}, []),
+        ({"authorization": "Bearer "}, []),
+        ({"cookie": "stomp_token=caf\u00e9"}, []),
+        ({}, [SUBPROTOCOL_PREFIX + "!!!not base64"]),
+        ({}, [SUBPROTOCOL_PREFIX + base64.urlsafe_b64encode("t\u00e9".encode()).decode()]),
+        ({}, [SUBPROTOCOL_PREFIX]),
+    ]
+    for headers, protocols in hostile:
+        assert handshake_token(headers, protocols, "stomp_token") is None, (headers, protocols)
+
+
+def test_the_handshake_token_is_the_passcode_of_a_connect_without_one() -> None:
+    session = Session(SessionSettings(), session_id="s-1", peer_is_loopback=False)
+    token = mint(exp=time.time() + 60)
+    session.tokens.handshake_token = token
+    # no login header: no default user either (guest's loopback_users rule would refuse it)
+    logged_in = {ops.OpenConnection: ops.LoginResult(True)}
+    out = _drive(session.handle_frame(Frame("CONNECT", {"accept-version": "1.2"}, b"")), logged_in)
+    assert out[0] == ops.OpenConnection("", token, "/")
+    # a CONNECT with its own passcode keeps it
+    other = Session(SessionSettings(), session_id="s-2", peer_is_loopback=True)
+    other.tokens.handshake_token = token
+    connect = Frame("CONNECT", {"accept-version": "1.2", "login": "u", "passcode": "p"}, b"")
+    assert _drive(other.handle_frame(connect), logged_in)[0] == ops.OpenConnection("u", "p", "/")
