@@ -171,6 +171,8 @@ class Login:
             # a token refused before it reaches the broker (adapter.oauth2_*: local validation)
             self.failure = "access_refused"
             return Refused("Bad CONNECT", refusal + "\n")
+        if self._tokens is not None and self._tokens.subject:
+            self.requested_user = self._tokens.subject  # the logs name a token's subject
         result = yield OpenConnection(user, password or "", vhost)
         assert isinstance(result, LoginResult)
         if not result.ok:
