@@ -48,7 +48,7 @@ from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
 from .session import SessionSettings
 from .session.fanout import Registry
-from .session.tokens import TokenValidator
+from .session.tokens import KEY_FILE_ERRORS, TokenValidator
 from .stomp.codec import FrameLimits
 
 log = logging.getLogger("adapter")
@@ -126,6 +126,22 @@ def cap_rows(settings: Settings) -> int:
     return 1 + len(settings.web_stomp_listeners) + len(settings.web_stomp_ssl_listeners)
 
 
+def token_validator(settings: Settings) -> TokenValidator | None:
+    """adapter.oauth2_signing_key_file / _jwks_file: a file that cannot be read or holds no
+    usable key stops start-up with a ConfigError naming the setting."""
+    name, path = (
+        ("adapter.oauth2_jwks_file", settings.oauth2_jwks_file)
+        if settings.oauth2_jwks_file is not None
+        else ("adapter.oauth2_signing_key_file", settings.oauth2_signing_key_file)
+    )
+    try:
+        return TokenValidator.from_files(
+            settings.oauth2_signing_key_file, settings.oauth2_jwks_file, settings.oauth2_audience
+        )
+    except KEY_FILE_ERRORS as error:
+        raise ConfigError(f"cannot load {name} = {path}: {error}") from None
+
+
 def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> SessionSettings:
     """``worker``: this process is a worker of --workers N, whose stomp.max_connections counts
     every worker's sessions (adapter/server/sharedcaps.py)."""
@@ -145,9 +161,7 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
         profile=settings.profile,
         plugin_behaviour=settings.plugin_behaviour,
         declare_exchanges=settings.declare_exchanges,
-        token_validator=TokenValidator.from_files(
-            settings.oauth2_signing_key_file, settings.oauth2_jwks_file, settings.oauth2_audience
-        ),
+        token_validator=token_validator(settings),
         shared=Registry(
             max_lag=settings.shared_subscription_max_lag,
             lag_budget=settings.shared_subscription_lag_budget,

@@ -33,6 +33,8 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 TOKEN_DESTINATION = "/auth/token"
 # a JWT longer than this is not read (a passcode is bounded by the frame limits anyway)
 MAX_TOKEN_LENGTH = 16 * 1024
+# what reading a key file may raise: the file, its PEM or JSON, PyJWT's JWKS errors
+KEY_FILE_ERRORS = (OSError, ValueError, TypeError, jwt.PyJWTError)
 # seconds of clock difference forgiven when checking exp and nbf locally
 LEEWAY_SECONDS = 0.0
 

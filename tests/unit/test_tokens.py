@@ -239,3 +239,21 @@ def test_the_handshake_token_is_the_passcode_of_a_connect_without_one() -> None:
     other.tokens.handshake_token = token
     connect = Frame("CONNECT", {"accept-version": "1.2", "login": "u", "passcode": "p"}, b"")
     assert _drive(other.handle_frame(connect), logged_in)[0] == ops.OpenConnection("u", "p", "/")
+
+
+def test_a_key_file_that_cannot_be_used_stops_start_up_naming_the_setting(tmp_path: Any) -> None:
+    from adapter.cli import token_validator
+    from adapter.config import ConfigError, Settings
+
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key")
+    jwks = tmp_path / "keys.json"
+    jwks.write_text('{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}')
+    for settings, named in (
+        (Settings(oauth2_signing_key_file=str(bad)), "adapter.oauth2_signing_key_file"),
+        (Settings(oauth2_signing_key_file=str(tmp_path / "missing.pem")), "adapter.oauth2_signing_key_file"),
+        (Settings(oauth2_jwks_file=str(jwks)), "adapter.oauth2_jwks_file"),
+    ):
+        with pytest.raises(ConfigError, match=named):
+            token_validator(settings)
+    assert token_validator(Settings()) is None
