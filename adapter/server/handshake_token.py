@@ -10,7 +10,8 @@ Owns where the WebSocket upgrade request may carry a token, in this order (the f
    client offers ``v12.stomp`` beside it, which the handshake answers: the token entry is never
    echoed).
 
-The token becomes the session's passcode when its CONNECT has none (adapter/session/login.py).
+Only a JWT counts (anything else is as if absent).  The token becomes the session's passcode
+when its CONNECT has none (adapter/session/login.py).
 The WebSocket shell calls ``handshake_token`` once, after the origin check.  Pure: no I/O, no
 logging (a token is a secret: nothing here may print one).
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from ..session.tokens import MAX_TOKEN_LENGTH
+from ..session.tokens import MAX_TOKEN_LENGTH, read_claims
 
 # the Sec-WebSocket-Protocol entry's prefix (docs/configuration.md, "OAuth 2.0 tokens")
 SUBPROTOCOL_PREFIX = "base64url.bearer.authorization.stomp."
@@ -50,9 +51,18 @@ def handshake_token(headers: dict[str, str], subprotocols: list[str], cookie_nam
 
 
 def is_bearer(headers: dict[str, str]) -> bool:
-    """Whether the request's Authorization header is a bearer token (not use_http_auth's Basic)."""
-    return headers.get("authorization", "").strip().lower().startswith("bearer ")
+    """Whether the request's Authorization header is a bearer JWT (never use_http_auth's Basic
+    credentials; any other value keeps the plugin's answer, close 1011: docs/compatibility.md W9)."""
+    scheme, _, value = headers.get("authorization", "").strip().partition(" ")
+    return scheme.lower() == "bearer" and _plausible(value.strip())
 
 
 def _plausible(token: str) -> bool:
-    return 0 < len(token) <= MAX_TOKEN_LENGTH and token.isascii() and token.isprintable() and " " not in token
+    """A JWT (what RabbitMQ's oauth2 backend takes), printable ASCII, within the length bound."""
+    return (
+        0 < len(token) <= MAX_TOKEN_LENGTH
+        and token.isascii()
+        and token.isprintable()
+        and " " not in token
+        and read_claims(token) is not None
+    )

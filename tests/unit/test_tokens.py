@@ -211,12 +211,15 @@ def test_the_handshake_token_is_read_from_its_three_carriers_and_nothing_else() 
     assert handshake_token({"cookie": f"a=1; stomp_token={token}; b=2"}, [], "stomp_token") == token
     assert handshake_token({}, ["v12.stomp", SUBPROTOCOL_PREFIX + encoded], None) == token
     # the first carrier wins; a cookie is only read when one is configured
-    assert handshake_token({"authorization": "Bearer first", "cookie": "t=second"}, [], "t") == "first"
+    second = mint(sub="bob")
+    assert handshake_token({"authorization": f"Bearer {token}", "cookie": f"t={second}"}, [], "t") == token
+    assert handshake_token({"authorization": "Bearer abc", "cookie": f"t={second}"}, [], "t") == second
     assert handshake_token({"cookie": f"stomp_token={token}"}, [], None) is None
     hostile: list[tuple[dict[str, str], list[str]]] = [
         ({"authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="}, []),
         ({"authorization": "Bearer " + "x" * 20_000}, []),
         ({"authorization": "Bearer "}, []),
+        ({"authorization": "Bearer not-a-jwt"}, []),
         ({"cookie": "stomp_token=caf\u00e9"}, []),
         ({}, [SUBPROTOCOL_PREFIX + "!!!not base64"]),
         ({}, [SUBPROTOCOL_PREFIX + base64.urlsafe_b64encode("t\u00e9".encode()).decode()]),
