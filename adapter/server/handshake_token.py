@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from ..session.tokens import MAX_TOKEN_LENGTH, read_claims
+from ..mapping.tokens import MAX_TOKEN_LENGTH, read_claims
 
 # the Sec-WebSocket-Protocol entry's prefix (docs/configuration.md, "OAuth 2.0 tokens")
 SUBPROTOCOL_PREFIX = "base64url.bearer.authorization.stomp."

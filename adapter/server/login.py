@@ -27,7 +27,7 @@ from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout, Sessi
 from ..amqp.probe_runtime import ProbeLogin, Unheard
 from ..amqp.shared import ChannelLink, SharedConnection
 from ..mapping import operations as ops
-from ..session.tokens import read_claims
+from ..mapping.tokens import read_claims
 from .fdlimit import EXHAUSTED
 
 if TYPE_CHECKING:
