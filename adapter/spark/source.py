@@ -370,6 +370,7 @@ class StompStreamReader(DataSourceStreamReader):
         """The next offset of each stream, at most ``maxOffsetsPerTrigger`` past ``start``
         (or the engine's ReadMaxRows limit on Spark 4.2+; earlier versions pass nothing)."""
         broker = self._driver_broker()
+        broker.refresh_token()  # the driver's connection lives as long as the query
         latest: dict[str, int] = {}
         # Spark before 4.2 passes no limit: the option is the limit; from 4.2 the engine's
         # ReadMaxRows carries max_rows, ReadAllAvailable (Trigger.AvailableNow ...) none

@@ -260,3 +260,30 @@ def test_a_key_file_that_cannot_be_used_stops_start_up_naming_the_setting(tmp_pa
         with pytest.raises(ConfigError, match=named):
             token_validator(settings)
     assert token_validator(Settings()) is None
+
+
+# --------------------------------------------------------------------------- the Spark connector
+def test_the_spark_refresher_is_due_a_third_of_the_life_before_exp_and_waits_for_a_rotation(
+    tmp_path: Any,
+) -> None:
+    from adapter.spark.tokens import RETRY_SECONDS, TokenRefresher, TokenSource
+
+    clock = [1_000.0]
+    path = tmp_path / "token"
+    first = mint(exp=1_090)
+    path.write_text(first + "\n")
+    refresher = TokenRefresher(TokenSource(token_file=str(path)), first, lambda: clock[0])
+    assert refresher.next_token() is None  # due at 1_060 (a third of 90 s before exp)
+    clock[0] = 1_060.0
+    assert refresher.next_token() is None  # the file still holds the same token: retried later
+    second = mint(exp=2_000)
+    path.write_text(second)
+    assert refresher.next_token() is None
+    clock[0] += RETRY_SECONDS
+    assert refresher.next_token() == second
+    refresher.refreshed(second)
+    assert refresher.next_token() is None  # due 60 s before 2_000 now
+    clock[0] = 1_940.0
+    path.write_text(mint(exp=3_000))
+    assert refresher.next_token() is not None
+    assert first not in repr(refresher) and second not in repr(TokenSource(token=second))
