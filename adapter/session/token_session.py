@@ -60,6 +60,7 @@ class TokenSession:
         user, whose loopback_users rule concerns its password)."""
         if passcode is None and self.handshake_token is not None:
             passcode = self.handshake_token
+        self.handshake_token = None  # used once: the session keeps no copy of it
         if login is None and read_claims(passcode) is not None:
             login = ""
         return passcode, login

@@ -201,3 +201,35 @@ def test_no_token_in_any_log_line(
     for token in (first, second):
         for part in token.split("."):
             assert part not in text
+
+
+def test_a_refresh_keeps_open_transactions_and_temp_queues(
+    oauth2_adapter: Callable[..., AdapterProcess], issuer: TokenIssuer
+) -> None:
+    adapter = oauth2_adapter()
+    session = RawSession(adapter.port, "", issuer.mint("keeper"))
+    queue = unique("kept")
+    got = session.send(f"SUBSCRIBE\nid:k\ndestination:/queue/{queue}\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    # a temp queue made before the refresh (its reply-to), and a transaction open across it
+    got = session.send(
+        f"SEND\ndestination:/queue/{queue}\nreply-to:/temp-queue/answers\nreceipt:q\n\nquestion"
+    )
+    if not any(frame[0] == "MESSAGE" for frame in got):
+        got += session.frames_until(("MESSAGE",))
+    question = next(frame for frame in got if frame[0] == "MESSAGE")
+    reply_to = question[1]["reply-to"]
+    session.sock.sendall(b"BEGIN\ntransaction:tx\n\n\0")
+    session.sock.sendall(f"SEND\ndestination:/queue/{queue}\ntransaction:tx\n\nin the transaction\0".encode())
+    assert refresh(session, issuer.mint("keeper"))[-1][0] == "RECEIPT"
+    got = session.send("COMMIT\ntransaction:tx\nreceipt:c\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    bodies = [frame[2] for frame in got if frame[0] == "MESSAGE"]
+    while b"in the transaction" not in bodies:
+        bodies += [frame[2] for frame in session.frames_until(("MESSAGE",)) if frame[0] == "MESSAGE"]
+    # an answer to the temp queue named before the refresh still reaches the session
+    got = session.send(f"SEND\ndestination:{reply_to}\nreceipt:a\n\nanswer")
+    frames = got + ([] if any(f[2] == b"answer" for f in got) else session.frames_until(("MESSAGE",)))
+    answer = next(frame for frame in frames if frame[0] == "MESSAGE" and frame[2] == b"answer")
+    assert answer[1]["subscription"] == "/temp-queue/answers"  # the temp queue made before the refresh
+    session.disconnect()
