@@ -55,10 +55,6 @@ class TokenExpiryGuard:
             self._timer.cancel()
             self._timer = None
 
-    @property
-    def armed(self) -> bool:
-        return self._timer is not None
-
 
 async def update_secret_call(link: SessionLink | None, token: str) -> str | None:
     """``UpdateSecret`` on the session's link: None once the broker took the token, else why
