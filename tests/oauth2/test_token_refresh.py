@@ -144,10 +144,12 @@ def test_expiry_ends_the_session_with_an_error_and_a_refresh_postpones_it(
     oauth2_adapter: Callable[..., AdapterProcess], issuer: TokenIssuer
 ) -> None:
     adapter = oauth2_adapter()
-    token = issuer.mint("expiring", ttl=2)
+    token = issuer.mint("expiring", ttl=3)
     exp = jwt.decode(token, options={"verify_signature": False})["exp"]
     expiring = RawSession(adapter.port, "", token)
-    refreshed = RawSession(adapter.port, "", issuer.mint("refreshed", ttl=2))
+    first = issuer.mint("refreshed", ttl=3)
+    first_exp = jwt.decode(first, options={"verify_signature": False})["exp"]
+    refreshed = RawSession(adapter.port, "", first)
     got = refresh(refreshed, issuer.mint("refreshed", ttl=300))
     assert got[-1][0] == "RECEIPT", got
     queue = unique("expiry")
@@ -158,6 +160,8 @@ def test_expiry_ends_the_session_with_an_error_and_a_refresh_postpones_it(
     assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "Token expired", got
     assert expiring.frames_until(("RECEIPT",), timeout=3) == []  # and the socket closed
     # the other session, whose token was refreshed before its first one ran out, goes on
+    # past that first token's exp
+    time.sleep(max(0.0, first_exp + 0.5 - time.time()))
     refreshed.round_trip(unique("refreshed"))
     refreshed.disconnect()
 
@@ -167,7 +171,7 @@ def test_sessions_of_one_subject_on_a_multiplexing_adapter_keep_their_own_expiri
 ) -> None:
     adapter = oauth2_adapter(amqp_sessions_per_connection=8, amqp_connection_reuse=False)
     subject = unique("twin")
-    short = RawSession(adapter.port, "", issuer.mint(subject, ttl=2))
+    short = RawSession(adapter.port, "", issuer.mint(subject, ttl=8))  # time for rabbitmqctl under load
     long = RawSession(adapter.port, "", issuer.mint(subject, ttl=300))
     # a connection per token login: update-secret could not change one session's rights alone
     assert wait_until(lambda: connection_users(oauth2_node).count(subject) == 2, 10)
