@@ -237,3 +237,29 @@ def test_a_refresh_keeps_open_transactions_and_temp_queues(
     answer = next(frame for frame in frames if frame[0] == "MESSAGE" and frame[2] == b"answer")
     assert answer[1]["subscription"] == "/temp-queue/answers"  # the temp queue made before the refresh
     session.disconnect()
+
+
+def test_a_flood_of_refreshes_is_answered_in_order_on_one_connection_and_a_bystander_is_served(
+    oauth2_adapter: Callable[..., AdapterProcess], oauth2_node: RabbitNode, issuer: TokenIssuer
+) -> None:
+    adapter = oauth2_adapter()
+    bystander = RawSession(adapter.port, "", issuer.mint("bystander"))
+    subject = unique("flooder")
+    flooder = RawSession(adapter.port, "", issuer.mint(subject))
+    tokens = [issuer.mint(subject) for _ in range(100)]
+    flooder.sock.sendall(
+        b"".join(
+            f"SEND\ndestination:/auth/token\nreceipt:f{n}\n\n{t}\0".encode() for n, t in enumerate(tokens)
+        )
+    )
+    bystander.round_trip(unique("bystander"))  # served while the flood is handled
+    receipts: list[str] = []
+    while len(receipts) < len(tokens):
+        got = flooder.frames_until(("RECEIPT", "ERROR"), timeout=30)
+        assert got and got[-1][0] == "RECEIPT", got
+        receipts.append(got[-1][1]["receipt-id"])
+    assert receipts == [f"f{n}" for n in range(len(tokens))]
+    assert connection_users(oauth2_node).count(subject) == 1
+    flooder.round_trip(unique("flooder"))
+    bystander.disconnect()
+    flooder.disconnect()
