@@ -247,6 +247,8 @@ class Session:
 
     def _establish(self, admitted: Admitted) -> None:
         identity = self._identity = admitted.identity
+        if self.tokens.claims is not None:
+            self._subscriptions.without_sharing()  # a token session never shares
         self.state = State.CONNECTED
         version_12 = identity.version == "1.2"
         self._ack_header = self._subscriptions.ack_header = "id" if version_12 else "message-id"

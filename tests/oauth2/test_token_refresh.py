@@ -98,6 +98,23 @@ def test_a_refresh_with_fewer_scopes_loses_the_dropped_rights(
     assert got[0][0] == "ERROR" and got[0][1]["message"] == "access_refused", got
 
 
+def test_a_token_session_never_shares_a_topic_subscription_so_a_refresh_rules_its_subscribes(
+    oauth2_adapter: Callable[..., AdapterProcess], issuer: TokenIssuer
+) -> None:
+    # adapter.shared_subscriptions: a shared group is opened with its first member's
+    # credentials; a token session must subscribe with the token it holds now
+    adapter = oauth2_adapter(shared_subscriptions=True)
+    topic = unique("shared")
+    topic_rights = (f"{RESOURCE}.read:*/*/*", f"{RESOURCE}.write:*/*/*")  # topic permissions
+    session = RawSession(adapter.port, "", issuer.mint("sharer", ALL_RIGHTS + topic_rights))
+    got = session.send(f"SUBSCRIBE\nid:first\ndestination:/topic/{topic}\nreceipt:s1\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    got = refresh(session, issuer.mint("sharer", NO_READ))
+    assert got[-1][0] == "RECEIPT", got
+    got = session.send(f"SUBSCRIBE\nid:late\ndestination:/topic/{topic}\nreceipt:s2\n\n")
+    assert got[0][0] == "ERROR" and got[0][1]["message"] == "access_refused", got
+
+
 def test_refused_refreshes_end_that_session_only(
     oauth2_adapter: Callable[..., AdapterProcess], issuer: TokenIssuer
 ) -> None:
