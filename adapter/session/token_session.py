@@ -72,6 +72,8 @@ class TokenSession:
         if claims is None:
             return None
         assert passcode is not None
+        if claims.defect is not None:
+            return claims.defect
         if self._validator is not None:
             refusal = self._validator.refusal(passcode)
             if refusal is not None:

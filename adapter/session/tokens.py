@@ -111,6 +111,11 @@ class TokenValidator:
 
     def refusal(self, token: str) -> str | None:
         """Why ``token`` is not valid (words for the client's ERROR), or None."""
+        claims = read_claims(token)  # bounded: PyJWT never decodes what nests too deeply
+        if claims is None:
+            return "The token is malformed"
+        if claims.defect is not None:
+            return claims.defect
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -140,6 +145,6 @@ class TokenValidator:
             return "The token's algorithm is not allowed for its key"
         except jwt.InvalidSignatureError:
             return "The token's signature is invalid"
-        except jwt.PyJWTError:
+        except (jwt.PyJWTError, ValueError, OverflowError, RecursionError):
             return "The token is malformed"
         return None

@@ -102,3 +102,44 @@ def test_a_connect_passcode_wins_over_the_handshake_token(web_adapter: int, issu
     # and without any token or passcode, the default user (guest/guest) as before
     with open_ws(web_adapter) as ws:
         assert stomp(ws, CONNECT).startswith("CONNECTED\n")
+
+
+def _hostile(payload_json: str) -> str:
+    """A JWT-shaped token with these claims as they are (unsigned: refused before any check)."""
+    header = base64.urlsafe_b64encode(b'{"alg":"RS256"}').rstrip(b"=").decode()
+    payload = base64.urlsafe_b64encode(payload_json.encode()).rstrip(b"=").decode()
+    return f"{header}.{payload}.c2ln"
+
+
+HOSTILE = {
+    "exp too big for a float": _hostile('{"sub":"x","exp":1' + "0" * 400 + "}"),
+    "claims nested too deeply": _hostile('{"sub":"x","a":' + "[" * 5000 + "]" * 5000 + "}"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_claims_in_the_handshake_or_connect_get_an_error_and_a_bystander_is_served(
+    web_adapter: int, issuer: TokenIssuer, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = HOSTILE[name]
+    bystander_token = issuer.mint(unique("bystander"))
+    with open_ws(web_adapter, {"Authorization": f"Bearer {bystander_token}"}) as bystander:
+        assert stomp(bystander, CONNECT).startswith("CONNECTED\n")
+        queue = unique("bystander")
+        assert stomp(bystander, f"SUBSCRIBE\nid:1\ndestination:/queue/{queue}\nreceipt:s\n\n").startswith(
+            "RECEIPT"
+        )
+        # in the handshake (read before any STOMP frame), then as a CONNECT's passcode
+        for headers, connect_frame in (
+            ({"Authorization": f"Bearer {token}"}, CONNECT),
+            ({}, f"CONNECT\naccept-version:1.2\nhost:/\nlogin:\npasscode:{token}\n\n"),
+        ):
+            with open_ws(web_adapter, headers) as ws:
+                answer = stomp(ws, connect_frame)
+            assert answer.startswith("ERROR\n") and "Internal error" not in answer, answer
+            assert "The token's" in answer, answer
+            bystander.send(f"SEND\ndestination:/queue/{queue}\n\nstill served\0")
+            message = bystander.recv(timeout=5)
+            assert "still served" in (message.decode() if isinstance(message, bytes) else message)
+    tracebacks = [record for record in caplog.records if record.exc_info or record.exc_text]
+    assert tracebacks == [], [record.getMessage() for record in tracebacks]

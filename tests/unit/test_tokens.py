@@ -60,6 +60,48 @@ def test_claims_are_read_from_a_jwt_and_a_password_is_no_token() -> None:
     assert odd == TokenClaims("", None, (), ())
 
 
+def _unsigned(payload_json: str, header: object = None) -> str:
+    """A JWT-shaped passcode whose claims are ``payload_json`` as it is (unsigned)."""
+    payload = base64.urlsafe_b64encode(payload_json.encode()).rstrip(b"=").decode()
+    return f"{b64(header or {'alg': 'RS256'})}.{payload}.c2ln"
+
+
+HOSTILE_CLAIMS = {
+    "exp 10^400": '{"sub":"a","exp":1' + "0" * 400 + "}",
+    "exp 1e400 (infinite)": '{"sub":"a","exp":1e400}',
+    "exp -1e400": '{"sub":"a","exp":-1e400}',
+    "exp NaN": '{"sub":"a","exp":NaN}',
+    "exp past the bound": '{"sub":"a","exp":1e15}',
+    "nbf 10^400": '{"sub":"a","exp":2000000000,"nbf":1' + "0" * 400 + "}",
+    "iat infinite": '{"sub":"a","exp":2000000000,"iat":Infinity}',
+    "nested lists": '{"sub":"a","x":' + "[" * 6000 + "]" * 6000 + "}",
+    "nested objects": '{"sub":"a","x":' + '{"a":' * 1500 + "1" + "}" * 1500 + "}",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_CLAIMS))
+def test_hostile_claims_are_refused_never_raised_on(name: str) -> None:
+    """Unauthenticated input: a number too big for a float, infinities, nesting deep enough to
+    exhaust the recursion limit.  Read as a token with a defect, which every check refuses
+    (with or without local validation) before the broker sees it."""
+    token = _unsigned(HOSTILE_CLAIMS[name])
+    claims = read_claims(token)
+    assert claims is not None and claims.defect, name
+    assert claims.expires_at is None or claims.expires_at < 10**11
+    sessions = TokenSession(None), TokenSession(TokenValidator.from_pem(PEM, None))
+    for session in sessions:
+        assert session.login_refusal(token) == claims.defect
+    assert TokenValidator.from_pem(PEM, None).refusal(token)  # PyJWT never sees it raise either
+    # in the handshake it is as a token (then refused at CONNECT), never an exception
+    assert handshake_token({"authorization": f"Bearer {token}"}, [], None) == token
+
+
+def test_a_sane_token_with_some_nesting_has_no_defect() -> None:
+    nested = {"resource_access": {"app": {"roles": [["a"], ["b"]]}}, "exp": 2_000_000_000, "sub": "a"}
+    claims = read_claims(_unsigned(json.dumps(nested)))
+    assert claims is not None and claims.defect is None and claims.expires_at == 2_000_000_000.0
+
+
 # --------------------------------------------------------------------------- local validation
 def test_hostile_tokens_are_refused_by_local_validation() -> None:
     validator = TokenValidator.from_pem(PEM, "rabbitmq")
