@@ -193,13 +193,22 @@ def _is_error(head: bytes) -> bool:
 
 
 _REDACTED_BYTES = REDACTED.encode()
-# a header line naming the token refresh's destination, whatever line ending follows
-_TOKEN_DESTINATION_LINE = re.compile(rb"\ndestination:/auth/token\r?(?:\n|$)")
+_TOKEN_DESTINATION = b"/auth/token"
+# a destination header line and its value (without the line's end)
+_DESTINATION_LINE = re.compile(rb"\ndestination:([^\n]*)")
 
 
 def _is_token_refresh(head: bytes) -> bool:
-    """A SEND to the reserved /auth/token: its body is a token, recorded as ``***``."""
-    return head.startswith(b"SEND") and _TOKEN_DESTINATION_LINE.search(head) is not None
+    """A SEND to the reserved /auth/token: its body is a token, recorded as ``***``.  Any
+    destination line counts whose value, stripped of white space (STOMP 1.0 trims a value's
+    leading white space, as ``str.lstrip`` after decoding: adapter/stomp/codec.py), is that:
+    a body recorded as ``***`` too many is harmless, a token recorded once is not."""
+    if not head.startswith(b"SEND") or _TOKEN_DESTINATION not in head:
+        return False
+    return any(
+        value.decode("utf-8", "surrogateescape").strip() == "/auth/token"
+        for value in _DESTINATION_LINE.findall(head)
+    )
 
 
 def _base64_length(size: int) -> int:

@@ -244,6 +244,26 @@ def test_the_tap_records_a_refresh_body_as_stars() -> None:
     assert bodies == [b"***", b"kept"]
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "destination: /auth/token",  # STOMP 1.0 trims a value's leading white space (the codec's lstrip)
+        "destination:\t /auth/token",
+        "destination:\u00a0/auth/token",  # white space to str.lstrip, as the codec decodes it
+        "destination:/auth/token ",  # over-redacted: not a refresh, but no harm
+        "destination:/auth/token\r",
+    ],
+)
+def test_the_tap_records_a_stomp_10_refresh_body_as_stars(line: str) -> None:
+    sink = Sink()
+    recorder = direction(sink, bodies=True)
+    token = mint()
+    recorder.feed(f"SEND\nreceipt:r\n{line}\n\n{token}\0".encode(), 1.0)
+    recorder.feed(f"SEND\ndestination:/queue/auth/token\nx:destination:/auth/token\n\nkept\0".encode(), 2.0)
+    bodies = [base64.b64decode(record["body"]) for record in sink.frames()]
+    assert bodies == [b"***", b"kept"]
+
+
 # --------------------------------------------------------------------------- the WebSocket handshake
 def test_the_handshake_token_is_read_from_its_three_carriers_and_nothing_else() -> None:
     token = mint()
