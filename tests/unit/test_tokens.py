@@ -259,7 +259,7 @@ def test_the_tap_records_a_stomp_10_refresh_body_as_stars(line: str) -> None:
     recorder = direction(sink, bodies=True)
     token = mint()
     recorder.feed(f"SEND\nreceipt:r\n{line}\n\n{token}\0".encode(), 1.0)
-    recorder.feed(f"SEND\ndestination:/queue/auth/token\nx:destination:/auth/token\n\nkept\0".encode(), 2.0)
+    recorder.feed(b"SEND\ndestination:/queue/auth/token\nx:destination:/auth/token\n\nkept\0", 2.0)
     bodies = [base64.b64decode(record["body"]) for record in sink.frames()]
     assert bodies == [b"***", b"kept"]
 
