@@ -338,6 +338,13 @@ def web_tls_context(settings: Settings) -> ssl.SSLContext | None:
 def web_listeners(settings: Settings, worker: WorkerSpec | None = None) -> list[WebListener]:
     """The web_stomp listeners, each with its own web_stomp.max_connections count (as each of
     the plugin's ranch listeners has), counted over every worker of --workers N together."""
+    if settings.web_stomp_token_cookie is not None and not settings.web_stomp_allow_origins:
+        # a browser sends a site's cookies with a WebSocket any other site opens: without an
+        # origin check, a hostile page would log in with the user's token (docs/configuration.md)
+        raise ConfigError(
+            f"adapter.web_stomp_token_cookie = {settings.web_stomp_token_cookie} needs "
+            "web_stomp.allow_origins: without it any web site could log in with the cookie's token"
+        )
     limit = settings.web_stomp_max_connections
     rows = itertools.count(1)  # the i-th listener's row of the cap table (cap_rows)
 

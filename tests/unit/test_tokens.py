@@ -324,6 +324,24 @@ def test_a_key_file_that_cannot_be_used_stops_start_up_naming_the_setting(tmp_pa
     assert token_validator(Settings()) is None
 
 
+def test_a_token_cookie_without_an_origin_list_stops_start_up_naming_both_settings() -> None:
+    """A browser sends a site's cookies with a WebSocket opened by any other site: without
+    web_stomp.allow_origins, a token cookie would log a hostile page in as the user."""
+    from adapter.cli import web_listeners
+    from adapter.config import ConfigError, Settings
+
+    hijackable = Settings(web_stomp_listeners=["127.0.0.1:0"], web_stomp_token_cookie="token")
+    with pytest.raises(ConfigError, match="adapter.web_stomp_token_cookie") as refused:
+        web_listeners(hijackable)
+    assert "web_stomp.allow_origins" in str(refused.value)
+    checked = Settings(
+        web_stomp_listeners=["127.0.0.1:0"],
+        web_stomp_token_cookie="token",
+        web_stomp_allow_origins=("https://app.example.com",),
+    )
+    assert web_listeners(checked)[0].settings.token_cookie == "token"
+
+
 # --------------------------------------------------------------------------- the Spark connector
 def test_the_spark_refresher_is_due_a_third_of_the_life_before_exp_and_waits_for_a_rotation(
     tmp_path: Any,
