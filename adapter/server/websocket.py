@@ -21,8 +21,8 @@ unless docs/compatibility.md says otherwise:
   served under ``/console``, anything else 404; an ``Origin`` outside
   ``web_stomp.allow_origins`` gets 403; a request not complete in time 408 (nothing at all: a
   plain close);
-- ``use_http_auth``: the Basic credentials of the request replace CONNECT's, no header means the
-  default user, and any other header closes the new WebSocket with 1011 before a session opens.
+- ``use_http_auth``: the Basic credentials (or bearer JWT) of the request replace CONNECT's,
+  no header means the default user, and any other header closes the new WebSocket with 1011 before a session opens.
 
 Why wsproto (docs/architecture.md, "WebSocket"): it is sans-IO like the STOMP and AMQP cores, so
 it runs inside this protocol's own ``data_received`` with no second event loop or task per
@@ -542,7 +542,12 @@ class WebSocketConnection(asyncio.Protocol):
         # an OAuth 2.0 token in the handshake (adapter/server/handshake_token.py): a Bearer
         # Authorization is a token, never use_http_auth's Basic credentials
         token = handshake_token(headers, opened.subprotocols, self._settings.token_cookie)
-        if self._settings.use_http_auth and not is_bearer(headers):
+        if self._settings.use_http_auth and is_bearer(headers) and token is not None:
+            # use_http_auth: the request's credentials replace CONNECT's, a bearer token's too
+            # (Bearer is read first: ``token`` is the header's)
+            credentials = ("", token)
+            token = None
+        elif self._settings.use_http_auth:
             try:
                 credentials = basic_credentials(headers.get("authorization"))
             except BadAuthorization as error:

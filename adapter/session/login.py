@@ -131,6 +131,8 @@ class Login:
         # docs/behaviour.md#authentication: a missing passcode falls back to the default passcode, a missing
         # login to the default user
         if self.forced_credentials is not None:
+            if self._tokens is not None:
+                self._tokens.handshake_token = None  # not used: the session keeps no copy of it
             return self.forced_credentials
         settings = self._settings
         login = headers.get("login")

@@ -304,6 +304,13 @@ def test_the_handshake_token_is_the_passcode_of_a_connect_without_one() -> None:
     other.tokens.handshake_token = token
     connect = Frame("CONNECT", {"accept-version": "1.2", "login": "u", "passcode": "p"}, b"")
     assert _drive(other.handle_frame(connect), logged_in)[0] == ops.OpenConnection("u", "p", "/")
+    assert other.tokens.handshake_token is None  # used or not, the session keeps no copy
+    # use_http_auth's forced credentials win, and the handshake's token is not kept either
+    forced = Session(SessionSettings(), session_id="s-3", peer_is_loopback=True)
+    forced.tokens.handshake_token = token
+    forced.forced_credentials = ("guest", "guest")
+    assert _drive(forced.handle_frame(connect), logged_in)[0] == ops.OpenConnection("guest", "guest", "/")
+    assert forced.tokens.handshake_token is None
 
 
 def test_a_key_file_that_cannot_be_used_stops_start_up_naming_the_setting(tmp_path: Any) -> None:
