@@ -22,7 +22,8 @@ unless docs/compatibility.md says otherwise:
   ``web_stomp.allow_origins`` gets 403; a request not complete in time 408 (nothing at all: a
   plain close);
 - ``use_http_auth``: the Basic credentials (or bearer JWT) of the request replace CONNECT's,
-  no header means the default user, and any other header closes the new WebSocket with 1011 before a session opens.
+  no header means the default user, and any other header closes the new WebSocket with 1011
+  before a session opens.
 
 Why wsproto (docs/architecture.md, "WebSocket"): it is sans-IO like the STOMP and AMQP cores, so
 it runs inside this protocol's own ``data_received`` with no second event loop or task per
