@@ -14,6 +14,7 @@ part of the token itself.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +43,9 @@ __all__ = [
 
 # what reading a key file may raise: the file, its PEM or JSON, PyJWT's JWKS errors
 KEY_FILE_ERRORS = (OSError, ValueError, TypeError, jwt.PyJWTError)
-# seconds of clock difference forgiven when checking exp and nbf locally
-LEEWAY_SECONDS = 0.0
+# seconds of clock difference forgiven when checking nbf and iat locally (the issuer's clock
+# may run ahead of the adapter's); never for exp: a session must not outlive its token
+SKEW_SECONDS = 5.0
 
 
 # the algorithms a public key may verify; never HMAC with a public key's bytes
@@ -132,12 +134,13 @@ class TokenValidator:
                 key.key,
                 algorithms=list(key.algorithms),
                 audience=self._audience,
-                leeway=LEEWAY_SECONDS,
-                options={"require": ["exp"], "verify_aud": self._audience is not None},
+                leeway=SKEW_SECONDS,
+                # exp is checked below, without the leeway
+                options={"require": ["exp"], "verify_aud": self._audience is not None, "verify_exp": False},
             )
-        except jwt.ExpiredSignatureError:
-            return "The token has expired"
-        except jwt.ImmatureSignatureError:
+        except jwt.ImmatureSignatureError as error:
+            if "(iat)" in str(error):
+                return "The token was issued in the future (iat)"
             return "The token is not valid yet (nbf)"
         except (jwt.InvalidAudienceError, jwt.MissingRequiredClaimError) as error:
             return f"The token is refused: {error}"
@@ -147,4 +150,8 @@ class TokenValidator:
             return "The token's signature is invalid"
         except (jwt.PyJWTError, ValueError, OverflowError, RecursionError):
             return "The token is malformed"
+        if claims.expires_at is None:
+            return "The token's exp is not a time"
+        if claims.expires_at <= time.time():
+            return "The token has expired"
         return None

@@ -128,6 +128,18 @@ def test_hostile_tokens_are_refused_by_local_validation() -> None:
     assert "audience" in (refusals["other audience"] or "").lower()
 
 
+def test_local_validation_forgives_a_few_seconds_of_clock_skew_on_nbf_and_iat_but_not_exp() -> None:
+    """The issuer's clock may run a little ahead of the adapter's: a token minted "now" there
+    has an iat (and often an nbf) a second in the adapter's future.  exp gets no leeway: a
+    session must not outlive its token."""
+    validator = TokenValidator.from_pem(PEM, None)
+    now = time.time()
+    assert validator.refusal(mint(nbf=now + 2, iat=now + 2)) is None
+    assert validator.refusal(mint(nbf=now + 60)) == "The token is not valid yet (nbf)"
+    assert validator.refusal(mint(iat=now + 60)) == "The token was issued in the future (iat)"
+    assert validator.refusal(mint(exp=now - 1)) == "The token has expired"
+
+
 def _hs256_with(secret: bytes) -> str:
     header = b64({"alg": "HS256", "typ": "JWT"})
     payload = b64({"sub": "alice", "exp": time.time() + 60, "aud": "rabbitmq"})
