@@ -45,8 +45,10 @@ class TokenClaims:
     scopes: tuple[str, ...] = ()
     audience: tuple[str, ...] = ()
     # why the token is refused whatever else is checked (claims nested too deeply, a time
-    # claim that is no time); None: readable
+    # claim that is no time, a subject that is no string); None: readable
     defect: str | None = None
+    # ``sub`` and ``client_id`` as the token has them (None: absent): a refresh keeps both
+    names: tuple[str | None, str | None] = (None, None)
 
 
 class _TooDeep(ValueError):
@@ -127,14 +129,20 @@ def read_claims(passcode: str | None) -> TokenClaims | None:
     defect = _time_defect(payload)
     if defect is not None:
         return TokenClaims("", None, defect=defect)
+    sub, client_id = payload.get("sub"), payload.get("client_id")
+    for name, value in (("sub", sub), ("client_id", client_id)):
+        if value is not None and not isinstance(value, str):
+            return TokenClaims("", None, defect=f"The token's {name} is not a string")
+    assert sub is None or isinstance(sub, str)
+    assert client_id is None or isinstance(client_id, str)
     exp = payload.get("exp")
     expires_at = float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
-    subject = payload.get("client_id") or payload.get("sub") or ""
     return TokenClaims(
-        subject=subject if isinstance(subject, str) else "",
+        subject=client_id or sub or "",
         expires_at=expires_at,
         scopes=_strings(payload.get("scope")),
         audience=_strings(payload.get("aud")),
+        names=(sub, client_id),
     )
 
 
@@ -143,7 +151,9 @@ def refresh_refusal(current: TokenClaims, new: TokenClaims, now: float) -> str |
     update-secret takes a token of another subject and an expired one alike."""
     if new.defect is not None:
         return new.defect
-    if new.subject != current.subject:
+    # sub and client_id each (a missing one is a value too): the broker's user is client_id,
+    # else sub, but a token names both, and the refresh must not change who it is for
+    if new.subject != current.subject or new.names != current.names:
         return "The new token is for another subject than the session's"
     if new.expires_at is not None and new.expires_at <= now:
         return "The new token has expired"

@@ -47,7 +47,7 @@ def b64(value: object) -> str:
 # --------------------------------------------------------------------------- reading, untrusted
 def test_claims_are_read_from_a_jwt_and_a_password_is_no_token() -> None:
     claims = read_claims(mint(exp=2_000_000_000, scope="a b", aud="rabbitmq"))
-    assert claims == TokenClaims("alice", 2_000_000_000.0, ("a", "b"), ("rabbitmq",))
+    assert claims == TokenClaims("alice", 2_000_000_000.0, ("a", "b"), ("rabbitmq",), names=("alice", None))
     # the broker's user is client_id when the token has one
     assert read_claims(mint(client_id="svc")).subject == "svc"  # type: ignore[union-attr]
     for password in ("guest", "", None, "a.b", "a.b.c", "x" * 20_000, f"{b64([1])}.{b64({})}.s"):
@@ -56,8 +56,12 @@ def test_claims_are_read_from_a_jwt_and_a_password_is_no_token() -> None:
     assert read_claims(f"{b64({'typ': 'JWT'})}.{b64({'sub': 'a'})}.s") is None
     assert read_claims(f"{b64({'alg': 'RS256'})}.{b64(['sub'])}.s") is None
     # odd claims are read as absent, never raised on
-    odd = read_claims(f"{b64({'alg': 'none'})}.{b64({'sub': 5, 'exp': True, 'scope': 7})}.")
+    odd = read_claims(f"{b64({'alg': 'none'})}.{b64({'exp': True, 'scope': 7})}.")
     assert odd == TokenClaims("", None, (), ())
+    # but a subject that is not a string is no subject the adapter could compare: refused
+    for claims in ({"sub": 5}, {"sub": "a", "client_id": ["a"]}):
+        odd = read_claims(f"{b64({'alg': 'none'})}.{b64(claims)}.")
+        assert odd is not None and odd.defect and "not a string" in odd.defect, claims
 
 
 def _unsigned(payload_json: str, header: object = None) -> str:
@@ -182,6 +186,20 @@ def test_refresh_rules_the_broker_does_not_check() -> None:
     assert refresh_refusal(current, TokenClaims("alice", now + 100), now) is None
     assert "another subject" in (refresh_refusal(current, TokenClaims("bob", now + 100), now) or "")
     assert "expired" in (refresh_refusal(current, TokenClaims("alice", now - 1), now) or "")
+    # sub and client_id each, a missing one a value of its own: the subject the broker uses
+    # (client_id, else sub) is not all the token names
+    both = read_claims(mint(client_id="svc", sub="alice", exp=now + 10))
+    assert both is not None
+    for other, same in (
+        ({"client_id": "svc", "sub": "alice"}, True),
+        ({"client_id": "svc", "sub": "mallory"}, False),
+        ({"client_id": "svc", "sub": None}, False),
+        ({"client_id": None, "sub": "svc"}, False),
+    ):
+        new = read_claims(mint(exp=now + 100, **other))  # type: ignore[arg-type]
+        assert new is not None
+        refusal = refresh_refusal(both, new, now)
+        assert (refusal is None) is same, (other, refusal)
 
 
 def _drive(steps: Any, answers: dict[type, object]) -> list[ops.Operation]:
