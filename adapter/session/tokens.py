@@ -14,6 +14,7 @@ part of the token itself.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,11 +70,16 @@ class TokenValidator:
     """Checks a token's signature, ``exp``, ``nbf`` and audience with the operator's keys
     before the broker sees it.  ``refusal(token)`` says why a token is refused (None: valid)."""
 
-    __slots__ = ("_keys", "_default", "_audience")
+    __slots__ = ("_keys", "_default", "_any_kid", "_audience")
 
-    def __init__(self, keys: Mapping[str, _Key], default: str | None, audience: str | None) -> None:
+    def __init__(
+        self, keys: Mapping[str, _Key], default: str | None, audience: str | None, *, any_kid: bool = False
+    ) -> None:
         self._keys = dict(keys)
         self._default = default  # the key id of a token without ``kid``
+        # the default key whatever the token's kid (a PEM file's key has no kid to match);
+        # in a JWKS a kid that matches no key is an unknown key, never the single key's
+        self._any_kid = any_kid
         self._audience = audience
 
     def __repr__(self) -> str:
@@ -82,18 +88,41 @@ class TokenValidator:
     @classmethod
     def from_pem(cls, pem: bytes, audience: str | None) -> TokenValidator:
         key = load_pem_public_key(pem)
-        return cls({"": _Key(key, tuple(_algorithms_for(key)))}, "", audience)
+        return cls({"": _Key(key, tuple(_algorithms_for(key)))}, "", audience, any_kid=True)
 
     @classmethod
     def from_jwks(cls, jwks: bytes, audience: str | None) -> TokenValidator:
+        """The signing keys of a JWKS document; ``ValueError`` naming what is wrong with it (the
+        operator's file, read at start-up: a ConfigError there, never a traceback)."""
+        try:
+            document = json.loads(jwks)
+        except (ValueError, RecursionError):
+            raise ValueError("the JWKS file is not JSON") from None
+        entries = document.get("keys") if isinstance(document, dict) else None
+        if not isinstance(entries, list):
+            raise ValueError('the JWKS file is not an object with a "keys" list')
         keys: dict[str, _Key] = {}
-        for number, entry in enumerate(jwt.PyJWKSet.from_json(jwks.decode("utf-8")).keys):
-            if entry.key_type == "oct":
+        for number, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise ValueError(f"key {number} of the JWKS file is not an object")
+            if entry.get("kty") == "oct":
                 continue  # a shared secret is not a signing key the adapter may hold
-            algorithm = entry.algorithm_name
-            algorithms = (algorithm,) if entry.Algorithm is not None and algorithm else ()
-            kid = entry.key_id or str(number)
-            keys[kid] = _Key(entry.key, algorithms or tuple(_algorithms_for(entry.key)))
+            if entry.get("use", "sig") != "sig":
+                continue  # an encryption key ("use": "enc") signs nothing
+            algorithm = entry.get("alg")
+            if algorithm is not None and (
+                not isinstance(algorithm, str) or algorithm == "none" or algorithm.startswith("HS")
+            ):
+                raise ValueError(
+                    f"key {number} of the JWKS file has alg {algorithm!r}: not a signing algorithm"
+                )
+            try:
+                jwk = jwt.PyJWK(entry)
+                key = _Key(jwk.key, (algorithm,) if algorithm else tuple(_algorithms_for(jwk.key)))
+            except (jwt.PyJWTError, ValueError, TypeError, KeyError, NotImplementedError) as error:
+                raise ValueError(f"key {number} of the JWKS file cannot be used: {error}") from None
+            kid = entry.get("kid")
+            keys[kid if isinstance(kid, str) and kid else str(number)] = key
         if not keys:
             raise ValueError("the JWKS file has no public signing key")
         return cls(keys, next(iter(keys)) if len(keys) == 1 else None, audience)
@@ -124,8 +153,8 @@ class TokenValidator:
             return "The token is malformed"
         kid = header.get("kid")
         key = self._keys.get(kid) if isinstance(kid, str) else None
-        if key is None and self._default is not None and (kid is None or len(self._keys) == 1):
-            key = self._keys[self._default]
+        if key is None and self._default is not None and (kid is None or self._any_kid):
+            key = self._keys[self._default]  # a token without kid and a single key, or the PEM's
         if key is None:
             return "The token is signed with an unknown key"
         try:

@@ -361,6 +361,52 @@ def test_a_key_file_that_cannot_be_used_stops_start_up_naming_the_setting(tmp_pa
     assert token_validator(Settings()) is None
 
 
+@pytest.mark.parametrize(
+    "document",
+    [
+        "[]",
+        '"keys"',
+        '{"keys": "x"}',
+        '{"keys": [5]}',
+        '{"keys": [{"kty": "RSA"}]}',
+        "RSA_ALG_NONE",
+        "RSA_ALG_HS256",
+        "ONLY_ENC",
+        "{not json",
+    ],
+)
+def test_a_hostile_jwks_file_stops_start_up_with_a_config_error(tmp_path: Any, document: str) -> None:
+    from adapter.cli import token_validator
+    from adapter.config import ConfigError, Settings
+
+    rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key()))
+    named = {
+        "RSA_ALG_NONE": {"keys": [{**rsa_jwk, "alg": "none"}]},
+        "RSA_ALG_HS256": {"keys": [{**rsa_jwk, "alg": "HS256"}]},
+        "ONLY_ENC": {"keys": [{**rsa_jwk, "use": "enc"}]},
+    }
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(named[document]) if document in named else document)
+    with pytest.raises(ConfigError, match="adapter.oauth2_jwks_file"):
+        token_validator(Settings(oauth2_jwks_file=str(path)))
+
+
+def test_encryption_keys_are_no_signing_keys_and_a_kid_never_falls_back() -> None:
+    rsa_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key()))
+    other_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(OTHER_KEY.public_key()))
+    jwks = {"keys": [{**other_jwk, "kid": "e", "use": "enc"}, {**rsa_jwk, "kid": "s", "use": "sig"}]}
+    validator = TokenValidator.from_jwks(json.dumps(jwks).encode(), None)
+    assert validator.refusal(mint(headers={"kid": "s"})) is None
+    assert (
+        validator.refusal(mint(OTHER_KEY, headers={"kid": "e"})) == "The token is signed with an unknown key"
+    )
+    # one signing key: a token without kid uses it, one naming another kid does not
+    assert validator.refusal(mint()) is None
+    assert validator.refusal(mint(headers={"kid": "elsewhere"})) == "The token is signed with an unknown key"
+    # a PEM file's key names no kid: any token's kid is checked with it
+    assert TokenValidator.from_pem(PEM, None).refusal(mint(headers={"kid": "anything"})) is None
+
+
 def test_a_token_cookie_without_an_origin_list_stops_start_up_naming_both_settings() -> None:
     """A browser sends a site's cookies with a WebSocket opened by any other site: without
     web_stomp.allow_origins, a token cookie would log a hostile page in as the user."""
