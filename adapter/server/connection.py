@@ -604,6 +604,8 @@ class ClientConnection(asyncio.Protocol):
         if self._closed:
             return
         tokens = self.session.tokens
+        if tokens.refresh_pending:
+            return  # a refresh received before exp: its TokenExpiry arms the timer again
         detail = tokens.expired()
         if detail is None:
             self._token_expiry.arm(tokens.claims.expires_at if tokens.claims is not None else None)

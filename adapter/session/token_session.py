@@ -37,7 +37,7 @@ class TokenRefused(StompError):
 
 
 class TokenSession:
-    __slots__ = ("_validator", "_clock", "claims", "handshake_token")
+    __slots__ = ("_validator", "_clock", "claims", "handshake_token", "refresh_pending")
 
     def __init__(self, validator: TokenValidator | None, clock: Callable[[], float] = time.time) -> None:
         self._validator = validator
@@ -45,6 +45,9 @@ class TokenSession:
         self.claims: TokenClaims | None = None  # the token the session holds now
         # the token the WebSocket handshake carried (adapter/server/handshake_token.py), if any
         self.handshake_token: str | None = None
+        # an update-secret is out for a refresh received while the token was still valid: the
+        # expiry timer waits for its answer (which arms it again, or ends the session)
+        self.refresh_pending = False
 
     def __repr__(self) -> str:
         return f"TokenSession(claims={self.claims!r})"
@@ -94,6 +97,9 @@ class TokenSession:
         current = self.claims
         if current is None:
             raise TokenRefused("Token refused", "The session did not log in with a token\n")
+        if current.expires_at is not None and current.expires_at <= self._clock():
+            # the expiry timer is about to end the session: a token that ran out is not renewed
+            raise TokenRefused("Token refused", "The session's token has already expired\n")
         try:
             token = frame.body.decode("utf-8").strip()
         except UnicodeDecodeError:
@@ -106,7 +112,11 @@ class TokenSession:
             refusal = refresh_refusal(current, claims, self._clock())
         if refusal is not None:
             raise TokenRefused("Token refused", refusal + "\n")
-        failure = yield UpdateSecret(token)
+        self.refresh_pending = True
+        try:
+            failure = yield UpdateSecret(token)
+        finally:
+            self.refresh_pending = False
         if failure is not None:
             raise TokenRefused("Token refused", f"The broker refused the new token: {failure}\n")
         self.claims = claims
@@ -117,6 +127,8 @@ class TokenSession:
         """The shell's timer fired: the ERROR's body if the token has indeed expired (a refresh
         may have crossed the timer), else None."""
         claims = self.claims
+        if self.refresh_pending:
+            return None  # a refresh received before exp: its answer decides
         # a timer may fire a little early: a quarter of a second is forgiven
         if claims is None or claims.expires_at is None or claims.expires_at > self._clock() + 0.25:
             return None

@@ -238,6 +238,28 @@ def test_the_session_part_refreshes_with_update_secret_then_receipts() -> None:
     assert tokens.expired() is not None
 
 
+def test_a_refresh_after_exp_is_refused_and_one_received_before_exp_is_waited_for() -> None:
+    clock = [1_000.0]
+    tokens = TokenSession(None, lambda: clock[0])
+    assert tokens.login_refusal(mint(exp=1_100)) is None
+    frames = Frames({}, "s-1", True)
+    # received before exp: the broker's answer comes after exp, and the timer must not end
+    # the session meanwhile (the answer's TokenExpiry arms it again)
+    steps = tokens.refresh(Frame("SEND", {"destination": "/auth/token"}, mint(exp=1_300).encode()), frames)
+    assert isinstance(next(steps), ops.UpdateSecret)
+    clock[0] = 1_100.5
+    assert tokens.refresh_pending and tokens.expired() is None
+    assert steps.send(None) == ops.TokenExpiry(1_300.0)
+    assert not tokens.refresh_pending
+    # received after exp: refused, the session's token is gone
+    clock[0] = 1_300.0
+    late = Frame("SEND", {"destination": "/auth/token"}, mint(exp=1_400).encode())
+    with pytest.raises(TokenRefused, match="Token refused") as refused:
+        _drive(tokens.refresh(late, frames), {})
+    assert "already expired" in refused.value.detail
+    assert not tokens.refresh_pending
+
+
 def test_a_token_never_appears_in_a_repr() -> None:
     token = mint()
     assert token not in repr(ops.UpdateSecret(token))
