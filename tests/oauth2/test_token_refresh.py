@@ -8,16 +8,21 @@ connection, the same subscription, delivery tags that keep counting on the same 
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
+import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jwt
 import pytest
 
 from tests.cluster.rabbit import RabbitNode
 from tests.oauth2.oauth2_node import ALL_RIGHTS, RESOURCE, TokenIssuer, connection_users
-from tests.support import AdapterProcess, RawSession, unique, wait_until
+from tests.support import AdapterProcess, RawSession, read_frames, unique, wait_until
+from tests.tap_support import TapProcess
 
 NO_READ = (f"{RESOURCE}.configure:*/*", f"{RESOURCE}.write:*/*")
 
@@ -206,22 +211,44 @@ def test_no_token_in_any_log_line(
     issuer: TokenIssuer,
     key_file: str,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
+    """Nowhere: log messages, the tracebacks of log records, the tap's recording (bodies
+    recorded) and its log; a STOMP 1.0 refresh (leading white space in the destination) too."""
     caplog.set_level(logging.DEBUG)
     adapter = oauth2_adapter(oauth2_signing_key_file=key_file)
-    first, second = issuer.mint("quiet"), issuer.mint("quiet")
-    session = RawSession(adapter.port, "", first)
-    session.round_trip(unique("quiet"))
-    assert refresh(session, second)[-1][0] == "RECEIPT"
-    refused = RawSession(adapter.port, "", issuer.mint("quiet", ttl=-1))
-    assert refused.command == "ERROR"
-    session.disconnect()
-    assert wait_until(lambda: adapter.connection_count == 0, 10)
-    text = "\n".join(record.getMessage() for record in caplog.records)
+    tap = TapProcess(f"127.0.0.1:{adapter.port}", tmp_path / "recording", "--record-bodies")
+    try:
+        first, second, third, fourth = (issuer.mint("quiet") for _ in range(4))
+        session = RawSession(tap.port, "", first)
+        session.round_trip(unique("quiet"))
+        assert refresh(session, second)[-1][0] == "RECEIPT"
+        refused = RawSession(tap.port, "", issuer.mint("quiet", ttl=-1))
+        assert refused.command == "ERROR"
+        old = socket.create_connection(("127.0.0.1", tap.port), timeout=5)  # STOMP 1.0
+        old.sendall(f"CONNECT\nlogin:\npasscode:{third}\n\n\0".encode())
+        assert read_frames(old, count=1)[0][0].startswith(b"CONNECTED")
+        old.sendall(f"SEND\ndestination: /auth/token\nreceipt:r\n\n{fourth}\0".encode())
+        assert read_frames(old, count=1)[0][0].startswith(b"RECEIPT")
+        old.close()
+        session.disconnect()
+        assert wait_until(lambda: adapter.connection_count == 0, 10)
+    finally:
+        tap.stop()
+    formatter = logging.Formatter()
+    text = "\n".join(formatter.format(record) for record in caplog.records)  # with any traceback
     assert caplog.records, "nothing was logged at all"
-    for token in (first, second):
+    records = tap.records()
+    assert any("body" in record for record in records)  # the bodies were recorded
+    bodies = [
+        base64.b64decode(record["body"]).decode(errors="replace") for record in records if "body" in record
+    ]
+    recording = json.dumps(records) + "\n".join(bodies)
+    for token in (first, second, third, fourth):
         for part in token.split("."):
             assert part not in text
+            assert part not in recording
+            assert part not in tap.log()
 
 
 def test_a_refresh_keeps_open_transactions_and_temp_queues(
