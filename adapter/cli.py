@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from .amqp.brokers import BrokerNodes, parse_nodes
 from .amqp.multiplex_runtime import AmqpMultiplex
 from .amqp.pool_runtime import AmqpReuse
 from .amqp.shared import PausedBytes
@@ -38,17 +39,16 @@ from .caps import ConnectionCap
 from .config import DECLARED, ConfigError, Settings, load_settings, parse_listener, redact_url
 from .logs import configure_logging
 from .mapping.budget import Budgets
-from .server.brokers import BrokerNodes, parse_nodes
 from .server.connection import BrokerSettings
 from .server.fdlimit import raise_soft_limit
 from .server.listener import Server
-from .server.options import AmqpLink, Limits, Listening, Operations, SocketOptions, WebListener
+from .server.options import AmqpOptions, Limits, Listening, Operations, SocketOptions, WebListener
 from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
-from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerLink, WorkerSpec
-from .session import SessionSettings
-from .session.fanout import Registry
+from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerControl, WorkerSpec
+from .session import SessionRegistries, SessionSettings
 from .session.tokens import KEY_FILE_ERRORS, TokenValidator
+from .sharing.rules import Registry
 from .stomp.codec import FrameLimits
 
 log = logging.getLogger("adapter")
@@ -145,8 +145,24 @@ def token_validator(settings: Settings) -> TokenValidator | None:
 def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> SessionSettings:
     """``worker``: this process is a worker of --workers N, whose stomp.max_connections counts
     every worker's sessions (adapter/server/sharedcaps.py)."""
-    return SessionSettings(
+    registries = SessionRegistries(
         connection_cap=connection_cap(settings.max_connections, worker, 0),
+        shared=Registry(
+            max_lag=settings.shared_subscription_max_lag,
+            lag_budget=settings.shared_subscription_lag_budget,
+            trailing_lf=settings.trailing_lf,
+            reauthorise_seconds=settings.amqp_connection_max_age_seconds,
+        )
+        if settings.shared_subscriptions
+        else None,
+        budgets=Budgets(
+            max_transaction_bytes=settings.max_transaction_bytes,
+            transaction_bytes_budget=settings.transaction_bytes_budget,
+            max_unacked_bytes=settings.max_unacked_bytes,
+            unacked_bytes_budget=settings.unacked_bytes_budget,
+        ),
+    )
+    return SessionSettings(
         default_user=settings.default_user,
         default_pass=settings.default_pass,
         default_vhost=settings.default_vhost,
@@ -162,26 +178,13 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
         plugin_behaviour=settings.plugin_behaviour,
         declare_exchanges=settings.declare_exchanges,
         token_validator=token_validator(settings),
-        shared=Registry(
-            max_lag=settings.shared_subscription_max_lag,
-            lag_budget=settings.shared_subscription_lag_budget,
-            trailing_lf=settings.trailing_lf,
-            reauthorise_seconds=settings.amqp_connection_max_age_seconds,
-        )
-        if settings.shared_subscriptions
-        else None,
-        budgets=Budgets(
-            max_transaction_bytes=settings.max_transaction_bytes,
-            transaction_bytes_budget=settings.transaction_bytes_budget,
-            max_unacked_bytes=settings.max_unacked_bytes,
-            unacked_bytes_budget=settings.unacked_bytes_budget,
-        ),
         frame_limits=FrameLimits(settings.max_frame_size, settings.max_headers, settings.max_header_length),
         unauthenticated_limits=FrameLimits(
             min(settings.max_frame_size_unauthenticated, settings.max_frame_size),
             settings.max_headers,
             settings.max_header_length,
         ),
+        registries=registries,
     )
 
 
@@ -406,7 +409,7 @@ def listening(settings: Settings) -> Listening:
     )
 
 
-def amqp_link(settings: Settings) -> AmqpLink:
+def amqp_link(settings: Settings) -> AmqpOptions:
     nodes = parse_nodes(settings.amqp_url)
     broker = BrokerSettings(
         heartbeat=settings.amqp_heartbeat,
@@ -436,7 +439,7 @@ def amqp_link(settings: Settings) -> AmqpLink:
         if settings.amqp_sessions_per_connection > 1
         else None
     )
-    return AmqpLink(broker, BrokerNodes(nodes, settings.amqp_node_order), reuse, mux)
+    return AmqpOptions(broker, BrokerNodes(nodes, settings.amqp_node_order), reuse, mux)
 
 
 def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server:
@@ -460,15 +463,16 @@ def build_server(settings: Settings, worker: WorkerSpec | None = None) -> Server
 def build_supervisor(settings: Settings, server: Server, argv: Sequence[str]) -> Supervisor:
     """The supervisor of ``settings.workers`` workers; ``server`` (never started) has checked the
     configuration and knows the broker nodes, which /readyz asks."""
-    plans = [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.listeners]
-    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.tls_listeners]
-    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in server.activemq_listeners]
-    plans += [ListenerPlan(web.host, web.port, web.backlog) for web in server.web_listeners]
+    listening = server.listening
+    plans = [ListenerPlan(host, port, settings.tcp_backlog) for host, port in listening.stomp]
+    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in listening.tls]
+    plans += [ListenerPlan(host, port, settings.tcp_backlog) for host, port in listening.activemq]
+    plans += [ListenerPlan(web.host, web.port, web.backlog) for web in server.web]
     return Supervisor(
         workers=settings.workers,
         worker_command=[sys.executable, "-m", "adapter", *argv],
         plans=plans,
-        http_listen=server.http_listen,
+        http_listen=server.operations.http_listen,
         nodes=server.nodes,
         broker=server.broker,
         shutdown_timeout=settings.shutdown_timeout,
@@ -481,7 +485,7 @@ async def supervise(supervisor: Supervisor) -> int:
     return await supervisor.run()
 
 
-async def serve(server: Server, link: WorkerLink | None = None) -> None:
+async def serve(server: Server, link: WorkerControl | None = None) -> None:
     """Run until SIGTERM/SIGINT (or, for a worker, until its supervisor is gone), then shut
     down gracefully."""
     loop = asyncio.get_running_loop()
@@ -565,7 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if settings.workers > 1:
             return int(runner(supervise(build_supervisor(settings, server, arguments))))
-        runner(serve(server, WorkerLink(worker.control) if worker is not None else None))
+        runner(serve(server, WorkerControl(worker.control) if worker is not None else None))
     except OSError as error:
         log.error("cannot start: %s", error)
         return 1

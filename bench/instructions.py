@@ -31,7 +31,9 @@ Needs valgrind (Debian's package) and the broker on ``--amqp-url``.  One run tak
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import pstats
 import re
 import signal
 import socket
@@ -74,7 +76,10 @@ def connect_cycles(port: int, count: int) -> None:
 
 
 def queued_messages(port: int, count: int) -> None:
-    queue = "/queue/bench-instructions"  # durable, as SEND declares it; left empty
+    # durable, as SEND declares it; left empty.  BENCH_INSTRUCTIONS_QUEUE names another one for
+    # runs beside each other on one broker (two consumers of one queue share its messages, and
+    # each waits for all of them)
+    queue = os.environ.get("BENCH_INSTRUCTIONS_QUEUE", "/queue/bench-instructions")
     consumer = _login(port)
     consumer.sendall(f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:auto\nreceipt:s\n\n\0".encode())
     frame, _ = _read_frame(consumer, b"")
@@ -100,7 +105,122 @@ def queued_messages(port: int, count: int) -> None:
     consumer.close()
 
 
-WORKLOADS = {"connect": connect_cycles, "queue": queued_messages}
+class _Reader:
+    """Whole frames from a blocking socket (the NUL after a frame, then its heart-beat EOLs)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffered = b""
+
+    def frame(self) -> bytes:
+        frame, self.buffered = _read_frame(self.sock, self.buffered)
+        return frame
+
+
+def _subscribe(port: int, destination: str, receipt: str = "s") -> socket.socket:
+    sock = _login(port)
+    sock.sendall(f"SUBSCRIBE\nid:1\ndestination:{destination}\nack:auto\nreceipt:{receipt}\n\n\0".encode())
+    frame, _ = _read_frame(sock, b"")
+    if not frame.startswith(b"RECEIPT"):
+        raise SystemExit(f"SUBSCRIBE refused: {frame[:200]!r}")
+    return sock
+
+
+def request_reply(port: int, count: int) -> None:
+    """One request outstanding: SEND with reply-to:/temp-queue/..., a responder (another
+    connection) answers to the reply-to it is given, the requester reads the reply; each item
+    crosses the adapter four times (two SENDs in, two MESSAGEs out)."""
+    responder = _subscribe(port, "/queue/bench-instructions-rpc")
+    requester = _login(port)
+    answers, replies = _Reader(responder), _Reader(requester)
+    body = b"x" * 1024
+    for n in range(count):
+        requester.sendall(
+            f"SEND\ndestination:/queue/bench-instructions-rpc\nreply-to:/temp-queue/r\n"
+            f"correlation-id:{n}\ncontent-length:{len(body)}\n\n".encode()
+            + body
+            + b"\0"
+        )
+        request = answers.frame()
+        head = request.split(b"\n\n", 1)[0]
+        reply_to = next(line[9:] for line in head.split(b"\n") if line.startswith(b"reply-to:"))
+        responder.sendall(b"SEND\ndestination:" + reply_to + b"\n\n" + body + b"\0")
+        if not replies.frame().startswith(b"MESSAGE"):
+            raise SystemExit("request/reply: the reply is not a MESSAGE")
+    responder.close()
+    requester.close()
+
+
+def large_messages(port: int, count: int) -> None:
+    """64 KiB bodies to a queue and back to an auto-ack subscriber, at most 8 in flight."""
+    queue = "/queue/bench-instructions-large"
+    consumer = _subscribe(port, queue)
+    producer = _login(port)
+    body = b"x" * 65536
+    send = f"SEND\ndestination:{queue}\ncontent-length:{len(body)}\n\n".encode() + body + b"\0"
+    reader = _Reader(consumer)
+    sent = received = 0
+    while received < count:
+        while sent < count and sent - received < 8:
+            producer.sendall(send)
+            sent += 1
+        reader.frame()
+        received += 1
+    producer.close()
+    consumer.close()
+
+
+_PERSISTENT_QUEUE = "/queue/bench-instructions-persistent"
+
+
+def persistent_receipts(port: int, count: int) -> None:
+    """persistent:true SENDs of 1 KiB to a durable queue, each with a receipt (so a broker
+    confirm), at most 100 outstanding; nobody consumes meanwhile (``drain_persistent`` empties
+    the queue afterwards, outside the count)."""
+    producer = _login(port)
+    reader = _Reader(producer)
+    body = b"x" * 1024
+    sent = receipted = 0
+    while receipted < count:
+        while sent < count and sent - receipted < 100:
+            producer.sendall(
+                f"SEND\ndestination:{_PERSISTENT_QUEUE}\npersistent:true\nreceipt:{sent}\n"
+                f"content-length:{len(body)}\n\n".encode()
+                + body
+                + b"\0"
+            )
+            sent += 1
+        if not reader.frame().startswith(b"RECEIPT"):
+            raise SystemExit("persistent: a SEND was refused")
+        receipted += 1
+    producer.close()
+
+
+def drain_persistent(port: int) -> None:
+    """Empty the persistent workload's queue, so that repeated runs do not make it grow."""
+    sock = _subscribe(port, _PERSISTENT_QUEUE, receipt="drain")
+    sock.settimeout(2)
+    with contextlib.suppress(OSError):  # a timeout: nothing more to read
+        while sock.recv(1 << 20):
+            pass
+    sock.close()
+
+
+WORKLOADS = {
+    "connect": connect_cycles,
+    "queue": queued_messages,
+    "reqrep": request_reply,
+    "large": large_messages,
+    "persistent": persistent_receipts,
+}
+AFTERWARDS = {"persistent": drain_persistent}  # run uninstrumented after the measured items
+DEFAULT_COUNTS = {  # items measured, items of warm-up before
+    "connect": (300, 20),
+    "queue": (5000, 300),
+    "reqrep": (1000, 50),
+    "large": (500, 20),
+    "persistent": (3000, 200),
+}
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float) -> None:
@@ -120,8 +240,25 @@ def _callgrind_control(option: str, pid: int) -> None:
     subprocess.run(["callgrind_control", option, str(pid)], check=True, stdout=subprocess.DEVNULL)
 
 
-def measure(workload: str, count: int, warmup: int, checkout: Path, port: int, amqp_url: str) -> int:
-    """Instructions (callgrind's Ir) the adapter executed during ``count`` items of ``workload``."""
+def _adapter_command(port: int, amqp_url: str) -> list[str]:
+    return [sys.executable, "-m", "adapter", "--listen", f"127.0.0.1:{port}", "--amqp-url", amqp_url]
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGINT)  # a graceful stop writes the counts (or the profile)
+    try:
+        process.wait(120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def measure(
+    workload: str, count: int, warmup: int, checkout: Path, port: int, amqp_url: str, top: int = 0
+) -> int:
+    """Instructions (callgrind's Ir) the adapter executed during ``count`` items of ``workload``;
+    with ``top``, also print the ``top`` C functions of the interpreter by their own instructions
+    (where a copy, an allocation or a system call shows as itself)."""
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
         out = Path(scratch) / "callgrind.out"
         command = [
@@ -129,13 +266,7 @@ def measure(workload: str, count: int, warmup: int, checkout: Path, port: int, a
             "--tool=callgrind",
             "--instr-atstart=no",
             f"--callgrind-out-file={out}",
-            sys.executable,
-            "-m",
-            "adapter",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--amqp-url",
-            amqp_url,
+            *_adapter_command(port, amqp_url),
         ]
         with open(Path(scratch) / "adapter.log", "wb") as log:
             process = subprocess.Popen(command, cwd=checkout, stdout=log, stderr=subprocess.STDOUT)
@@ -145,17 +276,91 @@ def measure(workload: str, count: int, warmup: int, checkout: Path, port: int, a
             _callgrind_control("--instr=on", process.pid)
             WORKLOADS[workload](port, count)
             _callgrind_control("--instr=off", process.pid)
+            if workload in AFTERWARDS:
+                AFTERWARDS[workload](port)
         finally:
-            process.send_signal(signal.SIGINT)  # a graceful stop writes the counts
-            try:
-                process.wait(120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _stop(process)
         totals = re.search(r"^totals: (\d+)", out.read_text(), re.MULTILINE)
         if totals is None:
             raise SystemExit(f"no totals in callgrind's output {out}")
+        if top:
+            annotated = subprocess.run(
+                ["callgrind_annotate", "--auto=no", "--threshold=100", str(out)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            rows = [line for line in annotated.splitlines() if re.match(r"^\s*[\d,]+ \(", line)]
+            print(f"top {top} C functions by own instructions, per item:")
+            for line in rows[1 : top + 1]:  # rows[0] is the total
+                own, rest = line.split(" (", 1)
+                name = rest.split(")", 1)[1].strip()
+                print(f"  {int(own.replace(',', '')) / count:>10,.0f}  {name[:110]}")
         return int(totals.group(1))
+
+
+_PROFILE_DRIVER = """
+import cProfile, signal, sys
+from adapter.cli import main
+profiler = cProfile.Profile()
+signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+signal.signal(signal.SIGUSR2, lambda *_: profiler.disable())
+sys.argv = ["adapter", *sys.argv[2:]]
+try:
+    main()
+finally:
+    profiler.disable()
+    profiler.dump_stats(sys.argv_out)
+"""
+
+
+def profile(
+    workload: str, count: int, warmup: int, checkout: Path, port: int, amqp_url: str, top: int
+) -> None:
+    """The adapter under cProfile during the measured items only (SIGUSR1 and SIGUSR2 switch it
+    on and off): the ``top`` functions by own time per item, of the adapter's own Python code and
+    what it calls; the event loop's wait and C-level I/O show as ``run``.  The profiler's
+    overhead inflates small functions: read the shares and the calls per item, not the µs.
+    (adapter.cli.main, not ``-m adapter``: its run() ends with os._exit, which would skip the
+    profile's file.)"""
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as scratch:
+        out = Path(scratch) / "profile.out"
+        driver = _PROFILE_DRIVER.replace("sys.argv_out", repr(str(out)))
+        command = [sys.executable, "-c", driver, "--", *_adapter_command(port, amqp_url)[3:]]
+        with open(Path(scratch) / "adapter.log", "wb") as log:
+            process = subprocess.Popen(command, cwd=checkout, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_for_port(port, process, 120)
+            WORKLOADS[workload](port, warmup)
+            process.send_signal(signal.SIGUSR1)
+            time.sleep(0.2)
+            started = time.monotonic()
+            WORKLOADS[workload](port, count)
+            elapsed = time.monotonic() - started
+            process.send_signal(signal.SIGUSR2)
+            if workload in AFTERWARDS:
+                AFTERWARDS[workload](port)
+        finally:
+            _stop(process)
+        stats = pstats.Stats(str(out))
+        entries = sorted(
+            stats.stats.items(),  # type: ignore[attr-defined]
+            key=lambda item: item[1][2],
+            reverse=True,
+        )
+        busy = sum(own for (_f, _l, name), (_c, _n, own, _cu, _ca) in entries if name != "run")
+        print(
+            f"{workload}: {elapsed / count * 1e6:,.0f} µs per item (wall, profiled), "
+            f"{busy / count * 1e6:,.0f} µs of it in profiled Python functions"
+        )
+        print(f"top {top} functions by own time:")
+        for (filename, line, name), (_cc, calls, own, _cum, _callers) in entries[:top]:
+            where = (
+                filename.rsplit("/adapter/", 1)[-1]
+                if "/adapter/" in filename
+                else filename.rsplit("/", 1)[-1]
+            )
+            print(f"  {own / count * 1e6:8.1f} µs  {calls / count:6.2f} calls/item  {where}:{line} {name}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,10 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.instructions", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("workload", choices=sorted(WORKLOADS))
-    parser.add_argument("--count", type=int, default=None, help="items measured (connect 300, queue 5000)")
-    parser.add_argument(
-        "--warmup", type=int, default=None, help="items before measuring (connect 20, queue 300)"
-    )
+    parser.add_argument("--count", type=int, default=None, help="items measured (DEFAULT_COUNTS)")
+    parser.add_argument("--warmup", type=int, default=None, help="items before measuring (DEFAULT_COUNTS)")
     parser.add_argument(
         "--checkout",
         type=Path,
@@ -177,10 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--amqp-url", default=os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
     )
+    parser.add_argument("--top", type=int, default=0, help="also list the N costliest functions")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the adapter under cProfile instead of callgrind: Python functions by own time",
+    )
     args = parser.parse_args(argv)
-    count = args.count or (300 if args.workload == "connect" else 5000)
-    warmup = args.warmup or (20 if args.workload == "connect" else 300)
-    total = measure(args.workload, count, warmup, args.checkout, args.port, args.amqp_url)
+    count = args.count or DEFAULT_COUNTS[args.workload][0]
+    warmup = args.warmup or DEFAULT_COUNTS[args.workload][1]
+    if args.profile:
+        profile(args.workload, count, warmup, args.checkout, args.port, args.amqp_url, args.top or 25)
+        return 0
+    total = measure(args.workload, count, warmup, args.checkout, args.port, args.amqp_url, args.top)
     print(
         f"{args.workload}: {total:,} instructions over {count} items, {total / count:,.0f} per item "
         f"(adapter from {args.checkout})"

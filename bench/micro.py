@@ -143,7 +143,7 @@ async def measure(
     amqp = conn._amqp  # noqa: SLF001 - a harness, on purpose
     assert isinstance(amqp, AmqpConnection)
     real_amqp_transport = amqp.socket.transport
-    temp_queue = conn.session._temp_queues["micro"]  # type: ignore[union-attr]  # noqa: SLF001
+    temp_queue = conn.session.parts.targets.temp_queues["micro"]  # type: ignore[union-attr]  # noqa: SLF001
     amqp_sink = CountingSink()
     amqp.socket.transport = amqp_sink  # type: ignore[assignment]
     client_sink = CountingSink()

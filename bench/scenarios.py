@@ -373,7 +373,7 @@ async def queue_consumers_scenario(run: Run, selectors: bool = False) -> None:
     Messages alternate the header ``parity:0`` / ``parity:1``.  With ``selectors`` (the activemq
     profile, bench/activemq.py) consumer i has the selector ``parity = i``, so each gets exactly
     half, and the half the broker hands to the other one's channel is routed across by the
-    queue's dispatcher (adapter/mapping/dispatch.py); without, the broker shares them out."""
+    queue's dispatcher (adapter/dispatch/rules.py); without, the broker shares them out."""
     cfg = run.cfg
     destination = "/queue/" + run.queue("qs" if selectors else "q2")
     consumers = [await run.client(f"consumer{i}") for i in range(2)]

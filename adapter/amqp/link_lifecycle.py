@@ -4,9 +4,9 @@ link released), beside the link itself (adapter/amqp/link.py).
 The link itself (``SessionLink``: an AMQP connection of the session's own, or with
 ``adapter.amqp_sessions_per_connection`` a channel on a shared one: adapter/amqp/link.py) is
 held by the shell (``ClientConnection._amqp``) while the session uses it, because the shell calls
-it for every message.  ``AmqpLinkGlue`` owns the steps around it, which the shell delegates:
+it for every message.  ``LinkGlue`` owns the steps around it, which the shell delegates:
 
-* at CONNECT, its ``login`` (the server's ``BrokerLogin``, adapter/server/login.py, handed in
+* at CONNECT, its ``login`` (the server's ``BrokerLogin``, adapter/amqp/login.py, handed in
   by the shell as a ``LinkLogin``): a link without I/O when one is ready (a pooled
   connection, or a channel on a shared connection with room), else a login over the broker
   nodes in the frame's task; a link that arrives once the client is gone (the login timeout
@@ -47,7 +47,7 @@ class LinkServices(Protocol):
 
 
 class LinkLogin(Protocol):
-    """What the glue uses of the login (adapter/server/login.py ``BrokerLogin``)."""
+    """What the glue uses of the login (adapter/amqp/login.py ``BrokerLogin``)."""
 
     @property
     def reusing(self) -> bool: ...
@@ -58,7 +58,7 @@ class LinkLogin(Protocol):
 Login = TypeVar("Login", bound=LinkLogin)
 
 
-class AmqpLinkGlue(Generic[Login]):
+class LinkGlue(Generic[Login]):
     """One client connection's steps to and from its AMQP link (see the module docstring)."""
 
     __slots__ = ("_server", "delete_on_close", "login")

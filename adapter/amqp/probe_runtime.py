@@ -4,7 +4,7 @@ With session multiplexing, a call the broker may answer with a connection error 
 type it has no plugin for, a basic.get on a stream) runs on a short-lived AMQP connection of
 the session's own instead of the shared one.  ``Probes`` opens them (with the ``ProbeLogin`` the
 server hands it: a login of the adapter's own with the session's credentials, which takes its
-turn among the logins, adapter.max_logins_in_flight: adapter/server/login.py ``probe_login``)
+turn among the logins, adapter.max_logins_in_flight: adapter/amqp/login.py ``probe_login``)
 and closes them in the background.
 
 Bounded: at most ``PROBES_AT_ONCE`` probes per process are open at once, from the start of
@@ -47,7 +47,7 @@ ProbeLogin = Callable[[str, str, str, Callable[[], bool]], Awaitable[AmqpConnect
 
 class Unheard:
     """The broker events of a connection no session reads (a probe's; a shared subscription's
-    rights check, adapter/server/rights_check.py): its calls' replies go to the calls; it has no
+    rights check, adapter/amqp/rights_check.py): its calls' replies go to the calls; it has no
     consumer of its own to hear from, publishes nothing, and a failure between calls leaves
     nothing to tell (the broker requeues what it held as it closes)."""
 

@@ -6,7 +6,7 @@ and waiting for ``update-secret-ok`` within a deadline.  RabbitMQ answers a secr
 with ``530 NOT_ALLOWED``, which closes the whole connection: the error then reaches the session
 through its link's ``on_amqp_closed`` too, and this call raises it.
 
-Token logins never share a connection (adapter/server/login.py), so a session's refresh
+Token logins never share a connection (adapter/amqp/login.py), so a session's refresh
 concerns its own connection only; a ``ChannelLink`` is refused rather than refreshed, since
 ``update-secret`` would change the rights of every session on the shared connection.
 """

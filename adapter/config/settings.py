@@ -393,7 +393,7 @@ class Settings(BaseSettings):
     declare_exchanges: Annotated[bool, Setting(_SESSION, _to_bool, "adapter.declare_exchanges")] = False
     # Non-durable auto-ack /topic/ and /exchange/ subscriptions of the same vhost, user, passcode
     # and destination share one AMQP queue and consumer per process, the adapter copying each
-    # message to them (adapter/session/fanout.py, docs/configuration.md "Shared subscriptions").
+    # message to them (adapter/sharing/rules.py, docs/configuration.md "Shared subscriptions").
     # Off: each subscription has its own queue and consumer, as with the plugin.
     shared_subscriptions: Annotated[
         bool,

@@ -226,7 +226,7 @@ class AwaitConfirms:
     True, or False when the wait timed out."""
 
 
-# --- selector subscriptions on a queue (activemq profile, adapter/mapping/dispatch.py) ----------
+# --- selector subscriptions on a queue (activemq profile, adapter/dispatch/rules.py) ----------
 @dataclass(frozen=True, slots=True)
 class JoinDispatch:
     """Add the subscription ``consumer_tag`` to the process's dispatcher of ``queue`` (in the
@@ -274,7 +274,7 @@ class DispatchSettle:
     requeue: bool = True
 
 
-# --- shared topic subscriptions (adapter.shared_subscriptions, adapter/session/fanout.py) --------
+# --- shared topic subscriptions (adapter.shared_subscriptions, adapter/sharing/rules.py) --------
 @dataclass(frozen=True, slots=True)
 class JoinShared:
     """Synchronous: add the subscription ``consumer_tag`` to the process's shared subscription

@@ -15,7 +15,7 @@ where the two differ instead of testing the profile name, so the differences are
 * the SUBSCRIBE plan (ActiveMQ: ``/topic/`` wildcards ``*`` and ``>``, durable subscriptions
   named by ``client-id`` + ``activemq.subscriptionName``);
 * the selector of a subscription (ActiveMQ: the ``selector`` header, compiled once; on a queue
-  it is applied by the queue's dispatcher, adapter/mapping/dispatch.py);
+  it is applied by the queue's dispatcher, adapter/dispatch/rules.py);
 * the queue an UNSUBSCRIBE removes;
 * queue browsing (``browser:true``): which SUBSCRIBE is one, and its bounds;
 * scheduled delivery: ``AMQ_SCHEDULED_DELAY`` read (its plan: adapter/mapping/scheduled.py);
@@ -193,7 +193,7 @@ class RabbitMQRules:
 
     def plain_joins_dispatcher(self, headers: Mapping[str, str]) -> bool:
         """Whether a queue subscription without a selector joins the queue's dispatcher, when
-        the process has one (adapter/mapping/dispatch.py); the plugin has no dispatchers."""
+        the process has one (adapter/dispatch/rules.py); the plugin has no dispatchers."""
         return False
 
 
@@ -455,7 +455,7 @@ class ActiveMQRules(RabbitMQRules):
         """The compiled ``selector``.  On a topic (each subscription has its own queue) the
         session drops what it does not match; on a queue (competing consumers) the process's
         dispatcher of the queue routes each message to a matching consumer
-        (adapter/mapping/dispatch.py)."""
+        (adapter/dispatch/rules.py)."""
         text = headers.get("selector")
         if text is None:
             return None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..mapping import operations as ops
     from ..session import Session
+    from ..session.connection import ConnectionCounters
 
 log = logging.getLogger("adapter.connection")
 
@@ -26,11 +27,7 @@ class LoggedConnection(Protocol):
     listener: str
     peer: str
     session: Session
-    opened_at: float
-    frames_received: dict[str, int]
-    messages_published: int
-    bytes_received: int
-    bytes_sent: int
+    counters: ConnectionCounters
     close_reason: str
 
 
@@ -79,22 +76,22 @@ def closed(connection: LoggedConnection) -> None:
         return
     session = connection.session
     logged_in = session.user is not None
-    frames_sent = sum(session.frames_sent.values()) + session.messages_sent
+    frames_sent = sum(session.frames.frames_sent.values()) + session.frames.messages_sent
     fields = {
         "event": "connection_closed",
         "peer": connection.peer,
         "listener": connection.listener,
-        "user": session.requested_user,
-        "vhost": session.requested_vhost,
+        "user": session.login.requested_user,
+        "vhost": session.login.requested_vhost,
         "logged_in": logged_in,
         "version": session.version if logged_in else None,
-        "duration_seconds": round(time.monotonic() - connection.opened_at, 3),
-        "frames_received": sum(connection.frames_received.values()),
+        "duration_seconds": round(time.monotonic() - connection.counters.opened_at, 3),
+        "frames_received": sum(connection.counters.frames_received.values()),
         "frames_sent": frames_sent,
-        "messages_published": connection.messages_published,
-        "messages_delivered": session.messages_sent,
-        "bytes_received": connection.bytes_received,
-        "bytes_sent": connection.bytes_sent,
+        "messages_published": connection.counters.messages_published,
+        "messages_delivered": session.frames.messages_sent,
+        "bytes_received": connection.counters.bytes_received,
+        "bytes_sent": connection.counters.bytes_sent,
         "reason": connection.close_reason,
     }
     log.info(
@@ -107,7 +104,7 @@ def closed(connection: LoggedConnection) -> None:
         fields["duration_seconds"],
         fields["frames_received"],
         frames_sent,
-        connection.messages_published,
+        connection.counters.messages_published,
         fields["messages_delivered"],
         connection.close_reason,
         extra={"fields": fields},

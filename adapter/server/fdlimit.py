@@ -10,15 +10,17 @@ close the process is to its limit, at no cost per connection beyond one comparis
 
 from __future__ import annotations
 
-import errno
+import asyncio
 import logging
 import resource
 import time
 from collections.abc import Callable
+from typing import Any
+
+from ..amqp.login import EXHAUSTED
 
 log = logging.getLogger("adapter.server")
 
-EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
 # a warning at most this often, however many connections hit the limit meanwhile
 _WARN_EVERY_SECONDS = 10.0
 
@@ -35,6 +37,26 @@ def raise_soft_limit() -> int:
         log.debug("could not raise the file-descriptor limit from %d to %d: %s", soft, hard, error)
         return soft
     return hard
+
+
+def report_accept_exhaustion(loop: asyncio.AbstractEventLoop, descriptors: DescriptorWatch) -> None:
+    """asyncio's own loop (uvloop stays silent) reports an accept() that failed for lack of file
+    descriptors through the loop's exception handler, as an ERROR with a traceback; it is a
+    resource limit, not a bug: make it ``descriptors``' rate-limited warning instead.  The loop
+    retries the accept by itself."""
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        if isinstance(error, OSError) and error.errno in EXHAUSTED and "accept" in context.get("message", ""):
+            descriptors.exhausted(f"accept() failed: {error.strerror}")
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 class DescriptorWatch:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .brokers import BrokerNodes
+    from ..amqp.brokers import BrokerNodes
     from .connection import BrokerSettings
 
 log = logging.getLogger("adapter.health")

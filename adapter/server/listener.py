@@ -21,18 +21,18 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..amqp.admission import AMQP_CLOSES_AT_ONCE, LOGINS_WAITING_PER_PLACE, Gate
+from ..amqp.login import EXHAUSTED, probe_login
 from ..amqp.probe_runtime import Probes
 from ..mapping.profile import Profile
 from ..session import SessionSettings
 from .accept_pause import AcceptPause
-from .connection import ClientConnection, refuse_untrusted_proxy
-from .fdlimit import EXHAUSTED, DescriptorWatch
+from .connection import ClientConnection
+from .fdlimit import DescriptorWatch, report_accept_exhaustion
 from .health import BrokerCheck
 from .http import OperatorHttp, ServerEndpoints
-from .login import probe_login
 from .metrics import add_connection, build_registry
-from .options import AmqpLink, Limits, Listening, Operations, WebListener
-from .proxy_protocol import ProxyHeader, ProxyHeaderError, parse_proxy_header
+from .options import AmqpOptions, Limits, Listening, Operations, WebListener
+from .proxy_prelude import before_tls
 from .stats import DestinationCounts, ServerStats
 from .websocket import WebSocketConnection, warn_open_origins
 from .wsdeflate import CompressionBudget
@@ -49,34 +49,32 @@ class Server:
         session_settings: SessionSettings,
         *,
         listening: Listening,
-        link: AmqpLink,
+        link: AmqpOptions,
         limits: Limits,
         operations: Operations,
         web: tuple[WebListener, ...] = (),
         inherited_sockets: dict[tuple[str, int], list[socket.socket]] | None = None,
     ) -> None:
+        # the settings groups, kept whole (adapter/server/options.py): where to listen (the
+        # STOMP, activemq-profile and TLS listeners, stomp.tcp_listen_options.*), the web_stomp
+        # listeners, the graceful shutdown and the operator's HTTP port
+        self.listening = listening
+        self.web = web
+        self.operations = operations
+        self.limits = limits  # the input guards read how long a frame may take here
+        # The flat copies below are the client shell's view of the server (``ServerState`` in
+        # adapter/server/connection.py, which another change rewrites): it reads them by name.
         self.session_settings = session_settings
         self.broker = link.broker
         self.nodes = link.nodes
-        self.listeners = list(listening.stomp)
-        self.tls_listeners = list(listening.tls)
-        self._tls_context = listening.tls_context
-        self.web_listeners = list(web)
-        # TCP listeners whose clients get the activemq profile whatever the global one is
-        self.activemq_listeners = list(listening.activemq)
-        self.activemq_addresses: list[tuple[str, int]] = []
         # every connection starts with a PROXY protocol header (stomp.proxy_protocol)
         self.proxy_protocol = listening.proxy_protocol
         # the peers a PROXY header is believed from, on every listener that expects one
         self.proxy_trust = listening.proxy_trust
-        # stomp.tcp_listen_options.*
-        self._sockets = listening.sockets
         self.login_timeout = limits.login_timeout
         self.heartbeat_tolerance = limits.heartbeat_tolerance
         self.idle_client_timeout = limits.idle_client_timeout
-        self.shutdown_timeout = operations.shutdown_timeout
-        # the group "limits", kept whole: the input guards read how long a frame may take there
-        self.limits = limits
+        self.activemq_addresses: list[tuple[str, int]] = []
         # bytes of incomplete frames held across all connections, and their bound
         self.incomplete_input = 0
         self.incomplete_input_budget = limits.incomplete_frames_budget
@@ -104,7 +102,7 @@ class Server:
             # exchange type it lacks, a browse of a stream): they run on probes of their own
             self.amqp_mux.probes = Probes(self, probe_login(self))
         # adapter.shared_subscriptions: the process's shared groups (the metrics read them)
-        self.shared_subscriptions = session_settings.shared
+        self.shared_subscriptions = session_settings.registries.shared
         # every accepted socket until its transport reports connection_lost (also while a closed
         # connection lingers for the client's last reads, or a WebSocket waits for the client's
         # Close): what is still open at the end of shutdown is aborted
@@ -123,8 +121,7 @@ class Server:
         self.addresses: list[tuple[str, int]] = []
         self.tls_addresses: list[tuple[str, int]] = []
         self.web_addresses: list[tuple[str, int]] = []  # web_stomp listeners, ws:// and wss://
-        # metrics and health (adapter/server/http.py): where to listen, None for nowhere
-        self.http_listen = operations.http_listen
+        # metrics and health (adapter/server/http.py), where operations.http_listen says
         self.http_addresses: list[tuple[str, int]] = []
         self.http_connections: set[OperatorHttp] = set()
         # a worker of --workers N serves the listening sockets its supervisor bound, by the
@@ -150,17 +147,18 @@ class Server:
         add_connection(stats.closed, connection, self.clock())
         stats.connections_closed[connection.listener] += 1
         session = connection.session
-        if session is not None and session.login_failure is not None:
-            stats.login_failures[session.login_failure] += 1
+        if session is not None and session.login.failure is not None:
+            stats.login_failures[session.login.failure] += 1
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._report_accept_exhaustion(loop)
-        for host, port in self.listeners:
+        report_accept_exhaustion(loop, self.descriptors)
+        listening = self.listening
+        for host, port in listening.stomp:
             await self._listen(loop, host, port, self.addresses, lambda: ClientConnection(self))
-        if self.activemq_listeners:
+        if listening.activemq:
             activemq = dataclasses.replace(self.session_settings, profile="activemq")
-            for host, port in self.activemq_listeners:
+            for host, port in listening.activemq:
                 await self._listen(
                     loop,
                     host,
@@ -169,22 +167,22 @@ class Server:
                     lambda: ClientConnection(self, session_settings=activemq),
                     kind="STOMP, activemq profile",
                 )
-        for host, port in self.tls_listeners:
-            assert self._tls_context is not None
+        for host, port in listening.tls:
+            assert listening.tls_context is not None
             self._listen_tls(
                 loop,
                 host,
                 port,
-                self._tls_context,
+                listening.tls_context,
                 self.proxy_protocol,
                 lambda source: ClientConnection(
                     self, proxy_protocol=False, listener="tls", client_address=source
                 ),
                 self.tls_addresses,
-                self._sockets.tcp_backlog,
+                listening.sockets.tcp_backlog,
                 "STOMP",
             )
-        for web in self.web_listeners:
+        for web in self.web:
             if web.tls is not None:
 
                 def secure_factory(
@@ -215,12 +213,12 @@ class Server:
                 loop, web.host, web.port, self.web_addresses, factory, web.backlog, "WebSocket"
             )
         warn_open_origins(
-            [web.settings for web in self.web_listeners],
+            [web.settings for web in self.web],
             self.web_addresses,
             self.session_settings.default_user,
         )
-        if self.http_listen is not None:
-            host, port = self.http_listen
+        if self.operations.http_listen is not None:
+            host, port = self.operations.http_listen
             await self._listen(
                 loop,
                 host,
@@ -245,7 +243,7 @@ class Server:
         """A plain listener (TLS ones accept by themselves: _listen_tls); a worker of
         --workers N takes the sockets its supervisor bound instead of binding its own."""
         inherited = self._inherited_sockets.pop((host, port), None)
-        backlog = backlog or self._sockets.tcp_backlog
+        backlog = backlog or self.listening.sockets.tcp_backlog
         for sock in inherited or []:
             server = await loop.create_server(factory, sock=sock, backlog=backlog)
             self._serve(server, factory, backlog, kind)
@@ -370,18 +368,10 @@ class Server:
         source: tuple[str, int] | None = None
         handed_over = False  # once True, the transport owns the socket and closes it on failure
         try:
-            if proxy_protocol:
-                if not self.proxy_trust.trusts(host):
-                    refuse_untrusted_proxy(self, peer)
-                    sock.close()
+            if proxy_protocol:  # adapter/server/proxy_prelude.py: refused ones are closed there
+                header = await before_tls(self, loop, sock, host, peer, log)
+                if header is None:
                     return
-                try:
-                    async with asyncio.timeout(self.login_timeout):
-                        header = await read_proxy_header(loop, sock)
-                except TimeoutError:
-                    raise ProxyHeaderError(
-                        "no complete PROXY header within the login timeout", timed_out=True
-                    ) from None
                 source = header.source
             handed_over = True
             await loop.connect_accepted_socket(
@@ -390,10 +380,6 @@ class Server:
                 ssl=tls,
                 ssl_handshake_timeout=max(0.001, deadline - loop.time()),
             )
-        except ProxyHeaderError as error:
-            log.warning("closing connection from proxy %s: %s", peer, error)
-            self.stats.connections_refused["proxy_timeout" if error.timed_out else "proxy_header"] += 1
-            sock.close()
         except (OSError, TimeoutError, EOFError) as error:  # ssl.SSLError is an OSError
             client = f"{source[0]}:{source[1]} via proxy {peer}" if source else peer
             # asyncio and uvloop end a handshake that outlives its timeout with
@@ -413,29 +399,6 @@ class Server:
                 sock.close()
             raise
 
-    def _report_accept_exhaustion(self, loop: asyncio.AbstractEventLoop) -> None:
-        """asyncio's own loop (uvloop stays silent) reports an accept() that failed for lack of
-        file descriptors through the loop's exception handler, as an ERROR with a traceback;
-        it is a resource limit, not a bug: make it the rate-limited warning instead.  The loop
-        retries the accept by itself."""
-        previous = loop.get_exception_handler()
-
-        def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-            error = context.get("exception")
-            if (
-                isinstance(error, OSError)
-                and error.errno in EXHAUSTED
-                and "accept" in context.get("message", "")
-            ):
-                self.descriptors.exhausted(f"accept() failed: {error.strerror}")
-                return
-            if previous is not None:
-                previous(loop, context)
-            else:
-                loop.default_exception_handler(context)
-
-        loop.set_exception_handler(handler)
-
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
@@ -444,23 +407,13 @@ class Server:
 
     def tune_socket(self, sock: socket.socket) -> None:
         """Apply ``stomp.tcp_listen_options`` to an accepted client socket."""
-        try:
-            options = self._sockets
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if options.tcp_nodelay else 0)
-            if options.tcp_keepalive:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if options.tcp_sndbuf:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, options.tcp_sndbuf)
-            if options.tcp_recbuf:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, options.tcp_recbuf)
-        except OSError as error:  # pragma: no cover - depends on the platform
-            log.debug("could not tune socket: %s", error)
+        self.listening.sockets.apply(sock)
 
     async def shutdown(self) -> None:
         self.shutting_down = True  # /healthz and /readyz answer 503 from now on
         loop = asyncio.get_running_loop()
         # one deadline for all of it, from the signal: what is still closing then is dropped
-        deadline = loop.time() + self.shutdown_timeout
+        deadline = loop.time() + self.operations.shutdown_timeout
         if self.amqp_reuse is not None:
             await self.amqp_reuse.close_all()  # idle ones close; the sessions' close from now on
         if self.amqp_mux is not None:
@@ -498,7 +451,7 @@ class Server:
                     " AMQP connections are dropped, and the broker cleans them up itself (it requeues"
                     " what was unacknowledged and deletes their exclusive and auto-delete queues)",
                     len(not_done),
-                    self.shutdown_timeout,
+                    self.operations.shutdown_timeout,
                 )
         if self.tasks:
             _, stuck = await asyncio.wait(list(self.tasks), timeout=max(0.0, deadline - loop.time()))
@@ -531,34 +484,6 @@ _HTTP = "HTTP metrics and health"
 
 # Connections a TLS listener accepts in a row before it lets the event loop run other work.
 _ACCEPTS_PER_TURN = 64
-
-# Bytes looked at for a PROXY header: v2's largest (16 + 65535), v1's are at most 107.
-_PROXY_PEEK = 16 + 65535
-
-
-async def read_proxy_header(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> ProxyHeader:
-    """Read exactly the PROXY header from an accepted socket and nothing after it (the TLS
-    handshake that follows belongs to the TLS transport).  Each time the socket is readable:
-    peek, parse what has come so far, and take off the socket only the bytes that belong to the
-    header (all of them while it is incomplete), so that waiting for the rest of a slow header
-    really waits: bytes left in the kernel's buffer would keep the socket readable."""
-    received = b""
-    while True:
-        await _readable(loop, sock)
-        try:
-            peeked = sock.recv(_PROXY_PEEK - len(received), socket.MSG_PEEK)
-        except BlockingIOError:
-            continue
-        if not peeked:
-            raise ProxyHeaderError("the connection closed before its PROXY header was complete")
-        header = parse_proxy_header(received + peeked)
-        wanted = len(peeked) if header is None else header.length - len(received)
-        taken = 0
-        while taken < wanted:  # already in the kernel's buffer: no waiting
-            taken += len(sock.recv(wanted - taken))
-        if header is not None:
-            return header
-        received += peeked
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:

@@ -36,10 +36,10 @@ from .stats import (
 )
 
 if TYPE_CHECKING:
+    from ..amqp.brokers import BrokerNodes
     from ..amqp.multiplex_runtime import AmqpMultiplex
     from ..amqp.pool_runtime import AmqpReuse
-    from ..session.fanout import Registry
-    from .brokers import BrokerNodes
+    from ..sharing.rules import Registry
     from .connection import ClientConnection
 
 PREFIX = "stomp_adapter"
@@ -83,26 +83,27 @@ def connection_state(connection: ClientConnection) -> str:
 
 def add_connection(counts: TrafficCounts, connection: ClientConnection, now: float) -> None:
     """Add what one connection counted (pauses still running count up to ``now``)."""
-    counts.add_frames_received(connection.frames_received)
+    counts.add_frames_received(connection.counters.frames_received)
+    counters = connection.counters
     session = connection.session
     if session is not None:
-        for command, count in session.frames_sent.items():
+        for command, count in session.frames.frames_sent.items():
             counts.frames_sent[str(command)] += count
-        counts.frames_sent[Command.MESSAGE.value] += session.messages_sent
-        counts.messages_delivered += session.messages_sent
+        counts.frames_sent[Command.MESSAGE.value] += session.frames.messages_sent
+        counts.messages_delivered += session.frames.messages_sent
         counts.add_errors_sent(session.errors_sent)
-    shared = connection.shared_messages  # adapter.shared_subscriptions' MESSAGE frames
+    shared = counters.shared_messages  # adapter.shared_subscriptions' MESSAGE frames
     if shared:
         counts.frames_sent[Command.MESSAGE.value] += shared
         counts.messages_delivered += shared
-    counts.messages_published += connection.messages_published
-    counts.acks += connection.acks
-    counts.nacks += connection.nacks
-    counts.bytes_received += connection.bytes_received
-    counts.bytes_sent += connection.bytes_sent
-    for reason, seconds in connection.paused_seconds.items():
+    counts.messages_published += counters.messages_published
+    counts.acks += counters.acks
+    counts.nacks += counters.nacks
+    counts.bytes_received += counters.bytes_received
+    counts.bytes_sent += counters.bytes_sent
+    for reason, seconds in connection.flow.paused_seconds.items():
         counts.add_paused(reason, seconds)
-    for reason, since in connection.paused_since.items():
+    for reason, since in connection.flow.paused_since.items():
         counts.add_paused(reason, now - since)
 
 
@@ -123,7 +124,7 @@ class ServerCollector(Collector):
         for connection in server.connections:
             key = (connection.listener, connection_state(connection))
             states[key] = states.get(key, 0) + 1
-            if not connection.finished:  # a finished one is already in stats.closed
+            if not connection.stomp.finished:  # a finished one is already in stats.closed
                 add_connection(live, connection, now)
         traffic = stats.closed.merged(live)
 
@@ -322,7 +323,7 @@ class ServerCollector(Collector):
             yield _counter(
                 "amqp_shared_joins", "logins that joined a shared AMQP connection (no new login)", mux.joined
             )
-        shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/session/fanout.py)
+        shared = server.shared_subscriptions  # adapter.shared_subscriptions (adapter/sharing/rules.py)
         if shared is not None:
             yield _gauge(
                 "shared_subscriptions",

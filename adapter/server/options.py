@@ -10,18 +10,22 @@ code that uses it.
 
 from __future__ import annotations
 
+import logging
+import socket
 import ssl
 from dataclasses import dataclass
 
+from ..amqp.brokers import BrokerNodes
 from ..amqp.multiplex_runtime import AmqpMultiplex
 from ..amqp.pool_runtime import AmqpReuse
 from ..caps import ConnectionCap
-from .brokers import BrokerNodes
 from .connection import BrokerSettings
 from .proxy_protocol import ProxyTrust
 from .websocket import WebStompSettings
 
 Address = tuple[str, int]
+
+log = logging.getLogger("adapter.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,19 @@ class SocketOptions:
     tcp_keepalive: bool
     tcp_sndbuf: int | None
     tcp_recbuf: int | None
+
+    def apply(self, sock: socket.socket) -> None:
+        """Set an accepted client socket as these options say."""
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if self.tcp_nodelay else 0)
+            if self.tcp_keepalive:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if self.tcp_sndbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.tcp_sndbuf)
+            if self.tcp_recbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.tcp_recbuf)
+        except OSError as error:  # pragma: no cover - depends on the platform
+            log.debug("could not tune socket: %s", error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +81,7 @@ class WebListener:
 
 
 @dataclass(frozen=True, slots=True)
-class AmqpLink:
+class AmqpOptions:
     """Group "AMQP link": how AMQP connections are opened, to which nodes, and the pool of idle
     ones (adapter.amqp_connection_reuse; None when off), and the shared connections
     (adapter.amqp_sessions_per_connection above 1; None when off)."""

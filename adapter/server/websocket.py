@@ -1,7 +1,8 @@
 """STOMP over WebSocket, as RabbitMQ's ``rabbitmq_web_stomp`` plugin serves it.
 
-Owns one accepted socket of a ``web_stomp`` listener: the optional PROXY header, the HTTP
-request (h11), the WebSocket opening handshake and its messages (wsproto), and the small
+Owns one accepted socket of a ``web_stomp`` listener: the optional PROXY header (through
+adapter/server/proxy_prelude.py), the HTTP request and the opening handshake (through
+adapter/server/websocket_handshake.py), the WebSocket's messages (wsproto), and the small
 transport object through which the unchanged ``ClientConnection`` (the same session, limits and
 errors as over TCP) reads and writes STOMP.  Behaviour decided here, each as the plugin does
 unless docs/compatibility.md says otherwise:
@@ -43,28 +44,38 @@ import logging
 import struct
 import zlib
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
-import h11
-from wsproto import ConnectionType, WSConnection
+from wsproto import WSConnection
 from wsproto.connection import ConnectionState
 from wsproto.events import (
-    AcceptConnection,
     BytesMessage,
     CloseConnection,
     Ping,
-    Request,
     TextMessage,
 )
 from wsproto.extensions import PerMessageDeflate
-from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+from wsproto.utilities import LocalProtocolError
 
 from ..caps import ConnectionCap
-from .connection import ClientConnection, refuse_untrusted_proxy
-from .handshake_token import handshake_token, is_bearer
-from .proxy_protocol import ProxyHeaderError, parse_proxy_header
-from .wsdeflate import CONTEXT_BYTES, BoundedDeflate
+from ..stomp.output import MESSAGE_FRAMES
+from .connection import ClientConnection
+from .handshake_token import is_bearer
+from .proxy_prelude import ProxyPrelude
+from .websocket_handshake import WebSocketHandshake, choose_subprotocol
+
+__all__ = [
+    "CLOSE_INTERNAL_ERROR",
+    "CLOSE_NORMAL",
+    "BadAuthorization",
+    "WebSocketConnection",
+    "WebSocketTransport",
+    "WebStompSettings",
+    "basic_credentials",
+    "choose_subprotocol",
+    "frame_header",
+    "warn_open_origins",
+]
 
 if TYPE_CHECKING:
     from .connection import ServerState
@@ -80,8 +91,6 @@ CLOSE_TOO_BIG = 1009
 CLOSE_INTERNAL_ERROR = 1011
 # How long the adapter waits for the client's answer to its Close before dropping the socket.
 _CLOSE_WAIT_SECONDS = 2.0
-# Bound on the HTTP request head (request line and headers), as cowboy bounds them.
-_MAX_REQUEST_HEAD = 64 * 1024
 # Stop reading a client whose unread output (pongs included) passes this many bytes.
 _MAX_UNSENT_CONTROL = 1024 * 1024
 # How far past the STOMP frame limit one compressed message may inflate when
@@ -96,7 +105,6 @@ _TURN_EVENTS = 256
 _TURN_BYTES = 1024 * 1024
 _OPCODE_TEXT = 0x1
 _OPCODE_BINARY = 0x2
-_CONSOLE_PATH = "/console"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +150,6 @@ def warn_open_origins(
         ", ".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in addresses),
         default_user,
     )
-
-
-def choose_subprotocol(offered: list[str]) -> str | None:
-    """The highest STOMP version the client offers (v10.stomp, v11.stomp, v12.stomp), as the
-    plugin picks it; None when it offers none of them (the handshake still succeeds)."""
-    known = [p for p in offered if p in ("v10.stomp", "v11.stomp", "v12.stomp")]
-    return max(known) if known else None
 
 
 class BadAuthorization(ValueError):
@@ -268,20 +269,17 @@ class WebSocketConnection(asyncio.Protocol):
         self._proxy_read = proxy_read
         self._client_address = client_address
         self._settings = settings
-        self._tls = tls
         self._loop = asyncio.get_running_loop()
         self.raw: asyncio.Transport | None = None
         self.peer = "?"
         self._peername: tuple[str, int] | None = None
         self._phase: Literal["proxy", "http", "websocket", "closing", "closed"] = "http"
-        self._proxy_buffer = b""
-        self._http_started = False  # some of the HTTP request has arrived
-        self._http = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_REQUEST_HEAD)
+        self._proxy = ProxyPrelude(server.stats, "WebSocket connection", log)  # with web_stomp.proxy_protocol
+        self._handshake = WebSocketHandshake(self, settings, server.ws_compression, cap, tls=tls)
         self._ws: WSConnection | None = None
         self._session: ClientConnection | None = None
         self._opcode = _OPCODE_BINARY if settings.frame_type == "binary" else _OPCODE_TEXT
         self._deflater: _Deflater | None = None
-        self._compression_reserved = False  # CONTEXT_BYTES taken from server.ws_compression
         self._message_size = 0  # bytes of the client's current message so far
         self._backlog = False  # wsproto holds events for the next loop turn (_handle_events)
         self._paused: set[str] = set()
@@ -308,15 +306,16 @@ class WebSocketConnection(asyncio.Protocol):
             self._phase = "proxy"
         # the request (and a PROXY header before it) must arrive in time
         self._timer = self._loop.call_later(self._settings.request_timeout, self._request_timed_out)
-        if self._phase == "proxy" and not self._server.proxy_trust.trusts(peername[0] if peername else "?"):
-            refuse_untrusted_proxy(self._server, self.peer)
+        if self._phase == "proxy" and not self._proxy.trusted(
+            self._server.proxy_trust, peername[0] if peername else "?", self.peer
+        ):
             self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self._phase in ("websocket", "closing"):
             self._websocket_input(data)
         elif self._phase == "http":
-            self._http_input(data)
+            self._handshake.receive(data)
         elif self._phase == "proxy":
             self._proxy_input(data)
 
@@ -327,9 +326,7 @@ class WebSocketConnection(asyncio.Protocol):
         self._server.open_sockets.discard(self)
         if self._cap is not None:
             self._cap.release(self)  # held from connection_made to here, as ranch counts
-        if self._compression_reserved:
-            self._compression_reserved = False
-            self._server.ws_compression.release(CONTEXT_BYTES)
+        self._handshake.release_compression()
         self.raw = None
         self._phase = "closed"
         self.closing = True
@@ -348,140 +345,36 @@ class WebSocketConnection(asyncio.Protocol):
             self._session.resume_writing()
         self.set_paused("output", False)
 
+    def answered(self) -> None:
+        self._phase = "closed"
+
     # ------------------------------------------------------------------ PROXY header and HTTP
     def _proxy_input(self, data: bytes) -> None:
-        buffered = self._proxy_buffer + data
-        try:
-            header = parse_proxy_header(buffered)
-        except ProxyHeaderError as error:
-            log.warning("closing WebSocket connection from proxy %s: %s", self.peer, error)
-            self._server.stats.connections_refused["proxy_header"] += 1
-            self.abort()
+        opened = self._proxy.opened(data, self.peer)
+        if opened is None:
+            if self._proxy.refusal:
+                self.abort()
             return
-        if header is None:
-            self._proxy_buffer = buffered
-            return
-        self._proxy_buffer = b""
-        if header.source is not None:
-            self._peername = header.source
-            self.peer = _format_peer(header.source)
+        if opened.source is not None:
+            self._peername = opened.source
+            self.peer = _format_peer(opened.source)
         self._phase = "http"
-        rest = buffered[header.length :]
-        if rest:
-            self._http_input(rest)
-
-    def _http_input(self, data: bytes) -> None:
-        self._http_started = True
-        http = self._http
-        http.receive_data(data)
-        try:
-            event = http.next_event()
-        except h11.RemoteProtocolError as error:
-            self._respond(error.error_status_hint, f"Bad request: {error}\n")
-            return
-        if event is h11.NEED_DATA:
-            return
-        if not isinstance(event, h11.Request):
-            self._respond(400, "Bad request\n")
-            return
-        self._handle_request(event)
-
-    def _handle_request(self, request: h11.Request) -> None:
-        # a header sent twice is one comma-separated value, as HTTP reads it and cowboy joins it:
-        # two Authorization headers are then unreadable credentials, not the last one's
-        headers: dict[str, str] = {}
-        for raw_name, raw_value in request.headers:
-            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        target = request.target.decode("latin-1")
-        path = target.split("?", 1)[0]
-        method = request.method.decode("latin-1")
-        settings = self._settings
-        if self._cap is not None and not self._cap.holds(self):
-            log.info(
-                "WebSocket connection from %s refused: web_stomp.max_connections (%s) reached",
-                self.peer,
-                self._cap.limit,
-            )
-            self._respond(
-                503, f"Service Unavailable: web_stomp.max_connections ({self._cap.limit}) reached\n"
-            )
-            return
-        if path == settings.path:
-            upgrade = headers.get("upgrade", "").lower()
-            if method != "GET" or "websocket" not in upgrade:
-                self._respond(
-                    426,
-                    "This is a WebSocket endpoint: connect with a WebSocket client\n",
-                    extra=[("Upgrade", "websocket")],
-                )
-                return
-            origin = headers.get("origin")
-            if settings.allow_origins and origin is not None and origin not in settings.allow_origins:
-                log.warning(
-                    "WebSocket from %s refused: origin %r is not in web_stomp.allow_origins",
-                    self.peer,
-                    origin,
-                )
-                self._respond(403, "Origin not allowed\n")
-                return
-            self._upgrade(request, target, headers)
-            return
-        if settings.console and method in ("GET", "HEAD") and path in (_CONSOLE_PATH, _CONSOLE_PATH + "/"):
-            self._respond(
-                200, _console_page(), content_type="text/html; charset=utf-8", head=method == "HEAD"
-            )
-            return
-        self._respond(404, "Not found\n")
-
-    def _respond(
-        self,
-        status: int,
-        body: str | bytes,
-        *,
-        content_type: str = "text/plain; charset=utf-8",
-        extra: list[tuple[str, str]] | None = None,
-        head: bool = False,
-    ) -> None:
-        """Answer one plain HTTP request and close (no keep-alive: the only pages are the
-        console and errors, and a browser opens its WebSocket on a new connection anyway)."""
-        payload = body.encode("utf-8") if isinstance(body, str) else body
-        headers = [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(payload))),
-            ("Connection", "close"),
-            ("Server", "stomp-amqp-adapter"),
-            *(extra or []),
-        ]
-        response = h11.Response(status_code=status, headers=headers)
-        if self._http.their_state is h11.ERROR:
-            data = _raw_response(status, headers)  # h11 will not write after a broken request
-        else:
-            try:
-                data = self._http.send(response) or b""
-            except h11.LocalProtocolError:
-                data = _raw_response(status, headers)
-        if not head:
-            data += payload
-        raw = self.raw
-        self._phase = "closed"
-        if raw is not None:
-            raw.write(data)
-            raw.close()
+        if opened.rest:
+            self._handshake.receive(opened.rest)
 
     def _request_timed_out(self) -> None:
         self._timer = None
         if self._phase in ("proxy", "http"):
             if self._phase == "proxy":
-                self._server.stats.connections_refused["proxy_timeout"] += 1
+                self._proxy.timed_out(self.peer, logged=False)
             log.info(
                 "closing WebSocket connection from %s: no complete HTTP request in %g s",
                 self.peer,
                 self._settings.request_timeout,
             )
-            if self._phase == "http" and self._http_started:
+            if self._phase == "http" and self._handshake.started:
                 # cowboy answers a request whose headers do not arrive in time with 408
-                self._respond(408, "Request Timeout: the HTTP request did not arrive in time\n")
+                self._handshake.respond(408, "Request Timeout: the HTTP request did not arrive in time\n")
             elif self._phase == "http" and self.raw is not None:
                 self._phase = "closed"  # nothing arrived: a plain close, as cowboy's
                 self.raw.close()
@@ -489,50 +382,21 @@ class WebSocketConnection(asyncio.Protocol):
                 self.abort()
 
     # ------------------------------------------------------------------ the WebSocket
-    def _upgrade(self, request: h11.Request, target: str, headers: dict[str, str]) -> None:
-        trailing, _closed = self._http.trailing_data
-        ws = WSConnection(ConnectionType.SERVER)
-        try:
-            ws.initiate_upgrade_connection(list(request.headers), target)
-            opened = next(ws.events())
-        except (RemoteProtocolError, StopIteration) as error:
-            self._respond(400, f"Bad WebSocket handshake: {error}\n")
-            return
-        assert isinstance(opened, Request)
-        raw = self.raw
-        if raw is None:
-            return
-        extensions: list[Any] = []
-        deflate: PerMessageDeflate | None = None
-        if self._settings.compress and "permessage-deflate" in headers.get("sec-websocket-extensions", ""):
-            # the process-wide budget of compression state: without room, this client is served
-            # uncompressed (a server may decline the extension, RFC 7692 5)
-            if self._server.ws_compression.reserve(CONTEXT_BYTES):
-                self._compression_reserved = True
-                deflate = BoundedDeflate(self._inflate_limit)
-                extensions.append(deflate)
-            else:
-                log.info(
-                    "WebSocket from %s served without permessage-deflate: the compression budget"
-                    " (adapter.web_stomp_compress_budget, %d bytes) is in use",
-                    self.peer,
-                    self._server.ws_compression.limit,
-                )
-        extra_headers: list[tuple[bytes, bytes]] = [(b"server", b"stomp-amqp-adapter")]
-        if self._tls and self._settings.hsts_policy:
-            extra_headers.append((b"strict-transport-security", self._settings.hsts_policy.encode()))
-        accept = AcceptConnection(
-            subprotocol=choose_subprotocol(opened.subprotocols),
-            extensions=extensions,
-            extra_headers=extra_headers,
-        )
-        raw.write(ws.send(accept))
+    def upgraded(
+        self,
+        ws: WSConnection,
+        deflate: PerMessageDeflate | None,
+        headers: dict[str, str],
+        trailing: bytes,
+        token: str | None = None,
+    ) -> None:
+        """The handshake accepted the WebSocket: open the STOMP session behind it (``token``:
+        an OAuth 2.0 token the request carried, adapter/server/handshake_token.py)."""
         self._ws = ws
         if deflate is not None and deflate.enabled():
             self._deflater = _Deflater(deflate)
-        elif self._compression_reserved:  # offered, but with parameters not accepted
-            self._compression_reserved = False
-            self._server.ws_compression.release(CONTEXT_BYTES)
+        else:  # offered, but with parameters not accepted (or not offered)
+            self._handshake.release_compression()
         self._phase = "websocket"
         if self._timer is not None:
             self._timer.cancel()
@@ -540,9 +404,8 @@ class WebSocketConnection(asyncio.Protocol):
         if self._settings.idle_timeout:
             self._timer = self._loop.call_later(self._settings.idle_timeout, self._check_idle)
         credentials: tuple[str, str] | None = None
-        # an OAuth 2.0 token in the handshake (adapter/server/handshake_token.py): a Bearer
-        # Authorization is a token, never use_http_auth's Basic credentials
-        token = handshake_token(headers, opened.subprotocols, self._settings.token_cookie)
+        # an OAuth 2.0 token in the handshake: a Bearer Authorization is a token, never
+        # use_http_auth's Basic credentials
         if self._settings.use_http_auth and is_bearer(headers) and token is not None:
             # use_http_auth: the request's credentials replace CONNECT's, a bearer token's too
             # (Bearer is read first: ``token`` is the header's)
@@ -559,8 +422,13 @@ class WebSocketConnection(asyncio.Protocol):
             if credentials is None:
                 defaults = self._server.session_settings
                 credentials = (defaults.default_user or "", defaults.default_pass or "")
-        session = ClientConnection(self._server, proxy_protocol=False, label="WebSocket ")
-        session.frame_per_write = True
+        session = ClientConnection(
+            self._server,
+            proxy_protocol=False,
+            label="WebSocket ",
+            listener="websocket",
+            frames=MESSAGE_FRAMES,
+        )
         self._session = session
         session.connection_made(WebSocketTransport(self))  # type: ignore[arg-type]
         if credentials is not None and session.session is not None:
@@ -570,7 +438,7 @@ class WebSocketConnection(asyncio.Protocol):
         if trailing:
             self._websocket_input(trailing)
 
-    def _inflate_limit(self) -> int:
+    def inflate_limit(self) -> int:
         """Bytes the compressed message now starting may inflate to: the configured message
         limit, or else the STOMP frame limit in force (the smaller one before login) and room
         for heart-beats: one larger message could only be several frames in one message."""
@@ -579,7 +447,7 @@ class WebSocketConnection(asyncio.Protocol):
             return limit
         session = self._session
         if session is not None:
-            return session.frame_limits.max_frame_size + _INFLATE_ROOM
+            return session.stomp.parser.limits.max_frame_size + _INFLATE_ROOM
         return self._server.session_settings.unauthenticated_limits.max_frame_size + _INFLATE_ROOM
 
     def _websocket_input(self, data: bytes) -> None:
@@ -768,27 +636,3 @@ def _format_peer(address: tuple[str, int] | None) -> str:
         return "?"
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _raw_response(status: int, headers: list[tuple[str, str]]) -> bytes:
-    reasons = {
-        400: "Bad Request",
-        404: "Not Found",
-        408: "Request Timeout",
-        503: "Service Unavailable",
-        431: "Request Header Fields Too Large",
-    }
-    reason = reasons.get(status, "Error")
-    lines = [f"HTTP/1.1 {status} {reason}"] + [f"{name}: {value}" for name, value in headers]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-_console_cache: bytes | None = None
-
-
-def _console_page() -> bytes:
-    """The web console (adapter/server/console.html), read once."""
-    global _console_cache
-    if _console_cache is None:
-        _console_cache = resources.files(__package__).joinpath("console.html").read_bytes()
-    return _console_cache

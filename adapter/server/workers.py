@@ -10,7 +10,7 @@ Owns both ends of it:
   (adapter/server/workermetrics.py); and on SIGTERM/SIGINT stops every worker the way a single
   adapter stops (each closes its clients cleanly), killing those still running after
   ``shutdown_timeout``;
-* the worker's end of the control socket (``WorkerLink``): it says when the worker listens,
+* the worker's end of the control socket (``WorkerControl``): it says when the worker listens,
   answers the supervisor's requests for a metrics snapshot, and shuts the worker down when the
   supervisor goes away (end of file on the socket), so a killed supervisor leaves no orphans.
 
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import Metric
 
-from .brokers import BrokerNodes
+from ..amqp.brokers import BrokerNodes
 from .connection import BrokerSettings
 from .health import BrokerCheck, Verdict
 from .http import OperatorHttp
@@ -518,7 +518,7 @@ class WorkerSpec:
         return cls(int(spec["slot"]), control, sockets, workers, caps)
 
 
-class WorkerLink:
+class WorkerControl:
     """The worker's end of the control socket (see the module docstring)."""
 
     def __init__(self, control: socket.socket) -> None:

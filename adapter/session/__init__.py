@@ -12,7 +12,11 @@ operations out.  ``Session`` (core.py) is a small router over named parts:
 * extension.py      the hooks of a behaviour profile; the default profile's null extension
 * activemq.py       the activemq profile's extension (dead-letter NACK, selectors, dispatchers,
                     temporary topics)
-* settings.py       ``SessionSettings``, ``State``, the session id, the transaction limits
+* settings.py       ``SessionSettings`` (frozen values), ``SessionRegistries`` (the process-wide
+                    registries beside them), ``State``, the session id, the transaction limits
+* parts.py          ``Parts``: the parts held together (the extension reads them there)
+* quick.py          ``QuickPaths``: the common SEND and ACK as one plain call each
+* commit.py         BEGIN, COMMIT, ABORT: the steps of the transactions' frames
 
 Imports neither asyncio nor pydantic (tests/unit/test_layers.py).
 """
@@ -23,6 +27,7 @@ from .settings import (
     MAX_TRANSACTION_ACTIONS,
     MAX_TRANSACTIONS,
     NODE_LIMIT_REACHED,
+    SessionRegistries,
     SessionSettings,
     State,
     Steps,
@@ -38,6 +43,7 @@ __all__ = [
     "AckMode",
     "Identity",
     "Session",
+    "SessionRegistries",
     "SessionSettings",
     "State",
     "Steps",

@@ -9,7 +9,7 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
   budget (adapter/mapping/budget.py), and the confirms of those copies;
 * selector subscriptions: on a topic, deliveries the selector does not match are withheld; on a
   queue, the subscription joins the process's dispatcher of the queue
-  (adapter/mapping/dispatch.py), which hands it messages, and its ACK/NACK settle there;
+  (adapter/dispatch/rules.py), which hands it messages, and its ACK/NACK settle there;
 * SUBSCRIBE to ``/temp-queue/NAME`` and ``/temp-topic/NAME`` (the temporary topics' queues);
 * queue browsers (``browser:true``): the queue's messages taken, sent and handed back;
 * a scheduled SEND (``AMQ_SCHEDULED_DELAY``): its publishes through a delay queue;
@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Protocol
 
+from ..dispatch import rules as dispatch
 from ..errors import StompError
-from ..mapping import dispatch
 from ..mapping.budget import KeptDeliveries
 from ..mapping.destinations import Destination, DestinationKind
 from ..mapping.operations import (
@@ -65,24 +65,24 @@ if TYPE_CHECKING:
     from .publishing import Publishing
     from .settings import SessionSettings
     from .subscriptions import Subscriptions
+    from .targets import Targets
     from .transactions import Transactions
 
 
-class Host(Protocol):
-    """What the extension uses of its session (``Session`` has it): its parts, reached midway
-    through a frame (a NACK to the dead-letter queue needs confirms, transactions and receipts).
-    Named here so that this module does not import the session that builds it
-    (tests/unit/test_layers.py fails on import cycles)."""
+class ExtensionHost(Protocol):
+    """What the extension uses of its session's parts (``Parts``, adapter/session/parts.py, has
+    them), reached midway through a frame (a NACK to the dead-letter queue needs confirms,
+    transactions and receipts)."""
 
     settings: SessionSettings
-    _rules: RabbitMQRules
-    _by_tag: dict[str, Subscription]
-    _frames: Frames
-    _confirms: Confirms
-    _transactions: Transactions
-    _subscriptions: Subscriptions
-    _publishing: Publishing
-    _temp_queues: dict[str, str]
+    rules: RabbitMQRules
+    by_tag: dict[str, Subscription]
+    frames: Frames
+    confirms: Confirms
+    transactions: Transactions
+    subscriptions: Subscriptions
+    publishing: Publishing
+    targets: Targets
 
     @property
     def identity(self) -> Identity: ...
@@ -94,7 +94,7 @@ def _match_all(_properties: MessageProperties) -> bool:
 
 
 def _selector_matcher(selector: Selector) -> Callable[[MessageProperties], bool]:
-    """A selector as the dispatcher asks it (adapter/mapping/dispatch.py)."""
+    """A selector as the dispatcher asks it (adapter/dispatch/rules.py)."""
 
     def matches(properties: MessageProperties) -> bool:
         return selector.matches(selector_lookup(properties))
@@ -103,12 +103,12 @@ def _selector_matcher(selector: Selector) -> Callable[[MessageProperties], bool]
 
 
 class ActiveMQExtension(ProfileExtension):
-    def __init__(self, host: Host, dead_letter_queue: str) -> None:
+    def __init__(self, host: ExtensionHost, dead_letter_queue: str) -> None:
         self._host = host
         self._dead_letter_queue = dead_letter_queue
         # the bytes of the bodies kept in _unsettled and _dispatched, against the per-connection
         # and process-wide bounds (adapter/mapping/budget.py); given back as they are settled
-        self._kept_bytes = host.settings.budgets.unacked_account()
+        self._kept_bytes = host.settings.registries.budgets.unacked_account()
         # the unsettled deliveries of client-ack subscriptions by delivery tag
         self._unsettled: MutableMapping[int, Delivery] = KeptDeliveries(self._kept_bytes)
         # the unsettled messages of dispatched subscriptions of client-ack modes, by (consumer
@@ -137,8 +137,8 @@ class ActiveMQExtension(ProfileExtension):
         return dest.kind in (DestinationKind.QUEUE, DestinationKind.AMQ_QUEUE) and (
             selector is not None
             or (
-                host._rules.plain_joins_dispatcher(headers)
-                and host.settings.dispatchers.has(host.identity.vhost, queue)
+                host.rules.plain_joins_dispatcher(headers)
+                and host.settings.registries.dispatchers.has(host.identity.vhost, queue)
             )
         )
 
@@ -159,7 +159,7 @@ class ActiveMQExtension(ProfileExtension):
         takes no held message with it.  It always consumes with acks (``auto`` is acked by the
         adapter as each message is sent, so a message no selector matches can be held), with a
         prefetch that leaves room for those held messages; the STOMP prefetch is enforced by the
-        dispatcher (adapter/mapping/dispatch.py)."""
+        dispatcher (adapter/dispatch/rules.py)."""
         if browses(frame.headers, dest):
             yield from self._browse(frame, queue, tag, dest, selector)
             return
@@ -167,17 +167,17 @@ class ActiveMQExtension(ProfileExtension):
         headers = frame.headers
         auto_ack = ack_mode == "auto"
         yield BasicQos(dispatch.window(credit, auto_ack))
-        host._by_tag[tag] = Subscription(
+        host.by_tag[tag] = Subscription(
             tag, headers.get("id"), dest.raw, dest, ack_mode, dispatched=True, hook=self
         )
         matches = _match_all if selector is None else _selector_matcher(selector)
         yield JoinDispatch(queue, tag, matches, auto_ack, None if auto_ack else credit)
-        yield BasicConsume(queue, tag, no_ack=False, exclusive=host._rules.exclusive_consumer(headers))
+        yield BasicConsume(queue, tag, no_ack=False, exclusive=host.rules.exclusive_consumer(headers))
         # a virtual topic's consumer queue is bound to its topic, as on the plain path
-        binding = host._rules.virtual_topic_binding(dest, host.settings.default_topic_exchange)
+        binding = host.rules.virtual_topic_binding(dest, host.settings.default_topic_exchange)
         if binding is not None:
             yield QueueBind(queue, *binding)
-        yield from host._frames.receipt_of(frame)
+        yield from host.frames.receipt_of(frame)
         yield ActivateDispatch(tag)
 
     def _browse(
@@ -195,12 +195,12 @@ class ActiveMQExtension(ProfileExtension):
         subscription stays until UNSUBSCRIBE, without a consumer, as ActiveMQ's does."""
         host = self._host
         sub_id = frame.headers.get("id")
-        host._subscriptions.add(
+        host.subscriptions.add(
             Subscription(
                 tag, sub_id, dest.raw, dest, "auto", selector, hook=None if selector is None else self
             )
         )
-        yield from host._frames.receipt_of(frame)
+        yield from host.frames.receipt_of(frame)
         taken: list[int] = []
         size = 0
         while len(taken) < BROWSE_LIMIT and size < BROWSE_BYTES:
@@ -209,7 +209,7 @@ class ActiveMQExtension(ProfileExtension):
                 break  # the queue has no more ready messages
             taken.append(got.delivery_tag)
             size += len(got.body)
-            data = host._frames.deliver(got)
+            data = host.frames.deliver(got)
             if data:  # b"": the selector does not match it
                 yield SendFrame(data)
         # if the connection closes before this, the broker requeues them with the channel;
@@ -218,7 +218,7 @@ class ActiveMQExtension(ProfileExtension):
         headers = [("destination", dest.raw), ("message-id", f"{tag}@@browser-end"), ("browser", "end")]
         if sub_id is not None:
             headers.insert(0, ("subscription", sub_id))
-        yield SendFrame(host._frames.encode("MESSAGE", headers))
+        yield SendFrame(host.frames.encode("MESSAGE", headers))
 
     def subscribe_temporary(
         self, frame: Frame, dest: Destination, tag: str, prefetch_count: int | None, ack_mode: AckMode
@@ -238,12 +238,12 @@ class ActiveMQExtension(ProfileExtension):
             temporaries[dest.name] = queue
         else:
             implicit = "T_" + dest.raw
-            if implicit in host._by_tag and implicit != tag:
+            if implicit in host.by_tag and implicit != tag:
                 yield BasicCancel(implicit)
-                host._by_tag.pop(implicit, None)
+                host.by_tag.pop(implicit, None)
         if prefetch_count is not None:
             yield BasicQos(prefetch_count)
-        host._subscriptions.add(
+        host.subscriptions.add(
             Subscription(
                 tag,
                 frame.headers.get("id"),
@@ -254,10 +254,10 @@ class ActiveMQExtension(ProfileExtension):
             )
         )
         yield BasicConsume(queue, tag, no_ack=ack_mode == "auto")
-        yield from host._frames.receipt_of(frame)
+        yield from host.frames.receipt_of(frame)
 
     def temporaries(self, kind: DestinationKind) -> dict[str, str]:
-        return self._temp_topics if kind is DestinationKind.TEMP_TOPIC else self._host._temp_queues
+        return self._temp_topics if kind is DestinationKind.TEMP_TOPIC else self._host.targets.temp_queues
 
     # ------------------------------------------------------------------ send
     def scheduled(
@@ -265,7 +265,7 @@ class ActiveMQExtension(ProfileExtension):
     ) -> tuple[list[Operation], list[BasicPublish]] | None:
         """ActiveMQ's ``AMQ_SCHEDULED_DELAY``: the publishes go through a delay queue
         (adapter/mapping/scheduled.py); the other scheduling headers are refused there."""
-        rules = self._host._rules
+        rules = self._host.rules
         delay = rules.scheduled_delay(headers)
         if delay is None:
             return None
@@ -356,12 +356,12 @@ class ActiveMQExtension(ProfileExtension):
                 requeue = requeue_header in ("true", "True")
         op = DispatchSettle(tag, number, multiple, ack=not nack, requeue=requeue)
         if transaction is not None:
-            self._host._transactions.buffer(transaction, op, None)  # forgotten at COMMIT, kept at ABORT
+            self._host.transactions.buffer(transaction, op, None)  # forgotten at COMMIT, kept at ABORT
         else:
             for key in keys:
                 self._dispatched.pop(key, None)
             yield op
-        yield from self._host._frames.receipt_of(frame)
+        yield from self._host.frames.receipt_of(frame)
 
     def committed(self, op: Operation) -> None:
         if isinstance(op, DispatchSettle):
@@ -432,8 +432,8 @@ class ActiveMQExtension(ProfileExtension):
             if not self._dead_letter_declared:
                 yield QueueDeclare(queue, durable=True)
                 self._dead_letter_declared = True
-            yield from host._publishing.confirm_mode()
-            confirms = host._confirms
+            yield from host.publishing.confirm_mode()
+            confirms = host.confirms
             for delivery in persistent:
                 yield BasicPublish("", queue, dead_letter_copy(delivery), delivery.body)
                 confirms.count(None)
@@ -446,7 +446,7 @@ class ActiveMQExtension(ProfileExtension):
                     "the message stays on its queue\n",
                 )
         yield settle
-        yield from host._frames.receipt_of(frame)
+        yield from host.frames.receipt_of(frame)
 
     # ------------------------------------------------------------------ confirm
     def confirm_hook(self) -> ConfirmHook | None:
@@ -471,10 +471,10 @@ class ActiveMQExtension(ProfileExtension):
         self._kept_bytes.close()
 
 
-def extension_for(host: Host) -> ProfileExtension:
+def extension_for(host: ExtensionHost) -> ProfileExtension:
     """The extension of the session's profile: ActiveMQ's when its rules have a dead-letter
     queue (the activemq profile), else the null extension."""
-    queue = host._rules.dead_letter_queue
+    queue = host.rules.dead_letter_queue
     return ProfileExtension() if queue is None else ActiveMQExtension(host, queue)
 
 

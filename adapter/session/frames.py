@@ -16,9 +16,9 @@ from ..mapping.budget import BudgetExceeded
 from ..mapping.destinations import message_destination
 from ..mapping.operations import Delivery, SendFrame
 from ..mapping.properties import PROPERTY_HEADERS, message_headers, redelivery_headers
+from ..sharing.rules import member_head
 from ..stomp.codec import encode_frame, escape
 from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
-from .fanout import member_head
 from .settings import Steps
 from .targets import remember
 
@@ -118,8 +118,13 @@ class Frames:
                 raise
         return data
 
+    def deliver_dispatched(self, delivery: Delivery) -> bytes:
+        """A message the dispatcher gives one of this session's dispatched subscriptions
+        (its consumer tag and message number in place of the AMQP ones)."""
+        return self.deliver(delivery, True)
+
     def shared_head(self, sub_id: str | None, consumer_tag: str) -> tuple[bytes, bytes]:
-        """A shared subscription's own bytes of every MESSAGE (adapter/session/fanout.py)."""
+        """A shared subscription's own bytes of every MESSAGE (adapter/sharing/rules.py)."""
         return member_head(sub_id, consumer_tag, self._session_id)
 
     # ------------------------------------------------------------------ other frames
@@ -164,12 +169,13 @@ class Frames:
         if receipt is not None:
             yield SendFrame(self.receipt(receipt))
 
-    def confirmed(self, receipts: list[str], ack: bool) -> bytes:
-        """The frames for receipts a broker confirm completed: RECEIPTs, or for a broker nack
-        (the message may not be stored) ERRORs, never RECEIPTs."""
+    def confirmed(self, receipts: list[str], ack: bool) -> list[bytes]:
+        """The frames for receipts a broker confirm completed, one item per frame (a WebSocket
+        client gets each as its own message): RECEIPTs, or for a broker nack (the message may
+        not be stored) ERRORs, never RECEIPTs."""
         if ack:
-            return b"".join(self.receipt(r) for r in receipts)
-        return b"".join(
+            return [self.receipt(r) for r in receipts]
+        return [
             self.error(
                 "Message rejected by the broker",
                 "The broker refused (basic.nack) the message sent with this receipt; "
@@ -177,7 +183,7 @@ class Frames:
                 receipt=r,
             )
             for r in receipts
-        )
+        ]
 
 
 # Header names escaped for MESSAGE frames: the property names (which need no escaping) and the

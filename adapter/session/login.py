@@ -121,7 +121,7 @@ class Login:
         """stomp.max_connections, checked first as the plugin does: the session takes its slot
         here (a login in progress counts, so the cap holds however many log in at once) and
         gives it back in close, whether the login succeeds or not."""
-        cap = self._settings.connection_cap
+        cap = self._settings.registries.connection_cap
         if cap is None or cap.acquire(self._owner):
             return True
         self.failure = "max_connections"
@@ -187,7 +187,7 @@ class Login:
         self._rules.broker = result.broker  # the declare flags of this broker's plugin
         client_id = self._rules.client_id(headers)
         if client_id is not None:
-            if not self._settings.client_ids.claim(client_id, self._owner):
+            if not self._settings.registries.client_ids.claim(client_id, self._owner):
                 return Refused(*client_id_in_use(client_id))
             self._client_id = client_id
         send_ms, receive_ms = heartbeat.negotiate(client_heart_beat, self._settings.min_client_heartbeat)
@@ -211,8 +211,8 @@ class Login:
     def close(self) -> None:
         """The connection is gone: give back its client id and its stomp.max_connections slot."""
         if self._client_id is not None:
-            self._settings.client_ids.release(self._client_id, self._owner)
-        cap = self._settings.connection_cap
+            self._settings.registries.client_ids.release(self._client_id, self._owner)
+        cap = self._settings.registries.connection_cap
         if cap is not None:
             cap.release(self._owner)
 

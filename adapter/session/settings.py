@@ -1,4 +1,5 @@
-"""What a session is made of before it runs: its settings, its states, its id, its limits.
+"""What a session is made of before it runs: its settings (frozen values, and the process-wide
+registries beside them), its states, its id, its limits.
 
 Pure: standard library and ``adapter.mapping`` / ``adapter.stomp`` only.
 """
@@ -11,13 +12,13 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from ..caps import ConnectionCap
+from ..dispatch import rules as dispatch
 from ..errors import StompError
-from ..mapping import dispatch
 from ..mapping.budget import Budgets
 from ..mapping.operations import Operation
 from ..mapping.profile import ClientIds, Profile
+from ..sharing.rules import Registry
 from ..stomp.codec import FrameLimits
-from .fanout import Registry
 from .tokens import TokenValidator
 
 # The operations of one client frame, in order; a synchronous one's result is sent back in.
@@ -31,8 +32,31 @@ NODE_LIMIT_REACHED = "Connection refused: node connection limit reached"
 
 
 @dataclass(frozen=True, slots=True)
+class SessionRegistries:
+    """The process-wide state the sessions of a process share and change: who is connected
+    under which client id, the queue dispatchers, the connection cap, the byte pools and the
+    shared subscriptions.  Built once per process (cli.py); each field is a mutable registry of
+    its own, owned by its module (mapping/profile.py, dispatch/rules.py, caps.py,
+    mapping/budget.py, sharing/rules.py), so no field is ever replaced."""
+
+    # activemq profile: the client ids connected now, shared by every connection of the process
+    client_ids: ClientIds = field(default_factory=ClientIds)
+    # activemq profile: the dispatchers of selector subscriptions on queues, per process
+    dispatchers: dispatch.Dispatchers = field(default_factory=dispatch.Dispatchers)
+    # stomp.max_connections: the sessions of every listener of the process, or None (no cap)
+    connection_cap: ConnectionCap | None = None
+    # the byte pools of transactions and kept deliveries, per process, and the per-connection
+    # bounds (adapter/mapping/budget.py)
+    budgets: Budgets = field(default_factory=Budgets)
+    # adapter.shared_subscriptions: the process's shared topic subscriptions (adapter/sharing/
+    # rules.py), or None (off: every subscription has its own queue, as with the plugin)
+    shared: Registry | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionSettings:
-    """What the session needs from the configuration; built by ``adapter.config``."""
+    """What the session needs from the configuration, as frozen values; built by ``adapter.config``
+    (cli.py ``session_settings``)."""
 
     default_user: str | None = "guest"
     default_pass: str | None = field(default="guest", repr=False)  # a password: never in a repr
@@ -56,20 +80,12 @@ class SessionSettings:
     plugin_behaviour: str = "3.10"
     # adapter.declare_exchanges: declare-exchange:true declares the exchange (adapter/mapping/exchanges.py)
     declare_exchanges: bool = False
-    # activemq profile: the client ids connected now, shared by every connection of the process
-    client_ids: ClientIds = field(default_factory=ClientIds, compare=False)
-    # activemq profile: the dispatchers of selector subscriptions on queues, per process
-    dispatchers: dispatch.Dispatchers = field(default_factory=dispatch.Dispatchers, compare=False)
-    # stomp.max_connections: the sessions of every listener of the process, or None (no cap)
-    connection_cap: ConnectionCap | None = field(default=None, compare=False)
-    # the byte pools of transactions and kept deliveries, per process, and the per-connection
-    # bounds (adapter/mapping/budget.py)
-    budgets: Budgets = field(default_factory=Budgets, compare=False)
-    # adapter.shared_subscriptions: the process's shared topic subscriptions (adapter/session/
-    # fanout.py), or None (off: every subscription has its own queue, as with the plugin)
-    shared: Registry | None = field(default=None, compare=False)
+    # the process-wide registries every session shares and changes (SessionRegistries): beside
+    # the values, never among them, and the same object in every copy of these settings
+    registries: SessionRegistries = field(default_factory=SessionRegistries, compare=False)
     # adapter.oauth2_signing_key_file / adapter.oauth2_jwks_file: tokens checked before they
-    # reach the broker (adapter/session/tokens.py), or None (the broker alone decides)
+    # reach the broker (adapter/session/tokens.py), or None (the broker alone decides); its keys
+    # are read once at start-up and never change, but it is left out of comparisons
     token_validator: TokenValidator | None = field(default=None, compare=False)
 
 

@@ -57,10 +57,10 @@ class Subscription:
     # activemq profile: deliveries it does not match are acked and dropped (topic subscriptions)
     selector: Selector | None = None
     # activemq profile: a selector subscription on a queue, whose deliveries go through the
-    # process's dispatcher of that queue (adapter/mapping/dispatch.py); its selector is there
+    # process's dispatcher of that queue (adapter/dispatch/rules.py); its selector is there
     dispatched: bool = False
     # adapter.shared_subscriptions: a member of the process's shared subscription of its
-    # destination (adapter/session/fanout.py), not a consumer on this session's channel
+    # destination (adapter/sharing/rules.py), not a consumer on this session's channel
     shared: bool = False
     # the profile extension watching its deliveries (or the session's retries), or None
     hook: DeliveryHook | None = None

@@ -38,9 +38,9 @@ from ..mapping.operations import (
     QueueDelete,
 )
 from ..mapping.profile import Profile, RabbitMQRules
+from ..sharing.rules import shareable
 from ..stomp.frame import Frame
 from .edition import edition_for
-from .fanout import shareable
 from .retries import DELAYS_HEADER, default_delays, retry_plan
 from .settings import RefusedWithReceipt, SessionSettings, Steps
 from .subscription import ACK_MODES, Subscription
@@ -117,7 +117,7 @@ class Subscriptions:
         self.client_id: str | None = None
         # whether a subscription outside the dispatchers ever asked for client acks: then the
         # channel may hold unsettled deliveries the dispatchers do not know, and their acks
-        # are never coalesced into a multiple ack (adapter/server/dispatching.py)
+        # are never coalesced into a multiple ack (adapter/dispatch/runtime.py)
         self.plain_acks = False
         # the subscription queue a SUBSCRIBE has declared but not yet consumed and bound: if
         # the broker refuses the consume or the bind, the plugin deletes it
@@ -128,7 +128,7 @@ class Subscriptions:
         self.channel_prefetch = 0
         # adapter.shared_subscriptions is on and this profile shares (the activemq profile's
         # topic subscriptions carry its own semantics: never shared)
-        self._shares = settings.shared is not None and settings.profile == Profile.RABBITMQ
+        self._shares = settings.registries.shared is not None and settings.profile == Profile.RABBITMQ
         self._edition = edition_for(settings.plugin_behaviour)
 
     def without_sharing(self) -> None:
@@ -256,7 +256,7 @@ class Subscriptions:
         self, frame: Frame, raw: str, dest: Destination, tag: str, sub_id: str | None
     ) -> Generator[Operation, object, bool]:
         """adapter.shared_subscriptions: join the process's shared subscription of ``raw``
-        instead of consuming on this session's channel (adapter/session/fanout.py).  The plan
+        instead of consuming on this session's channel (adapter/sharing/rules.py).  The plan
         is the plain one, which the group's first member carries out with its credentials."""
         target = self._rules.subscribe_target(
             dest, frame.headers, sub_id, self._settings.default_topic_exchange, self.client_id
@@ -419,6 +419,34 @@ class Subscriptions:
         if subscription.ack_mode == "auto":
             return None
         return BasicAck(delivery.delivery_tag, False)
+
+    def destination_of(self, consumer_tag: str) -> str | None:
+        """The destination header of the SUBSCRIBE behind a consumer (per-destination metrics)."""
+        subscription = self.by_tag.get(consumer_tag)
+        return subscription.destination if subscription is not None else None
+
+    def is_dispatched(self, consumer_tag: str) -> bool:
+        """Whether ``consumer_tag`` is a subscription of a queue dispatcher (activemq profile)."""
+        subscription = self.by_tag.get(consumer_tag)
+        return subscription is not None and subscription.dispatched
+
+    def server_cancel(self, consumer_tag: str) -> bytes:
+        """The broker cancelled a consumer (e.g. its queue was deleted): the ERROR that says so,
+        the connection left open (docs/behaviour.md#error-handling); nothing for a consumer
+        that is no longer a subscription."""
+        subscription = self.cancelled_by_server(consumer_tag)
+        if subscription is None:
+            return b""
+        if subscription.id is not None:
+            header, description = subscription.id, f"id='{subscription.id}'"
+        else:
+            header, description = subscription.destination, f"destination='{subscription.destination}'"
+        return self._frames.error(
+            "Server cancelled subscription",
+            "The server has canceled a subscription.\n"
+            f'No more messages will be delivered for "{description}".\n',
+            extra=[("subscription", header)],
+        )
 
     def cancelled_by_server(self, consumer_tag: str) -> Subscription | None:
         """The broker cancelled a consumer: the subscription it was, now gone, if any."""

@@ -1,6 +1,6 @@
 """The tap's proxy: the asyncio shell that passes bytes between STOMP clients and the upstream.
 
-Owns the listening sockets, the pairs of connections (``Link``) and their life: every byte read
+Owns the listening sockets, the pairs of connections (``TappedConnection``) and their life: every byte read
 from one side is written to the other unchanged and in order, before anything else is done with
 it; only then does the connection's recorder (adapter/tap/recorder.py) look at it.  Each side's
 reading pauses while the other side's write buffer is full (asyncio's flow control), so a slow
@@ -98,7 +98,7 @@ def _reset(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
-class Link:
+class TappedConnection:
     """One client and its upstream connection."""
 
     __slots__ = (
@@ -322,10 +322,10 @@ class ClientSide(asyncio.Protocol):
     def __init__(self, tap: Tap, listen: str) -> None:
         self._tap = tap
         self._listen = listen
-        self.link: Link | None = None
+        self.link: TappedConnection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.link = Link(self._tap, transport, self._listen)  # type: ignore[arg-type]  # a stream transport
+        self.link = TappedConnection(self._tap, transport, self._listen)  # type: ignore[arg-type]  # a stream transport
 
     def data_received(self, data: bytes) -> None:
         assert self.link is not None
@@ -349,7 +349,7 @@ class ClientSide(asyncio.Protocol):
 
 
 class UpstreamSide(asyncio.Protocol):
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: TappedConnection) -> None:
         self.link = link
 
     def data_received(self, data: bytes) -> None:
@@ -385,7 +385,7 @@ class Tap:
         self.budget = ParseBudget(settings.parse_buffer_bytes)
         self.batches = Batches(self._wake, limit=WAITING, direction_limit=DIRECTION_WAITING)
         self._flushing: asyncio.TimerHandle | None = None
-        self.links: set[Link] = set()
+        self.links: set[TappedConnection] = set()
         self.servers: list[asyncio.Server] = []
         self.connections = 0
         self.upstream_failures = 0
@@ -422,7 +422,7 @@ class Tap:
             max_record_bytes=self.settings.max_record_bytes,
         )
 
-    def finished(self, link: Link) -> None:
+    def finished(self, link: TappedConnection) -> None:
         self.links.discard(link)
         self.closed_bytes["in"] += link.bytes_in
         self.closed_bytes["out"] += link.bytes_out

@@ -82,6 +82,33 @@ def _open_exclusive(path: Path) -> IO[bytes]:
     return open(path, "xb")  # noqa: SIM115 - closed by the writer when the file rotates
 
 
+class _OpenFile:
+    """The file being written (the writer thread's alone): its handles, its final name, when it
+    opened, and per connection the records in it: the proxy's, and what its ``dropped`` records
+    report (both count as dropped if the file is abandoned)."""
+
+    __slots__ = ("final", "gzip", "in_file", "opened", "raw", "reported")
+
+    def __init__(self, raw: IO[bytes], final: Path, opened: float) -> None:
+        self.raw = raw
+        try:
+            self.gzip = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=COMPRESS_LEVEL)
+        except OSError:
+            with contextlib.suppress(OSError, ValueError):
+                raw.close()
+            raise
+        self.final = final
+        self.opened = opened
+        self.in_file: dict[str, int] = {}
+        self.reported: dict[str, int] = {}
+
+    def close(self) -> None:
+        """Close both handles, whatever state they are in (the file is being abandoned)."""
+        for closing in (self.gzip, self.raw):
+            with contextlib.suppress(OSError, ValueError):
+                closing.close()
+
+
 class RecordWriter:
     """The writer thread and its queue.  ``start``, then ``offer`` from the event loop, then
     ``close`` (which drains the queue and finishes the file)."""
@@ -115,14 +142,8 @@ class RecordWriter:
         self.files = 0
         self._seq = 0
         self._pid = os.getpid()
-        self._raw: IO[bytes] | None = None
-        self._gzip: gzip.GzipFile | None = None
-        self._part: Path | None = None
-        self._final: Path | None = None
-        self._opened = 0.0
-        # per conn, the proxy's records in the open file, and the counts its dropped records report
-        self._in_file: dict[str, int] = {}
-        self._reported_in_file: dict[str, int] = {}
+        self._file: _OpenFile | None = None
+        self._part: Path | None = None  # the hidden name of the file opened last
         self._retry_at = float("-inf")
         self._warn = RateLimitedWarning()
         self._thread = threading.Thread(target=self._run, name="tap-writer", daemon=True)
@@ -207,13 +228,11 @@ class RecordWriter:
                 self._taken += records
             if self._offered == self._taken:  # caught up: say what was lost
                 self._write_dropped(now)
-            if self._gzip is not None and (
-                stopping
-                or self._opened + self._rotate_seconds <= now
-                or self._raw is not None
-                and self._raw.tell() >= self._rotate_bytes
+            file = self._file
+            if file is not None and (
+                stopping or file.opened + self._rotate_seconds <= now or file.raw.tell() >= self._rotate_bytes
             ):
-                self._finish(now)
+                self._finish(file, now)
 
     def _write(self, batch: list[Batch], now: float) -> None:
         if now < self._retry_at:
@@ -221,15 +240,13 @@ class RecordWriter:
             return
         data = "".join([lines for _, lines, _, _ in batch]).encode("ascii")
         try:
-            if self._gzip is None:
-                self._open(now)
-            assert self._gzip is not None
-            self._gzip.write(data)
+            file = self._file or self._open(now)
+            file.gzip.write(data)
         except OSError as error:
             self._lose(batch)
             self._fail(error, now)
             return
-        self._tally(batch, self._in_file, self._reported_in_file)
+        self._tally(batch, file.in_file, file.reported)
         self.written += sum([count for _, _, count, reports in batch if not reports])
 
     @staticmethod
@@ -267,40 +284,34 @@ class RecordWriter:
             now,
         )
 
-    def _open(self, now: float) -> None:
+    def _open(self, now: float) -> _OpenFile:
         self._seq += 1
         name = file_name(now, self._pid, self._seq)
-        self._part, self._final = self.directory / f".{name}.part", self.directory / name
-        self._in_file, self._reported_in_file = {}, {}
-        self._raw = self._open_file(self._part)
-        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, compresslevel=COMPRESS_LEVEL)
-        self._opened = now
+        part = self._part = self.directory / f".{name}.part"
+        file = self._file = _OpenFile(self._open_file(part), self.directory / name, now)
+        return file
 
-    def _finish(self, now: float) -> None:
+    def _finish(self, file: _OpenFile, now: float) -> None:
         """Close the file and give it its final name, which makes it visible to Spark."""
-        gz, raw, part, final = self._gzip, self._raw, self._part, self._final
-        assert gz is not None and raw is not None and part is not None and final is not None
+        assert self._part is not None
         try:
-            gz.close()
-            raw.close()
-            os.rename(part, final)
+            file.gzip.close()
+            file.raw.close()
+            os.rename(self._part, file.final)
         except OSError as error:
             self._fail(error, now)
             return
-        self._gzip = self._raw = None
+        self._file = None
         self.files += 1
 
     def _fail(self, error: OSError, now: float) -> None:
         """Abandon the file being written (its records are lost to Spark), retry later."""
-        self._drop(self._in_file)
-        self._drop(self._reported_in_file, new=False)
-        self._in_file, self._reported_in_file = {}, {}
+        file, self._file = self._file, None
+        if file is not None:
+            self._drop(file.in_file)
+            self._drop(file.reported, new=False)
+            file.close()
         part = self._part
-        for closing in (self._gzip, self._raw):
-            if closing is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    closing.close()
-        self._gzip = self._raw = None
         self._retry_at = now + RETRY_SECONDS
         self._warn(
             "tap: cannot write the recording (%s): %s left unfinished, its records and those of the "

@@ -1,4 +1,4 @@
-"""Selectors on /queue/ subscriptions (activemq profile, adapter/mapping/dispatch.py) against the
+"""Selectors on /queue/ subscriptions (activemq profile, adapter/dispatch/rules.py) against the
 real RabbitMQ: competing consumers with selectors get exactly their messages, a message no
 selector matches stays on the queue, and nothing is lost when consumers come and go.  The STOMP
 side is stomp.py, the broker side an independent AMQP client (BrokerProbe)."""
@@ -58,7 +58,7 @@ def parked(adapter: AdapterProcess, queue: str) -> int:
     """Messages the adapter holds unmatched on its channels for ``queue``."""
 
     async def count() -> int:
-        dispatcher = adapter.server.session_settings.dispatchers.get("/", queue)
+        dispatcher = adapter.server.session_settings.registries.dispatchers.get("/", queue)
         return sum(len(member.parked) for member in dispatcher.members)
 
     return int(adapter.run(count()))

@@ -34,7 +34,7 @@ NODE_LIMIT = "Connection refused: node connection limit reached"
 
 def stomp_in_use(adapter: AdapterProcess) -> int:
     async def read() -> int:
-        cap = adapter.server.session_settings.connection_cap
+        cap = adapter.server.session_settings.registries.connection_cap
         assert cap is not None
         return cap.in_use
 
@@ -43,7 +43,7 @@ def stomp_in_use(adapter: AdapterProcess) -> int:
 
 def web_in_use(adapter: AdapterProcess, index: int = 0) -> int:
     async def read() -> int:
-        cap = adapter.server.web_listeners[index].cap
+        cap = adapter.server.web[index].cap
         assert cap is not None
         return cap.in_use
 

@@ -103,7 +103,7 @@ def test_shutdown_tells_clients_and_closes(start_adapter):
 
 def test_broker_host_name_is_resolved_once_then_its_address_reused(amqp_url):
     # adapter.amqp_url names the broker by host name (the default is localhost): the first login
-    # resolves it, the next ones connect to the address that worked (adapter/server/resolver.py)
+    # resolves it, the next ones connect to the address that worked (adapter/amqp/resolver.py)
     parts = urllib.parse.urlsplit(amqp_url)
     if parts.hostname not in ("127.0.0.1", "localhost"):
         raise AssertionError(f"this test expects the broker on this machine, AMQP_URL is {amqp_url}")

@@ -267,7 +267,7 @@ def test_http_answers(metered) -> None:
 
 def test_no_http_port_without_the_setting(adapter) -> None:
     assert adapter.server.http_addresses == []
-    assert adapter.server.http_listen is None
+    assert adapter.server.operations.http_listen is None
 
 
 def test_readiness_follows_the_broker(start_adapter, broker_host_port) -> None:

@@ -21,7 +21,7 @@ import pytest
 from websockets.sync.client import connect as ws_connect
 
 from adapter.server.metrics import build_registry, render
-from adapter.session.fanout import MAX_OPENED_PER_CONNECTION
+from adapter.sharing.rules import MAX_OPENED_PER_CONNECTION
 from tests.amqp_proxy import MethodLog, ProxyThread
 from tests.support import AdapterProcess, BrokerProbe, StompClient, frame_headers, read_frames, unique
 
@@ -364,7 +364,7 @@ def test_joins_and_leaves_after_the_first_send_the_broker_nothing(
             assert client.next("RECEIPT").command == "RECEIPT"
         # leaving sends nothing (but the last member's, which is `first`)
         assert log.methods[joined:] == []
-        # a join's only methods are its rights check (adapter/server/rights_check.py): a login
+        # a join's only methods are its rights check (adapter/amqp/rights_check.py): a login
         # on a connection of its own, and there a plain SUBSCRIBE's declare, consume and bind on
         # a queue of its own; on the members' and the group's connections not a channel.open,
         # not a consume, not a cancel

@@ -105,6 +105,23 @@ def test_subscribe_send_receive_one_message_per_frame(start_adapter, queue_name)
     assert (ws.close_code, ws.close_reason) == (1000, "STOMP died")
 
 
+def test_receipts_of_one_multiple_confirm_are_one_message_each(start_adapter, queue_name):
+    """Pipelined receipted SENDs draw broker confirms with multiple=true, each settling several
+    receipts at once: every RECEIPT is still its own WebSocket message, as the plugin sends them
+    (a client reading one frame per message, as the plugin allows, would otherwise wait forever
+    for the second one)."""
+    _adapter, port = ws_adapter(start_adapter)
+    queue = queue_name()
+    count = 300
+    with open_ws(port) as ws:
+        ws.send(CONNECT)
+        assert command(recv(ws)) == "CONNECTED"
+        for n in range(count):
+            ws.send(f"SEND\ndestination:{queue}\nreceipt:r{n}\n\nbody-{n}\0")
+        messages = [recv(ws, timeout=30) for _ in range(count)]
+    assert messages == [f"RECEIPT\nreceipt-id:r{n}\n\n\0\n" for n in range(count)]
+
+
 @pytest.mark.parametrize(
     ("offered", "chosen"),
     [

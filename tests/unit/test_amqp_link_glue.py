@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from adapter.amqp.admission import Gate
+from adapter.amqp.brokers import BrokerNodes, parse_nodes
 from adapter.amqp.connection import AmqpError
-from adapter.amqp.link_lifecycle import AmqpLinkGlue
-from adapter.server.brokers import BrokerNodes, parse_nodes
-from adapter.server.login import BrokerLogin
+from adapter.amqp.link_lifecycle import LinkGlue
+from adapter.amqp.login import BrokerLogin
 from tests.unit.fake_amqp import FakeAmqp
 from tests.unit.test_login import Services as LoginServices
 
@@ -32,9 +32,9 @@ class Services(LoginServices):
         return task
 
 
-def make(**options: Any) -> tuple[AmqpLinkGlue[BrokerLogin], Services]:
+def make(**options: Any) -> tuple[LinkGlue[BrokerLogin], Services]:
     services = Services(BrokerNodes(parse_nodes("amqp://guest:guest@node-a:5672/")), **options)
-    return AmqpLinkGlue(services, BrokerLogin(services, asyncio.get_running_loop())), services
+    return LinkGlue(services, BrokerLogin(services, asyncio.get_running_loop())), services
 
 
 class Undeletable(FakeAmqp):

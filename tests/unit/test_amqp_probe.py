@@ -16,14 +16,14 @@ import pytest
 from pamqp import commands
 
 from adapter.amqp.admission import Gate
+from adapter.amqp.brokers import BrokerNodes, parse_nodes
 from adapter.amqp.connection import AmqpConnection, AmqpError
+from adapter.amqp.login import BrokerSettings, probe_login
 from adapter.amqp.probe import Probe, needs_probe
 from adapter.amqp.probe_runtime import Probes
 from adapter.mapping import operations as ops
 from adapter.mapping.properties import MessageProperties
-from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.fdlimit import DescriptorWatch
-from adapter.server.login import BrokerSettings, probe_login
 from adapter.server.stats import ServerStats
 from tests.unit.fake_amqp import Opener
 from tests.unit.test_amqp_connection import broker

@@ -14,6 +14,7 @@ import pytest
 from pamqp import commands, frame
 
 from adapter.amqp import wire
+from adapter.amqp.brokers import BrokerNodes, parse_nodes
 from adapter.amqp.connection import AmqpConnection
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import (
@@ -27,7 +28,6 @@ from adapter.mapping.destinations import (
     subscribe_target,
 )
 from adapter.mapping.profile import rules_for
-from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.workermetrics import WorkerMetrics
 from adapter.stomp.frame import Frame
 from tests.unit.test_amqp_connection import Events, MemoryTransport, broker

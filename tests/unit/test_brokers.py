@@ -1,10 +1,10 @@
-"""Broker nodes (adapter/server/brokers.py): the order a login tries them in."""
+"""Broker nodes (adapter/amqp/brokers.py): the order a login tries them in."""
 
 from __future__ import annotations
 
 import random
 
-from adapter.server.brokers import RETRY_AFTER_SECONDS, BrokerNodes, parse_nodes
+from adapter.amqp.brokers import RETRY_AFTER_SECONDS, BrokerNodes, parse_nodes
 
 
 class Clock:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from adapter.mapping import operations as ops
 from adapter.mapping.budget import Account, BudgetExceeded, Budgets, KeptDeliveries, Pool
 from adapter.mapping.properties import MessageProperties
-from adapter.session import Session, SessionSettings
+from adapter.session import Session, SessionRegistries, SessionSettings
 from adapter.stomp.frame import Frame
 from tests.unit.test_session import SESSION_ID, command_of, frames_of, header, run
 
@@ -112,7 +112,9 @@ def test_kept_deliveries_charge_their_bodies_while_they_are_kept() -> None:
 def _session(profile: str = "rabbitmq", **bounds: int) -> tuple[Session, Budgets]:
     budgets = Budgets(**bounds)
     session = Session(
-        SessionSettings(profile=profile, budgets=budgets), session_id=SESSION_ID, peer_is_loopback=True
+        SessionSettings(profile=profile, registries=SessionRegistries(budgets=budgets)),
+        session_id=SESSION_ID,
+        peer_is_loopback=True,
     )
     run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
     return session, budgets
@@ -205,7 +207,7 @@ def test_a_delivery_over_the_kept_bound_is_refused_and_not_rendered() -> None:
     session.on_delivery(_delivery(2, b"y" * 10))
     with pytest.raises(BudgetExceeded, match=r"more than 25 bytes \(adapter.max_unacked_bytes\)"):
         session.on_delivery(_delivery(3, b"y" * 10))
-    assert session.messages_sent == 2
+    assert session.frames.messages_sent == 2
     assert budgets.unacked.used == 20
     # the shell answers it with the session's ERROR and close
     out = session.close_with_error("Unacknowledged bytes exceeded", "...")

@@ -78,7 +78,7 @@ def test_each_web_listener_counts_alone_and_a_worker_counts_in_the_shared_table(
             "web_stomp_listeners": ["127.0.0.1:0", "127.0.0.1:0"],
         },
     )
-    assert session_settings(settings).connection_cap.limit == 10  # type: ignore[union-attr]
+    assert session_settings(settings).registries.connection_cap.limit == 10  # type: ignore[union-attr]
     first, second = web_listeners(settings)
     assert first.cap is not None and second.cap is not None and first.cap is not second.cap
     assert (first.cap.limit, second.cap.limit) == (5, 5)
@@ -87,7 +87,7 @@ def test_each_web_listener_counts_alone_and_a_worker_counts_in_the_shared_table(
     table = CapTable.create(cap_rows(settings), 4)
     with socket.socket() as control:
         worker = WorkerSpec(2, control, {}, 4, table)
-        cap = session_settings(settings, worker).connection_cap
+        cap = session_settings(settings, worker).registries.connection_cap
         assert cap is not None and cap.limit == 10
         assert cap.acquire(object())
         assert table.held(0, 2) == 1  # this worker's column of the STOMP row
@@ -99,7 +99,7 @@ def test_each_web_listener_counts_alone_and_a_worker_counts_in_the_shared_table(
     table.close()
 
     unlimited = load_settings(None, {"web_stomp_listeners": ["127.0.0.1:0"]})
-    assert session_settings(unlimited).connection_cap is None
+    assert session_settings(unlimited).registries.connection_cap is None
     assert web_listeners(unlimited)[0].cap is None
     assert cap_rows(unlimited) == 0  # no table at all
 

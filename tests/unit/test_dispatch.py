@@ -1,7 +1,7 @@
-"""The queue dispatcher of selector subscriptions (adapter/mapping/dispatch.py): routing, credit,
+"""The queue dispatcher of selector subscriptions (adapter/dispatch/rules.py): routing, credit,
 parking, the bound, the release back-off, members leaving, and settlements on the right
 channel with the right tag.  Pure: fake owners record what the shell would execute.  Last, the
-shell's coalescing of a channel's acks (adapter/server/dispatching.py), with a fake channel."""
+shell's coalescing of a channel's acks (adapter/dispatch/runtime.py), with a fake channel."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapter.mapping import dispatch
+from adapter.dispatch import rules as dispatch
+from adapter.dispatch import runtime as dispatching
+from adapter.dispatch.rules import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
+from adapter.dispatch.runtime import DispatchMembership
 from adapter.mapping import operations as ops
-from adapter.mapping.dispatch import HOLD_MAX, HOLD_MIN, Deliver, Member, QueueDispatcher, Settle
 from adapter.mapping.operations import Delivery
 from adapter.mapping.properties import MessageProperties
-from adapter.server import dispatching
-from adapter.server.dispatching import DispatchLink
 
 
 @dataclass
@@ -516,7 +516,7 @@ def _origin_key(
     return next(i for i, (m, _c) in enumerate(joined) if m is settle.origin), settle.delivery_tag
 
 
-# --- the shell's acks on one channel (adapter/server/dispatching.py) -----------------------------
+# --- the shell's acks on one channel (adapter/dispatch/runtime.py) -----------------------------
 
 
 @dataclass
@@ -530,10 +530,10 @@ class Wire:
         self.written.append(("nack", delivery_tag, multiple))
 
 
-def _link() -> DispatchLink:
+def _link() -> DispatchMembership:
     loop = asyncio.new_event_loop()
     loop.close()  # flush_acks and settle never use it
-    return DispatchLink(Channel("x"), dispatch.Dispatchers(), "/", loop)
+    return DispatchMembership(Channel("x"), dispatch.Dispatchers(), "/", loop)
 
 
 def test_acks_below_every_outstanding_tag_become_one_multiple_ack() -> None:
@@ -573,7 +573,7 @@ def test_a_resubscription_with_the_same_tag_numbers_its_messages_after_the_old_o
     loop = asyncio.new_event_loop()
     try:
         client = Channel("red")
-        link = DispatchLink(client, dispatch.Dispatchers(), "/", loop)
+        link = DispatchMembership(client, dispatch.Dispatchers(), "/", loop)
         subscribe = ops.JoinDispatch("q", "T_1", colour_is("red"), auto_ack=False, credit=None)
         link.execute(subscribe)
         link.execute(ops.ActivateDispatch("T_1"))

@@ -1,4 +1,4 @@
-"""adapter/server/dispatching.py's DispatchGlue: a connection's acks for the queue dispatchers,
+"""adapter/dispatch/runtime.py's DispatchGlue: a connection's acks for the queue dispatchers,
 gathered and written one loop turn later, and the leave on close, over an in-memory channel."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from adapter.mapping import dispatch
-from adapter.server.dispatching import DispatchGlue, DispatchLink
+from adapter.dispatch import rules as dispatch
+from adapter.dispatch.runtime import DispatchGlue, DispatchMembership
 
 
 @dataclass
@@ -40,7 +40,7 @@ def make(coalesce: bool = True) -> tuple[DispatchGlue, Wire, dict[str, Wire | No
     loop = asyncio.get_running_loop()
     wire = Wire()
     current: dict[str, Wire | None] = {"channel": wire}
-    link = DispatchLink(Owner(), dispatch.Dispatchers(), "/", loop)
+    link = DispatchMembership(Owner(), dispatch.Dispatchers(), "/", loop)
     glue = DispatchGlue(link, loop, lambda: current["channel"], lambda: coalesce)
     return glue, wire, current
 

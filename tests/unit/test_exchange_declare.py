@@ -150,7 +150,7 @@ def test_the_declared_exchanges_a_client_can_make_us_remember_are_bounded() -> N
     session = connected(declare_exchanges=True)
     for n in range(1000):
         run(session, _send(f"/exchange/e{n}/k", **{"declare-exchange": "true"}))
-    assert len(session._targets.exchanges) <= 256  # noqa: SLF001
+    assert len(session.parts.targets.exchanges) <= 256  # noqa: SLF001
 
 
 def test_exchange_declare_is_a_synchronous_broker_call() -> None:

@@ -1,4 +1,4 @@
-"""adapter/session/fanout.py: who shares, the MESSAGE rendered once per delivery (byte for byte
+"""adapter/sharing/rules.py: who shares, the MESSAGE rendered once per delivery (byte for byte
 what a plain subscription renders), the lag bounds and whom they cut off; and the session's side
 (SUBSCRIBE, UNSUBSCRIBE, ACK of a shared subscription).  No broker, no loop."""
 
@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationKind
 from adapter.mapping.properties import MessageProperties
-from adapter.session.fanout import (
+from adapter.session import SessionRegistries
+from adapter.session.frames import Frames
+from adapter.session.subscription import Subscription
+from adapter.sharing.rules import (
     MAX_GROUPS,
     MAX_OPENED_PER_CONNECTION,
     SHAREABLE_HEADERS,
@@ -21,8 +24,6 @@ from adapter.session.fanout import (
     member_head,
     shareable,
 )
-from adapter.session.frames import Frames
-from adapter.session.subscription import Subscription
 from adapter.stomp.frame import Frame
 from tests.unit.test_session import SESSION_ID, command_of, connected, frames_of, header, make_session, run
 
@@ -190,7 +191,7 @@ def test_a_connection_opens_a_bounded_number_of_groups_and_the_process_too() -> 
 
 # --- the session's side
 def shared_session() -> object:
-    return connected(shared=Registry(max_lag=1000, lag_budget=10**6))
+    return connected(registries=SessionRegistries(shared=Registry(max_lag=1000, lag_budget=10**6)))
 
 
 def joined(answer: object) -> object:
@@ -276,7 +277,7 @@ def test_a_token_session_never_shares() -> None:
     a token session's rights change with each refresh (update-secret), so it subscribes
     plainly, on its own connection, with the token it holds now."""
     token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2ln"  # {"alg":"RS256"}.{"sub":"alice"}
-    session = make_session(shared=Registry(max_lag=1000, lag_budget=10**6))
+    session = make_session(registries=SessionRegistries(shared=Registry(max_lag=1000, lag_budget=10**6)))
     out = run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/", "passcode": token}))
     assert command_of(frames_of(out)[-1]) == "CONNECTED"
     out = run(session, Frame("SUBSCRIBE", {"destination": "/topic/a", "id": "s"}), joined(True))

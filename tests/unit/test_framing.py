@@ -96,6 +96,29 @@ def test_large_bodies_are_views_and_decode_the_same():
     assert isinstance(seen[0], memoryview) and bytes(seen[0]) == payload
 
 
+def test_a_large_frame_in_many_reads_is_held_as_they_came_and_joined_once():
+    payload = bytes(range(256)) * 256  # 64 KiB
+    data = frame.marshal(body.ContentBody(payload), 1) + frame.marshal(heartbeat.Heartbeat(), 0)
+    seen: list[bytes] = []
+    reader = FrameReader(lambda c, p: None, lambda p: None, lambda p: seen.append(bytes(p)))
+    reads = [data[i : i + 1000] for i in range(0, len(data), 1000)]
+    for n, chunk in enumerate(reads[:-1]):
+        reader.feed(chunk)
+        assert seen == [] and reader.buffered == sum(map(len, reads[: n + 1]))
+        assert len(reader._partial) == len(reads[0])  # later reads are kept aside, not joined yet
+    reader.feed(reads[-1])
+    assert seen == [payload] and reader.buffered == 0
+
+
+def test_an_oversized_frame_whose_head_comes_in_pieces_is_refused_before_it_is_held():
+    recorder = Recorder(frame_max=4096)
+    head = b"\x03\x00\x01\x7f\xff\xff\xff"  # a body frame of 2 GiB
+    recorder.reader.feed(head)  # 7 bytes: the size is there, one byte short of the check
+    with pytest.raises(wire.DecodeError, match="exceeds frame_max"):
+        recorder.reader.feed(b"x" * 100)
+    assert recorder.reader.buffered == 0
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

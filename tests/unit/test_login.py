@@ -1,4 +1,4 @@
-"""adapter/server/login.py: the broker-node loop, its failure results and counters, and the TLS
+"""adapter/amqp/login.py: the broker-node loop, its failure results and counters, and the TLS
 diagnosis, with an in-memory opener instead of sockets."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from adapter.amqp.admission import Gate
+from adapter.amqp.brokers import BrokerNodes, parse_nodes
 from adapter.amqp.connection import AmqpError, HandshakeTimeout
+from adapter.amqp.login import BrokerLogin, logged_in, node_failure, tls_failure
 from adapter.mapping import operations as ops
-from adapter.server.brokers import BrokerNodes, parse_nodes
 from adapter.server.connection import BrokerSettings
 from adapter.server.fdlimit import DescriptorWatch
-from adapter.server.login import BrokerLogin, logged_in, node_failure, tls_failure
 from adapter.server.stats import ServerStats
 from tests.unit.fake_amqp import FakeAmqp, Opener
 

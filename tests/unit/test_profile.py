@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapter.config import ConfigError, load_settings
-from adapter.mapping import dispatch
+from adapter.dispatch import rules as dispatch
 from adapter.mapping import operations as ops
 from adapter.mapping.destinations import DestinationError, ProcessingError, parse_destination
 from adapter.mapping.profile import (
@@ -275,7 +275,7 @@ def amq_session(client_id: str | None = "app") -> Session:
         headers["client-id"] = client_id
     out = run(session, Frame("CONNECT", headers))
     assert command_of(frames_of(out)[-1]) == "CONNECTED"
-    assert session.client_id == client_id
+    assert session.identity.client_id == client_id
     return session
 
 
@@ -447,7 +447,7 @@ def test_durable_subscription_without_client_id_is_refused() -> None:
 def test_default_profile_ignores_activemq_headers() -> None:
     session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
     run(session, Frame("CONNECT", {"accept-version": "1.2", "client-id": "app"}))
-    assert session.client_id is None
+    assert session.identity.client_id is None
     out = run(
         session,
         Frame(
@@ -517,9 +517,9 @@ def test_second_connection_with_a_connected_client_id_is_refused() -> None:
     assert command_of(error) == "ERROR"
     assert header(error, "message") == "Client app already connected"
     assert b"InvalidClientIDException" in error
-    assert isinstance(out[-1], ops.CloseClient) and second.client_id is None
+    assert isinstance(out[-1], ops.CloseClient) and second.user is None  # refused: not logged in
     second.on_closed()  # the refused connection holds nothing
-    assert "app" in settings.client_ids
+    assert "app" in settings.registries.client_ids
     first.on_closed()
     third = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
     assert command_of(frames_of(run(third, connect))[-1]) == "CONNECTED"
@@ -531,7 +531,7 @@ def test_client_id_is_not_checked_in_the_default_profile() -> None:
     for _ in range(2):
         session = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
         assert command_of(frames_of(run(session, connect))[-1]) == "CONNECTED"
-    assert len(settings.client_ids) == 0
+    assert len(settings.registries.client_ids) == 0
 
 
 # ------------------------------------------------------------------------------ NACK to ActiveMQ.DLQ
@@ -619,8 +619,8 @@ def test_default_profile_nack_is_unchanged() -> None:
     # the default profile's per-delivery path is the plain one: the null extension, no hook on
     # the subscription (before the session became a router: no on_delivery swapped in)
     assert session.on_delivery.__func__ is Frames.deliver  # type: ignore[attr-defined]
-    assert type(session._extension) is ProfileExtension
-    assert session._subscriptions.by_tag["T_s"].hook is None
+    assert type(session.parts.extension) is ProfileExtension
+    assert session.parts.subscriptions.by_tag["T_s"].hook is None
     assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"})) == [ops.BasicNack(1, False, True)]
 
 
@@ -634,15 +634,15 @@ def test_composite_send_publishes_to_each_and_its_receipt_waits_for_all() -> Non
     assert [(p.exchange, p.routing_key) for p in publishes] == [("", "a"), ("amq.topic", "t.x")]
     assert any(isinstance(op, ops.QueueDeclare) and op.queue == "a" for op in out)
     assert frames_of(out) == []  # no RECEIPT before the broker confirmed both
-    assert session.on_confirm(1, False, True) == b""
-    receipt = session.on_confirm(2, False, True)
+    assert session.on_confirm(1, False, True) == []
+    (receipt,) = session.on_confirm(2, False, True)
     assert command_of(receipt) == "RECEIPT" and header(receipt, "receipt-id") == "r"
 
 
 def test_composite_send_with_a_refused_copy_is_an_error() -> None:
     session = amq_session(None)
     run(session, Frame("SEND", {"destination": "/queue/a,/queue/b", "receipt": "r"}, b"hi"))
-    error = session.on_confirm(2, True, False)
+    (error,) = session.on_confirm(2, True, False)
     assert command_of(error) == "ERROR" and header(error, "receipt-id") == "r"
 
 
@@ -657,7 +657,7 @@ def test_composite_destination_errors() -> None:
     assert header(frames_of(out)[0], "message") == "Invalid destination"
 
 
-# --- selectors on a queue: the session's side of the dispatcher (adapter/mapping/dispatch.py) --
+# --- selectors on a queue: the session's side of the dispatcher (adapter/dispatch/rules.py) --
 
 
 def test_queue_selector_subscription_joins_the_dispatcher_before_it_consumes() -> None:
@@ -706,7 +706,7 @@ def test_a_plain_queue_subscription_joins_the_queues_dispatcher_when_there_is_on
     out = run(session, Frame("SUBSCRIBE", plain))
     assert not any(isinstance(op, ops.JoinDispatch) for op in out)  # no dispatcher: the broker's way
     assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is False
-    session.settings.dispatchers.get("/", "q")  # a selector subscription of the process made one
+    session.settings.registries.dispatchers.get("/", "q")  # a selector subscription of the process made one
     out = run(session, Frame("SUBSCRIBE", {**plain, "id": "2", "ack": "auto"}))
     join = next(op for op in out if isinstance(op, ops.JoinDispatch))
     assert (join.consumer_tag, join.auto_ack) == ("T_2", True)
@@ -721,7 +721,7 @@ def test_a_plain_queue_subscription_joins_the_queues_dispatcher_when_there_is_on
 def test_the_rabbitmq_profile_never_joins_a_dispatcher() -> None:
     session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
     run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
-    session.settings.dispatchers.get("/", "q")
+    session.settings.registries.dispatchers.get("/", "q")
     out = run(session, Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "1"}))
     assert not any(isinstance(op, ops.DISPATCH_OPS) for op in out)
     assert next(op for op in out if isinstance(op, ops.BasicConsume)).no_ack is True

@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from adapter.server.listener import read_proxy_header
+from adapter.server.proxy_prelude import Opened, ProxyPrelude, read_proxy_header
 from adapter.server.proxy_protocol import (
     V2_SIGNATURE,
     ProxyHeader,
@@ -18,6 +18,7 @@ from adapter.server.proxy_protocol import (
     ProxyTrust,
     parse_proxy_header,
 )
+from adapter.server.stats import ServerStats
 
 STOMP = b"CONNECT\naccept-version:1.2\n\n\0"
 
@@ -78,7 +79,7 @@ def test_invalid_headers_are_refused(data: bytes) -> None:
         parse_proxy_header(data)
 
 
-# read_proxy_header (adapter/server/listener.py) on a socket pair: what a TLS listener reads
+# read_proxy_header (adapter/server/proxy_prelude.py) on a socket pair: what a TLS listener reads
 # before it hands the socket to the TLS transport.
 
 TLS_HELLO = b"\x16\x03\x01\x02\x00\x01"  # the start of a TLS ClientHello record
@@ -169,3 +170,37 @@ def test_only_listed_peers_are_trusted(peer, trusted):
 def test_a_bad_entry_is_named(entry):
     with pytest.raises(ValueError, match=f"{entry!r} is not an address or network"):
         ProxyTrust.parse(["192.0.2.1", entry])
+
+
+# ProxyPrelude (adapter/server/proxy_prelude.py): the header at the start of a byte stream, as
+# the TCP and WebSocket listeners read it; whole, a byte at a time, and with what follows.
+@pytest.mark.parametrize("split", ["whole", "bytewise"])
+def test_the_prelude_hands_over_the_address_and_the_bytes_after_the_header(split: str) -> None:
+    prelude = ProxyPrelude(ServerStats())
+    header = b"PROXY TCP4 203.0.113.7 127.0.0.1 5000 61613\r\n"
+    if split == "whole":
+        assert prelude.opened(header + b"CONNECT\n", "10.0.0.1:1") == Opened(
+            ("203.0.113.7", 5000), b"CONNECT\n"
+        )
+    else:  # incomplete until its CRLF; the bytes after it are the stream's, not the prelude's
+        assert all(prelude.opened(bytes([byte]), "10.0.0.1:1") is None for byte in header[:-1])
+        assert prelude.opened(header[-1:], "10.0.0.1:1") == Opened(("203.0.113.7", 5000), b"")
+    assert prelude.refusal == ""
+
+
+def test_the_prelude_refuses_what_is_not_a_header_and_counts_it() -> None:
+    stats = ServerStats()
+    prelude = ProxyPrelude(stats)
+    assert prelude.opened(b"CONNECT\naccept-version:1.2\n\n\0", "10.0.0.1:1") is None
+    assert prelude.refusal.startswith("invalid PROXY protocol header: ")
+    assert stats.connections_refused["proxy_header"] == 1
+
+
+def test_the_prelude_counts_a_header_late_at_the_timeout_and_an_untrusted_peer() -> None:
+    stats = ServerStats()
+    prelude = ProxyPrelude(stats)
+    assert prelude.opened(b"PROXY TCP4 203.0", "10.0.0.1:1") is None and prelude.refusal == ""
+    reason = prelude.timed_out("10.0.0.1:1")
+    assert reason == "PROXY protocol: no complete PROXY header within the login timeout"
+    assert not prelude.trusted(ProxyTrust.parse(["192.0.2.0/24"]), "10.0.0.1", "10.0.0.1:1")
+    assert stats.connections_refused == {"proxy_timeout": 1, "proxy_untrusted": 1}

@@ -1,4 +1,4 @@
-"""adapter/server/rights_check.py without a broker: the question asked of the broker is replaced
+"""adapter/amqp/rights_check.py without a broker: the question asked of the broker is replaced
 by one the test answers, so what is checked is the sharing of checks: a join never gets an
 answer that began before it arrived, joins that arrive while a check runs share the next one,
 and every waiter gets the refusal."""
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from adapter.amqp.connection import AmqpError
+from adapter.amqp.rights_check import RightsCheck
 from adapter.mapping import operations as ops
-from adapter.server.rights_check import RightsCheck
 
 
 class Spawner:
@@ -106,7 +106,7 @@ async def test_a_join_that_goes_away_does_not_cancel_the_check_the_others_wait_f
 
 
 def test_which_failures_say_the_rights_are_gone() -> None:
-    from adapter.server.rights_check import revokes
+    from adapter.amqp.rights_check import revokes
 
     assert revokes(AmqpError(403, "ACCESS_REFUSED - access to exchange 'amq.topic' refused"))
     assert revokes(AmqpError(530, "NOT_ALLOWED - access to vhost '/' refused for user 'u'"))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from adapter.caps import ConnectionCap
 from adapter.mapping import operations as ops
 from adapter.mapping.properties import MessageProperties
-from adapter.session import Session, SessionSettings, State, new_session_id
+from adapter.session import Session, SessionRegistries, SessionSettings, State, new_session_id
 from adapter.stomp.frame import Frame
 
 SESSION_ID = new_session_id(bytes(16))
@@ -172,16 +172,16 @@ def test_receipted_send_turns_on_confirms_and_receipt_waits_for_the_confirm():
     assert [type(op) for op in out] == [ops.ConfirmSelect, ops.BasicPublish]
     run(session, Frame("SEND", {"destination": "/topic/t"}, b"no receipt"))
     run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "r3"}, b"z"))
-    assert session.on_confirm(1, False, True) == b"RECEIPT\nreceipt-id:r1\n\n\0\n"
+    assert session.on_confirm(1, False, True) == [b"RECEIPT\nreceipt-id:r1\n\n\0\n"]
     # a multiple ack up to 3 releases r3; sequence 2 had no receipt
-    assert session.on_confirm(3, True, True) == b"RECEIPT\nreceipt-id:r3\n\n\0\n"
+    assert session.on_confirm(3, True, True) == [b"RECEIPT\nreceipt-id:r3\n\n\0\n"]
     assert not session.confirms_outstanding
 
 
 def test_broker_nack_is_an_error_never_a_receipt():
     session = connected()
     run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "r1"}, b"x"))
-    data = session.on_confirm(1, False, False)
+    (data,) = session.on_confirm(1, False, False)
     assert command_of(data) == "ERROR" and header(data, "receipt-id") == "r1"
 
 
@@ -335,7 +335,7 @@ def test_transaction_buffers_until_commit():
     out = run(session, Frame("COMMIT", {"transaction": "t", "receipt": "c"}))
     # the RECEIPT waits for the publish's confirm (test_commit_receipt_waits_for_every_confirm...)
     assert [type(op) for op in out] == [ops.ConfirmSelect, ops.BasicPublish, ops.BasicAck]
-    assert session.on_confirm(1, False, True) == b"RECEIPT\nreceipt-id:c\n\n\0\n"
+    assert session.on_confirm(1, False, True) == [b"RECEIPT\nreceipt-id:c\n\n\0\n"]
     assert run(session, Frame("BEGIN", {"transaction": "u"})) == []
     run(session, Frame("SEND", {"destination": "/topic/x", "transaction": "u"}, b"2"))
     assert run(session, Frame("ABORT", {"transaction": "u"})) == []
@@ -450,7 +450,7 @@ def shell_run(session: Session, frame: Frame) -> list[ops.Operation]:
 
 
 def receipts_of(session: Session, tags: range) -> list[bytes]:
-    return [session.on_confirm(tag, False, True) for tag in tags]
+    return [b"".join(session.on_confirm(tag, False, True)) for tag in tags]
 
 
 SEND_HEADERS = st.fixed_dictionaries(
@@ -602,9 +602,9 @@ def test_commit_receipt_waits_for_every_confirm_of_the_transaction():
     assert sum(isinstance(op, ops.BasicPublish) for op in out) == 3
     assert frames_of(out) == []  # no RECEIPT yet
     assert session.confirms_outstanding
-    assert session.on_confirm(2, False, True) == b""
-    assert session.on_confirm(1, False, True) == b""
-    assert session.on_confirm(3, False, True) == b"RECEIPT\nreceipt-id:c1\n\n\0\n"
+    assert session.on_confirm(2, False, True) == []
+    assert session.on_confirm(1, False, True) == []
+    assert session.on_confirm(3, False, True) == [b"RECEIPT\nreceipt-id:c1\n\n\0\n"]
     assert not session.confirms_outstanding
 
 
@@ -612,16 +612,16 @@ def test_commit_receipt_with_a_multiple_confirm_and_earlier_publishes():
     session = connected()
     run(session, Frame("SEND", {"destination": "/topic/t", "receipt": "s1"}, b"x"))  # seq 1
     commit_transaction(session, 2)  # seqs 2, 3
-    assert session.on_confirm(2, True, True) == b"RECEIPT\nreceipt-id:s1\n\n\0\n"
-    assert session.on_confirm(3, True, True) == b"RECEIPT\nreceipt-id:c1\n\n\0\n"
+    assert session.on_confirm(2, True, True) == [b"RECEIPT\nreceipt-id:s1\n\n\0\n"]
+    assert session.on_confirm(3, True, True) == [b"RECEIPT\nreceipt-id:c1\n\n\0\n"]
 
 
 def test_a_nack_in_a_transaction_turns_its_commit_receipt_into_an_error():
     session = connected()
     commit_transaction(session, 2)
-    data = session.on_confirm(1, False, False)
+    (data,) = session.on_confirm(1, False, False)
     assert command_of(data) == "ERROR" and header(data, "receipt-id") == "c1"
-    assert session.on_confirm(2, False, True) == b""  # answered once, never a RECEIPT after it
+    assert session.on_confirm(2, False, True) == []  # answered once, never a RECEIPT after it
     assert not session.confirms_outstanding
 
 
@@ -699,7 +699,7 @@ def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(fi
     """stomp.max_connections: checked first (before the version, as the plugin does), also for
     implicit connect; the slot of a session is given back when its connection closes."""
     cap = ConnectionCap(1)
-    settings = SessionSettings(connection_cap=cap, implicit_connect=True)
+    settings = SessionSettings(registries=SessionRegistries(connection_cap=cap), implicit_connect=True)
     holder = Session(settings, session_id=SESSION_ID, peer_is_loopback=True)
     run(holder, Frame("CONNECT", {"accept-version": "1.2"}))
     assert holder.state is State.CONNECTED and cap.in_use == 1
@@ -711,7 +711,7 @@ def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(fi
         b"Connection refused: node connection limit reached\0\n",
     )
     assert not any(isinstance(op, ops.OpenConnection) for op in out)
-    assert isinstance(out[-1], ops.CloseClient) and refused.login_failure == "max_connections"
+    assert isinstance(out[-1], ops.CloseClient) and refused.login.failure == "max_connections"
     refused.on_closed()
     assert cap.in_use == 1  # the refused session had no slot to give back
     holder.on_closed()
@@ -724,7 +724,7 @@ def test_a_connect_over_stomp_max_connections_is_refused_before_anything_else(fi
 
 def test_a_failed_login_gives_its_slot_back_when_the_connection_closes():
     cap = ConnectionCap(1)
-    session = make_session(connection_cap=cap)
+    session = make_session(registries=SessionRegistries(connection_cap=cap))
     out = run(
         session, Frame("CONNECT", {"accept-version": "1.2"}), lambda _op: ops.LoginResult(False, "auth")
     )

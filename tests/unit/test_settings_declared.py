@@ -170,7 +170,7 @@ def test_the_server_groups_filled_by_name_are_settings() -> None:
         assert _field_names(cls) <= set(DECLARED), cls
     assert _field_names(options.Operations) - set(DECLARED) == set()
     with pytest.raises(TypeError, match="neither given nor a setting"):
-        cli.group(options.AmqpLink, Settings())
+        cli.group(options.AmqpOptions, Settings())
 
 
 def test_the_server_built_from_the_groups_has_what_a_connection_reads() -> None:
@@ -182,8 +182,8 @@ def test_the_server_built_from_the_groups_has_what_a_connection_reads() -> None:
     assert server.limits.frame_timeout == settings.frame_timeout  # the group, passed whole
     assert server.heartbeat_tolerance == settings.heartbeat_tolerance
     assert server.incomplete_input_budget == settings.incomplete_frames_budget
-    assert server.shutdown_timeout == settings.shutdown_timeout
-    assert server.listeners == [("127.0.0.1", 0)]
+    assert server.operations.shutdown_timeout == settings.shutdown_timeout
+    assert list(server.listening.stomp) == [("127.0.0.1", 0)]
     assert server.stats.destinations is not None
 
 

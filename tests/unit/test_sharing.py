@@ -1,4 +1,4 @@
-"""adapter/server/sharing.py over in-memory stand-ins: the hub writes each delivery to every
+"""adapter/sharing/runtime.py over in-memory stand-ins: the hub writes each delivery to every
 member, measures them after the broker read and cuts off the one too far behind while the others
 go on; the broker ending the group reaches every member; links join one group per key, the first
 one opens it, and the bound on groups a connection opens makes later ones plain; a link turns
@@ -15,8 +15,8 @@ import pytest
 from adapter.amqp.connection import AmqpError
 from adapter.mapping import operations as ops
 from adapter.mapping.properties import MessageProperties
-from adapter.server.sharing import SharedHub, SharedLink
-from adapter.session.fanout import MAX_OPENED_PER_CONNECTION, Eviction, Member, Registry
+from adapter.sharing.rules import MAX_OPENED_PER_CONNECTION, Eviction, Member, Registry
+from adapter.sharing.runtime import SharedHub, SharedMembership
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Subscriber:
     flushes: int = 0
     evicted: list[Eviction] = field(default_factory=list)
     lost: list[AmqpError | None] = field(default_factory=list)
-    link: SharedLink | None = None
+    link: SharedMembership | None = None
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None:
         self.frames.append(b"".join((member.head, pieces[0], member.id_prefix, *pieces[1:])))
@@ -49,7 +49,7 @@ class Subscriber:
 
 @dataclass
 class Host(Subscriber):
-    """A client connection as its SharedLink sees it (SharingHost): its output as a
+    """A client connection as its SharedMembership sees it (SharedMembershipHost): its output as a
     Subscriber's, and the session's answers recorded."""
 
     name: str = "host"
@@ -172,7 +172,7 @@ async def test_links_of_one_key_share_one_group_and_only_the_first_opens_it() ->
     op = ops.JoinShared(
         "/topic/news", "T_s", b"MESSAGE\n", b"T_s@@x@@", ops.QueueDeclare("q"), "amq.topic", "news"
     )
-    first = SharedLink(registry, services, loop, Host(), "guest", "pw", "/")  # type: ignore[arg-type]
+    first = SharedMembership(registry, services, loop, Host(), "guest", "pw", "/")  # type: ignore[arg-type]
     join = asyncio.ensure_future(first.join(op))
     await asyncio.sleep(0)
     assert len(services.spawned) == 1  # the open
@@ -183,11 +183,11 @@ async def test_links_of_one_key_share_one_group_and_only_the_first_opens_it() ->
     hub.rights = Approving()  # type: ignore[assignment]  # what the open leaves (rights_check.py)
     assert await join is True
     assert hub.rights.checks == 0  # the first member's join is the open itself
-    second = SharedLink(registry, services, loop, Host(), "guest", "pw", "/")  # type: ignore[arg-type]
+    second = SharedMembership(registry, services, loop, Host(), "guest", "pw", "/")  # type: ignore[arg-type]
     assert await second.join(op) is True
     assert len(services.spawned) == 1 and len(group.members) == 2
     assert hub.rights.checks == 1  # a later member's join asks the broker (its own credentials)
-    other = SharedLink(registry, services, loop, Host(), "guest", "other", "/")  # type: ignore[arg-type]
+    other = SharedMembership(registry, services, loop, Host(), "guest", "other", "/")  # type: ignore[arg-type]
     asyncio.ensure_future(other.join(op))
     await asyncio.sleep(0)
     assert len(registry.groups) == 2  # another passcode: a group of its own
@@ -200,7 +200,7 @@ async def test_links_of_one_key_share_one_group_and_only_the_first_opens_it() ->
 async def test_a_connection_that_opened_its_share_of_groups_gets_plain_subscriptions() -> None:
     registry = Registry(max_lag=100, lag_budget=10**6)
     services = Services()
-    link = SharedLink(registry, services, asyncio.get_running_loop(), Host(), "guest", "pw", "/")  # type: ignore[arg-type]
+    link = SharedMembership(registry, services, asyncio.get_running_loop(), Host(), "guest", "pw", "/")  # type: ignore[arg-type]
     for n in range(MAX_OPENED_PER_CONNECTION):
         op = ops.JoinShared(f"/topic/{n}", f"T_{n}", b"", b"", ops.QueueDeclare("q"), "amq.topic", str(n))
         asyncio.ensure_future(link.join(op))
@@ -222,9 +222,11 @@ NEWS = ops.JoinShared(
 )
 
 
-async def joined(registry: Registry, host: Host, op: ops.JoinShared = NEWS) -> tuple[SharedLink, SharedHub]:
+async def joined(
+    registry: Registry, host: Host, op: ops.JoinShared = NEWS
+) -> tuple[SharedMembership, SharedHub]:
     """A link of ``host`` that joined (and opened) the group of ``op``, its hub ready."""
-    link = SharedLink(registry, Services(), asyncio.get_running_loop(), host, "guest", "pw", "/")  # type: ignore[arg-type]
+    link = SharedMembership(registry, Services(), asyncio.get_running_loop(), host, "guest", "pw", "/")  # type: ignore[arg-type]
     host.link = link
     join = asyncio.ensure_future(link.join(op))
     await asyncio.sleep(0)
@@ -278,7 +280,7 @@ async def test_the_broker_ending_a_group_is_what_a_plain_subscription_gets() -> 
 async def test_a_join_the_broker_refuses_is_answered_as_the_frames_and_raised() -> None:
     registry = Registry(max_lag=100, lag_budget=10**6)
     host = Host()
-    link = SharedLink(registry, Services(), asyncio.get_running_loop(), host, "guest", "pw", "/")  # type: ignore[arg-type]
+    link = SharedMembership(registry, Services(), asyncio.get_running_loop(), host, "guest", "pw", "/")  # type: ignore[arg-type]
     join = asyncio.ensure_future(link.join(NEWS))
     await asyncio.sleep(0)
     (group,) = registry.groups.values()

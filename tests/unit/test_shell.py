@@ -30,6 +30,7 @@ from adapter.server.connection import INTERPRETER, ClientConnection, Lifecycle
 from adapter.server.listener import Server
 from adapter.server.websocket import WebSocketConnection, WebStompSettings
 from adapter.session import State
+from adapter.stomp.output import MESSAGE_FRAMES
 from tests.support import MemoryTransport
 from tests.unit.fake_amqp import FakeAmqp, Opener
 
@@ -172,7 +173,7 @@ async def test_plain_get_on_the_websocket_path_gets_426() -> None:
 
 
 # ---------------------------------------------------------------------- with an in-memory AMQP link
-# BrokerLogin's opener (the AmqpLinkGlue's login) is replaced by one that hands out FakeAmqp
+# BrokerLogin's opener (the LinkGlue's login) is replaced by one that hands out FakeAmqp
 # links (tests/unit/fake_amqp.py), so these tests run the whole shell (pump, interpreter, login,
 # heart-beats, close) with no broker.
 
@@ -189,7 +190,7 @@ async def logged_in(
     server = server or make_server()
     client, transport = connect_client(server, **kwargs)
     opener = Opener()
-    client._link_glue.login.opener = opener  # noqa: SLF001
+    client.link.glue.login.opener = opener
     client.data_received(
         b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\nheart-beat:%s\n\n\0"
         % heart_beat.encode()
@@ -228,14 +229,14 @@ async def test_connect_logs_in_and_names_the_broker() -> None:
     server = make_server()
     client, transport = connect_client(server)
     opener = Opener(version="3.13.7")
-    client._link_glue.login.opener = opener  # noqa: SLF001
+    client.link.glue.login.opener = opener
     client.data_received(CONNECT)
     assert not transport.reading  # reading stops while the login waits for the broker
     await settle()
     (connected,) = transport.frames()
     assert connected.startswith(b"CONNECTED\n") and b"server:RabbitMQ/3.13.7" in connected
     assert transport.reading and client.session.state is State.CONNECTED
-    assert client.frame_limits == client._settings.frame_limits  # noqa: SLF001 - the larger limits now
+    assert client.stomp.parser.limits == client.session.settings.frame_limits  # the larger limits now
     assert opener.attempts[0]["connection_name"] == "STOMP 127.0.0.1:40000"
 
 
@@ -243,7 +244,7 @@ async def test_a_send_is_published_without_a_task() -> None:
     client, transport, link = await logged_in()
     client.data_received(send(body=b"one") + send(body=b"two"))
     assert [body for *_rest, body in link.published] == [b"one", b"two"]
-    assert client.messages_published == 2 and client.frames_received["SEND"] == 2
+    assert client.counters.messages_published == 2 and client.counters.frames_received["SEND"] == 2
     assert link.flushes >= 1 and transport.frames() == []
 
 
@@ -263,13 +264,13 @@ async def test_a_receipted_send_waits_for_the_confirm() -> None:
     await settle()
     assert any(isinstance(call, ops.ConfirmSelect) for call in link.calls)
     assert transport.frames() == []  # no RECEIPT before the broker confirms
-    client.on_confirm(1, False, True)
-    client.on_read_done()
+    client.stomp.on_confirm(1, False, True)
+    client.stomp.on_read_done()
     (receipt,) = transport.frames()
     assert receipt.startswith(b"RECEIPT\n") and b"receipt-id:r1" in receipt
     assert server.stats.receipt_latency["SEND"].observations == 1
     client.data_received(send(receipt="r2"))  # confirms are on: this publish is timed
-    client.on_confirm(2, False, True)
+    client.stomp.on_confirm(2, False, True)
     assert server.stats.confirm_latency.observations == 1
     assert server.stats.receipt_latency["SEND"].observations == 2
 
@@ -278,8 +279,8 @@ async def test_a_negative_confirm_closes_the_client() -> None:
     client, transport, _link = await logged_in()
     client.data_received(send(receipt="r1"))
     await settle()
-    client.on_confirm(1, False, False)
-    client.on_read_done()
+    client.stomp.on_confirm(1, False, False)
+    client.stomp.on_read_done()
     assert client.closed and transport.eof_written
     assert any(f.startswith(b"ERROR\n") for f in transport.frames())
 
@@ -290,20 +291,20 @@ async def test_subscribe_runs_its_broker_calls_in_order_then_receipts() -> None:
     client.data_received(b"SUBSCRIBE\ndestination:/queue/a\nid:0\nreceipt:s\n\n\0" + send(body=b"after"))
     await settle()
     assert not transport.reading and link.published == []  # the SEND waits behind the SUBSCRIBE
-    assert client.paused_since.keys() == {"broker"}
+    assert client.flow.paused_since.keys() == {"broker"}
     link.gate.set_result(None)
     await settle()
     assert [type(call) for call in link.calls][-1] is ops.BasicConsume
     assert any(b"receipt-id:s" in f for f in transport.frames())
     assert [body for *_rest, body in link.published] == [b"after"]
-    assert transport.reading and "broker" in client.paused_seconds
+    assert transport.reading and "broker" in client.flow.paused_seconds
 
 
 async def test_a_delivery_becomes_a_message() -> None:
     client, transport, _link = await logged_in()
     tag = await subscribe(client, transport)
-    client.on_deliver(delivery(tag, 1, b"payload"))
-    client.on_read_done()
+    client.stomp.on_deliver(delivery(tag, 1, b"payload"))
+    client.stomp.on_read_done()
     (message,) = transport.frames()
     assert message.startswith(b"MESSAGE\n") and message.endswith(b"payload")
 
@@ -314,8 +315,8 @@ async def test_deliveries_wait_for_the_receipt_of_the_frame_being_handled() -> N
     link.gate = asyncio.get_running_loop().create_future()
     client.data_received(b"SUBSCRIBE\ndestination:/queue/b\nid:1\nreceipt:s1\n\n\0")
     await settle()
-    client.on_deliver(delivery(tag, 1, b"early"))
-    client.on_read_done()
+    client.stomp.on_deliver(delivery(tag, 1, b"early"))
+    client.stomp.on_read_done()
     assert transport.frames() == []  # held back
     link.gate.set_result(None)
     await settle()
@@ -328,32 +329,32 @@ async def test_a_large_message_is_written_without_joining() -> None:
     tag = await subscribe(client, transport)
     writes: list[list[bytes]] = []
     transport.writelines = writes.append  # type: ignore[method-assign]
-    client.on_deliver(delivery(tag, 1, b"x" * wire.ZERO_COPY_MIN))
-    client.on_read_done()
+    client.stomp.on_deliver(delivery(tag, 1, b"x" * wire.ZERO_COPY_MIN))
+    client.stomp.on_read_done()
     assert len(writes) == 1
 
 
 async def test_client_individual_acks_take_the_quick_path() -> None:
     client, transport, link = await logged_in()
     tag = await subscribe(client, transport, ack="client-individual")
-    client.on_deliver(delivery(tag, 7))
-    client.on_read_done()
+    client.stomp.on_deliver(delivery(tag, 7))
+    client.stomp.on_read_done()
     (message,) = transport.frames()
     ack_id = next(line for line in message.split(b"\n") if line.startswith(b"ack:"))[4:]
     client.data_received(b"ACK\nid:" + ack_id + b"\n\n\0")
-    assert link.acks == [(7, False)] and client.acks == 1
+    assert link.acks == [(7, False)] and client.counters.acks == 1
 
 
 async def test_nack_reaches_the_broker_and_is_counted() -> None:
     client, transport, link = await logged_in()
     tag = await subscribe(client, transport, ack="client-individual")
-    client.on_deliver(delivery(tag, 9))
-    client.on_read_done()
+    client.stomp.on_deliver(delivery(tag, 9))
+    client.stomp.on_read_done()
     (message,) = transport.frames()
     ack_id = next(line for line in message.split(b"\n") if line.startswith(b"ack:"))[4:]
     client.data_received(b"NACK\nid:" + ack_id + b"\n\n\0")
     await settle()
-    assert [tag for tag, *_rest in link.nacks] == [9] and client.nacks == 1
+    assert [tag for tag, *_rest in link.nacks] == [9] and client.counters.nacks == 1
 
 
 async def test_disconnect_receipts_and_releases_the_link() -> None:
@@ -373,8 +374,8 @@ async def test_disconnect_waits_for_outstanding_confirms() -> None:
     client.data_received(send(receipt="r1") + b"DISCONNECT\nreceipt:bye\n\n\0")
     await settle()
     assert not client.closed and transport.frames() == []
-    client.on_confirm(1, False, True)
-    client.on_read_done()
+    client.stomp.on_confirm(1, False, True)
+    client.stomp.on_read_done()
     await settle()
     frames = transport.frames()
     assert b"receipt-id:r1" in frames[0] and b"receipt-id:bye" in frames[1]
@@ -452,7 +453,7 @@ async def test_a_bug_in_the_session_answers_internal_error_and_keeps_serving() -
 async def test_login_timeout_closes_a_client_that_never_connects() -> None:
     server = make_server()
     client, transport = connect_client(server)
-    client._login_timed_out()  # noqa: SLF001 - the timer's callback, without waiting for it
+    client.timers._login_tick()  # noqa: SLF001 - the timer's callback, without waiting for it
     await settle()
     (error,) = transport.frames()
     assert b"message:Login timeout" in error and client.closed
@@ -460,8 +461,8 @@ async def test_login_timeout_closes_a_client_that_never_connects() -> None:
 
 async def test_login_timeout_after_connected_does_nothing() -> None:
     client, transport, _link = await logged_in()
-    assert client._login_timer is None  # noqa: SLF001 - cancelled by the login
-    client._login_timed_out()  # noqa: SLF001
+    assert client.timers._login_timer is None  # noqa: SLF001 - cancelled by the login
+    client.timers._login_tick()  # noqa: SLF001
     assert not client.closed and transport.frames() == []
 
 
@@ -469,7 +470,7 @@ async def test_a_slow_proxy_header_is_dropped_at_the_login_timeout() -> None:
     server = make_server(proxy_protocol=True)
     client, transport = connect_client(server)
     client.data_received(b"PROXY TCP4 203.0.113.7")
-    client._login_timed_out()  # noqa: SLF001
+    client.timers._login_tick()  # noqa: SLF001
     assert transport.aborted and transport.frames() == []
     assert server.stats.connections_refused["proxy_timeout"] == 1
 
@@ -485,7 +486,7 @@ async def test_a_proxy_header_in_pieces_then_stomp_in_the_same_read() -> None:
     server = make_server(proxy_protocol=True)
     client, transport = connect_client(server)
     client.data_received(b"PROXY TCP4 127.0.0.9 127.0.0.1 5")
-    assert client.lifecycle.value == "proxy-header"
+    assert client.stomp.lifecycle.value == "proxy-header"
     client.data_received(b"000 61613\r\nSEND\ndestination:/queue/a\n\nx\0")
     assert client.peer == "127.0.0.9:5000"
     assert transport.frames()[0].startswith(b"ERROR\n")  # the SEND before CONNECT
@@ -495,7 +496,7 @@ async def test_a_proxy_header_without_an_address_keeps_the_peer() -> None:
     server = make_server(proxy_protocol=True)
     client, _transport = connect_client(server)
     client.data_received(b"PROXY UNKNOWN\r\n")
-    assert client.peer == "127.0.0.1:40000" and client.lifecycle.value == "open"
+    assert client.peer == "127.0.0.1:40000" and client.stomp.lifecycle.value == "open"
 
 
 async def test_a_client_address_from_the_tls_listener_is_the_peer() -> None:
@@ -506,14 +507,14 @@ async def test_a_client_address_from_the_tls_listener_is_the_peer() -> None:
 
 async def test_heart_beats_are_written_when_silent() -> None:
     client, transport, _link = await logged_in(heart_beat="0,1000")
-    assert client._heartbeats.running  # noqa: SLF001
-    client._heartbeats.send_tick(0.5)  # noqa: SLF001
+    assert client.timers._heartbeats.running  # noqa: SLF001
+    client.timers._heartbeats.send_tick(0.5)  # noqa: SLF001
     assert bytes(transport.written) == b""  # the CONNECTED frame was this interval's output
-    client._heartbeats.send_tick(0.5)  # noqa: SLF001
-    assert bytes(transport.written) == b"\n" and client.bytes_sent > 0
+    client.timers._heartbeats.send_tick(0.5)  # noqa: SLF001
+    assert bytes(transport.written) == b"\n" and client.counters.bytes_sent > 0
     transport.written.clear()
     client.data_received(send())  # no output: still silent
-    client._heartbeats.send_tick(0.5)  # noqa: SLF001
+    client.timers._heartbeats.send_tick(0.5)  # noqa: SLF001
     assert bytes(transport.written) == b"\n"
 
 
@@ -521,14 +522,14 @@ async def test_a_flush_counts_as_a_heart_beat() -> None:
     client, transport, _link = await logged_in(heart_beat="0,1000")
     client.data_received(b"BEGIN\ntransaction:t\nreceipt:b\n\n\0")
     transport.written.clear()
-    client._heartbeats.send_tick(0.5)  # noqa: SLF001
+    client.timers._heartbeats.send_tick(0.5)  # noqa: SLF001
     assert bytes(transport.written) == b""
 
 
 async def test_a_silent_client_gets_a_heart_beat_timeout() -> None:
     server = make_server()
     client, transport, _link = await logged_in(server, heart_beat="1000,0")
-    client._heartbeats.receive_tick(1.5)  # noqa: SLF001
+    client.timers._heartbeats.receive_tick(1.5)  # noqa: SLF001
     await settle()
     (error,) = transport.frames()
     assert b"message:Heart-beat timeout" in error and b"1.5 s" in error and client.closed
@@ -537,35 +538,35 @@ async def test_a_silent_client_gets_a_heart_beat_timeout() -> None:
 async def test_any_input_keeps_the_client_alive() -> None:
     client, _transport, _link = await logged_in(heart_beat="1000,0")
     client.data_received(b"\n")  # a client heart-beat
-    client._heartbeats.receive_tick(1.5)  # noqa: SLF001
+    client.timers._heartbeats.receive_tick(1.5)  # noqa: SLF001
     client.mark_read()  # a WebSocket pong
-    client._heartbeats.receive_tick(1.5)  # noqa: SLF001
+    client.timers._heartbeats.receive_tick(1.5)  # noqa: SLF001
     assert not client.closed
 
 
 async def test_a_client_we_stopped_reading_is_not_timed_out() -> None:
     client, _transport, _link = await logged_in(heart_beat="1000,0")
-    client.on_broker_backpressure(True)
-    client._heartbeats.receive_tick(1.5)  # noqa: SLF001
+    client.stomp.on_broker_backpressure(True)
+    client.timers._heartbeats.receive_tick(1.5)  # noqa: SLF001
     assert not client.closed
-    client.on_broker_backpressure(False)
-    assert "broker-flow" in client.paused_seconds
+    client.stomp.on_broker_backpressure(False)
+    assert "broker-flow" in client.flow.paused_seconds
 
 
 async def test_broker_flow_control_pauses_the_client_socket() -> None:
     client, transport, _link = await logged_in()
-    client.on_broker_backpressure(True)
+    client.stomp.on_broker_backpressure(True)
     assert not transport.reading
-    client.on_broker_backpressure(False)
+    client.stomp.on_broker_backpressure(False)
     assert transport.reading
 
 
 async def test_a_slow_client_pauses_the_broker_link() -> None:
     client, _transport, link = await logged_in()
     client.pause_writing()
-    assert not link.reading and "slow-client" in client.paused_since
+    assert not link.reading and "slow-client" in client.flow.paused_since
     client.resume_writing()
-    assert link.reading and "slow-client" in client.paused_seconds
+    assert link.reading and "slow-client" in client.flow.paused_seconds
 
 
 async def test_a_frame_left_unfinished_times_out() -> None:
@@ -603,17 +604,17 @@ async def test_after_the_half_close_input_is_dropped_and_output_stops() -> None:
     client.shutdown()
     transport.written.clear()
     client.data_received(send())
-    client._write(b"MESSAGE\n\n\0")  # noqa: SLF001
+    client.stomp.write(b"MESSAGE\n\n\0")  # noqa: SLF001
     client.flush()
     assert transport.written == b"" and link.published == []
-    assert client.bytes_received > 0
+    assert client.counters.bytes_received > 0
 
 
 async def test_a_client_that_neither_reads_nor_closes_is_aborted_after_the_linger() -> None:
     client, transport, _link = await logged_in()
     client.shutdown()
     assert client._linger is not None  # noqa: SLF001
-    client._linger_check(transport, None)  # type: ignore[arg-type]  # noqa: SLF001
+    client._linger._check(transport, None)  # type: ignore[arg-type]  # noqa: SLF001
     assert transport.aborted
 
 
@@ -621,9 +622,9 @@ async def test_a_client_still_reading_gets_more_time() -> None:
     client, transport, _link = await logged_in()
     client.shutdown()
     transport.get_write_buffer_size = lambda: 100  # type: ignore[method-assign]
-    client._linger_check(transport, None)  # type: ignore[arg-type]  # noqa: SLF001
+    client._linger._check(transport, None)  # type: ignore[arg-type]  # noqa: SLF001
     assert not transport.aborted
-    client._linger_check(transport, 100)  # type: ignore[arg-type]  # noqa: SLF001 - no progress
+    client._linger._check(transport, 100)  # type: ignore[arg-type]  # noqa: SLF001 - no progress
     assert transport.aborted
 
 
@@ -648,7 +649,7 @@ async def test_connection_lost_finishes_counts_and_releases() -> None:
     client, _transport, link = await logged_in(server)
     client.data_received(send())
     client.connection_lost(ConnectionResetError("gone"))
-    assert client.finished and client in server.connections  # until the link has closed
+    assert client.stomp.finished and client in server.connections  # until the link has closed
     await asyncio.wait_for(client.done, 1)
     assert link.closed and client not in server.connections and client not in server.open_sockets
     assert server.stats.closed.messages_published == 1
@@ -658,7 +659,7 @@ async def test_connection_lost_finishes_counts_and_releases() -> None:
 async def test_server_cancel_tells_the_client() -> None:
     client, transport, _link = await logged_in()
     tag = await subscribe(client, transport)
-    client.on_server_cancel(tag)
+    client.stomp.on_server_cancel(tag)
     client.flush()
     (error,) = transport.frames()
     assert error.startswith(b"ERROR\n")
@@ -668,17 +669,16 @@ async def test_events_after_close_are_ignored() -> None:
     client, transport, _link = await logged_in()
     tag = await subscribe(client, transport)
     client.connection_lost(None)
-    client.on_deliver(delivery(tag, 1))
-    client.on_confirm(1, False, True)
-    client.on_server_cancel(tag)
-    client.deliver_dispatched(delivery(tag, 2))
-    client.settle_dispatched(1, True, False)
+    client.stomp.on_deliver(delivery(tag, 1))
+    client.stomp.on_confirm(1, False, True)
+    client.stomp.on_server_cancel(tag)
+    client.features.deliver_dispatched(delivery(tag, 2))
+    client.features.settle_dispatched(1, True, False)
     assert transport.frames() == []
 
 
 async def test_a_websocket_style_transport_gets_one_item_per_frame() -> None:
-    client, transport, _link = await logged_in()
-    client.frame_per_write = True
+    client, transport, _link = await logged_in(frames=MESSAGE_FRAMES)
     writes: list[list[bytes]] = []
     transport.writelines = writes.append  # type: ignore[method-assign]
     client.data_received(b"BEGIN\ntransaction:a\nreceipt:1\n\n\0BEGIN\ntransaction:b\nreceipt:2\n\n\0")
@@ -691,7 +691,7 @@ async def test_too_much_unhandled_input_stops_reading_while_the_broker_works() -
     client.data_received(b"SUBSCRIBE\ndestination:/queue/a\nid:0\n\n\0")
     await settle()
     client.data_received(send(body=b"x" * 1024) * 1100)  # over 1 MiB waits behind the call
-    assert "input" in client.paused_since and not transport.reading
+    assert "input" in client.flow.paused_since and not transport.reading
     link.gate.set_result(None)
     await settle()
     assert transport.reading and len(link.published) == 1100
@@ -700,7 +700,7 @@ async def test_too_much_unhandled_input_stops_reading_while_the_broker_works() -
 async def test_the_lifecycle_allows_only_its_moves() -> None:
     client, _transport = connect_client(make_server())
     with pytest.raises(AssertionError, match="open -> new"):
-        client._enter(Lifecycle.NEW)  # noqa: SLF001
+        client.stomp.enter(Lifecycle.NEW)  # noqa: SLF001
 
 
 # ---------------------------------------------------------------------- the interpreter table
@@ -711,24 +711,24 @@ def test_every_operation_has_an_interpreter_entry() -> None:
 async def test_an_operation_without_an_entry_is_a_bug() -> None:
     client, _transport = connect_client(make_server())
     with pytest.raises(AssertionError, match="no interpreter entry"):
-        client._execute(object(), in_frame=False)  # type: ignore[arg-type]  # noqa: SLF001
+        client.stomp.execute(object(), in_frame=False)  # type: ignore[arg-type]  # noqa: SLF001
 
 
 async def test_a_broker_call_outside_a_frame_is_a_bug() -> None:
     client, _transport = connect_client(make_server())
     with pytest.raises(AssertionError, match="outside a frame"):
-        client._execute(ops.BasicQos(1), in_frame=False)  # noqa: SLF001
+        client.stomp.execute(ops.BasicQos(1), in_frame=False)  # noqa: SLF001
 
 
 async def test_a_nowait_declare_needs_no_task() -> None:
     client, _transport, link = await logged_in()
-    client._execute(ops.QueueDeclare("q", nowait=True), in_frame=False)  # noqa: SLF001
+    client.stomp.execute(ops.QueueDeclare("q", nowait=True), in_frame=False)  # noqa: SLF001
     assert [op.queue for op in link.declared_nowait] == ["q"]
 
 
 async def test_queues_to_delete_are_deleted_before_the_link_closes() -> None:
     client, _transport, link = await logged_in()
-    client._execute(ops.DeleteQueueOnClose("sub-q"), in_frame=False)  # noqa: SLF001
+    client.stomp.execute(ops.DeleteQueueOnClose("sub-q"), in_frame=False)  # noqa: SLF001
     client.connection_lost(None)
     await asyncio.wait_for(client.done, 1)
     assert link.deleted == ["sub-q"] and link.closed
@@ -750,18 +750,18 @@ async def test_a_selector_on_a_queue_goes_through_the_dispatcher() -> None:
     await settle()
     assert any(b"receipt-id:s" in f for f in transport.frames())
     transport.written.clear()
-    assert client._dispatch is not None  # noqa: SLF001 - made on the first dispatched subscription
+    assert client.features.dispatch is not None  # noqa: SLF001 - made on the first dispatched subscription
     red = ops.Delivery("T_0", 1, False, "", "sel", MessageProperties(headers={"colour": "red"}), b"r")
-    client.on_deliver(red)
-    client.on_read_done()
+    client.stomp.on_deliver(red)
+    client.stomp.on_read_done()
     (message,) = transport.frames()
     assert message.startswith(b"MESSAGE\n") and message.endswith(b"r")
     ack_id = next(line for line in message.split(b"\n") if line.startswith(b"ack:"))[4:]
     client.data_received(b"ACK\nid:" + ack_id + b"\n\n\0")
     await settle()
-    assert link.acks == [(1, False)] and client.acks == 1
+    assert link.acks == [(1, False)] and client.counters.acks == 1
     client.connection_lost(None)
-    assert client._dispatch is None  # noqa: SLF001 - left on close
+    assert client.features.dispatch is None  # noqa: SLF001 - left on close
 
 
 async def test_a_delivery_over_the_unacknowledged_budget_closes_and_is_not_sent() -> None:
@@ -770,8 +770,8 @@ async def test_a_delivery_over_the_unacknowledged_budget_closes_and_is_not_sent(
     client.data_received(b"SUBSCRIBE\ndestination:/queue/a\nid:0\nack:client\nreceipt:s\n\n\0")
     await settle()
     transport.written.clear()
-    client.on_deliver(delivery("T_0", 1, b"x" * 1000))
-    client.on_read_done()
+    client.stomp.on_deliver(delivery("T_0", 1, b"x" * 1000))
+    client.stomp.on_read_done()
     (error,) = transport.frames()
     assert error.startswith(b"ERROR\n") and b"100 bytes" in error and client.closed
     assert b"MESSAGE" not in transport.written  # not sent: the broker requeues it

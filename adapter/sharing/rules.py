@@ -25,7 +25,7 @@ evicted: the shell sends it an ERROR naming the limit and closes it at once, and
 makes it leave its group, so it is never written to again and never slows the others.
 
 Pure: no I/O, no clock; imports neither asyncio nor pydantic.  The shell
-(``adapter/server/sharing.py``) owns the AMQP connections and the client sockets.
+(``adapter/sharing/runtime.py``) owns the AMQP connections and the client sockets.
 """
 
 from __future__ import annotations

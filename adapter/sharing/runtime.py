@@ -1,6 +1,6 @@
 """The asyncio side of shared topic subscriptions (``adapter.shared_subscriptions``).
 
-``adapter/session/fanout.py`` decides who shares, renders each delivery once and keeps the lag
+``adapter/sharing/rules.py`` decides who shares, renders each delivery once and keeps the lag
 accounts; this module owns what has sockets:
 
 * ``SharedHub``: one per shared group, the AMQP connection that consumes for it.  The group's
@@ -13,11 +13,11 @@ accounts; this module owns what has sockets:
   get.  Each delivery is written to every member's output; after each read from the broker
   every member written to is flushed and measured, and one too far behind is evicted (ERROR
   naming the limit, then closed) without the hub ever pausing for it.
-* ``SharedLink``: one per client connection (made at its CONNECT when the setting is on): the
+* ``SharedMembership``: one per client connection (made at its CONNECT when the setting is on): the
   credentials its groups are keyed by and opened with, its members by consumer tag, and what
   the hubs tell them (it is their ``Subscriber``): a join the broker refused, a group the broker
   ended, a member evicted for lag each become what the session answers (ERROR, or the
-  cancellation of a plain subscription), through its ``SharingHost``, the connection.  The
+  cancellation of a plain subscription), through its ``SharedMembershipHost``, the connection.  The
   MESSAGE bytes go straight to the connection's output: the hubs' per-delivery call is the
   connection's own method, bound once.
 
@@ -39,22 +39,20 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from ..amqp.connection import AmqpError, SessionLink
+from ..amqp.login import BrokerSettings, DescriptorWatch, LoginFailures, login_refused, own_login
 from ..amqp.pool import PasscodeCheck
+from ..amqp.rights_check import RightsCheck, revokes
 from ..errors import StompError
 from ..mapping import operations as ops
 from ..mapping.tokens import read_claims
-from ..session.fanout import Eviction, Member, Registry, SharedGroup
-from .login import BrokerSettings, login_refused, own_login
-from .rights_check import RightsCheck, revokes
+from .rules import Eviction, Member, Registry, SharedGroup
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from typing import Any
 
     from ..amqp.admission import Gate
-    from .brokers import BrokerNodes
-    from .fdlimit import DescriptorWatch
-    from .stats import ServerStats
+    from ..amqp.brokers import BrokerNodes
 
 log = logging.getLogger("adapter.sharing")
 # lines about one client connection, under the shell's logger
@@ -67,7 +65,7 @@ _CLOSE_TIMEOUT = 5.0
 
 
 class Subscriber(Protocol):
-    """What a hub needs of a member's connection (its ``SharedLink``)."""
+    """What a hub needs of a member's connection (its ``SharedMembership``)."""
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None: ...
 
@@ -86,9 +84,13 @@ class HubServices(Protocol):
     broker: BrokerSettings
     nodes: BrokerNodes
     login_timeout: float
-    descriptors: DescriptorWatch
-    stats: ServerStats
     logins: Gate  # a hub's login takes its turn like a client's (adapter.max_logins_in_flight)
+
+    @property
+    def descriptors(self) -> DescriptorWatch: ...
+
+    @property
+    def stats(self) -> LoginFailures: ...
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
@@ -123,7 +125,7 @@ class SharedHub:
         self.ready: asyncio.Future[None] = loop.create_future()
         self.closed = False
         self.error: BaseException | None = None  # why it ended, for a member that joins late
-        # the broker's word on later members' rights (adapter/server/rights_check.py), and the
+        # the broker's word on later members' rights (adapter/amqp/rights_check.py), and the
         # timer that asks again when it is older than the registry's reauthorise_seconds
         self.rights: RightsCheck | None = None
         self._recheck: asyncio.TimerHandle | None = None
@@ -245,7 +247,7 @@ class SharedHub:
             if lag or member.lag:
                 evictions += registry.measured(member, lag)
         for eviction in evictions:
-            # closes the connection, whose link leaves the group (SharedLink.leave_all)
+            # closes the connection, whose link leaves the group (SharedMembership.leave_all)
             subscriber = eviction.member.subscriber  # type: ignore[assignment]
             subscriber.shared_evicted(eviction)
 
@@ -322,8 +324,8 @@ class SharedHub:
 _PASSCODES = PasscodeCheck()
 
 
-class SharingHost(Protocol):
-    """What a ``SharedLink`` needs of its client connection (``ClientConnection``)."""
+class SharedMembershipHost(Protocol):
+    """What a ``SharedMembership`` needs of its client connection (``ClientConnection``)."""
 
     peer: str
 
@@ -345,7 +347,7 @@ class SharingHost(Protocol):
     def on_server_cancel(self, consumer_tag: str) -> None: ...
 
 
-class SharedLink:
+class SharedMembership:
     """A client connection's side of the shared groups: its credentials, its members, and the
     ``Subscriber`` its members' hubs talk to (see the module docstring)."""
 
@@ -370,7 +372,7 @@ class SharedLink:
         registry: Registry,
         services: HubServices,
         loop: asyncio.AbstractEventLoop,
-        host: SharingHost,
+        host: SharedMembershipHost,
         user: str,
         password: str,
         vhost: str,
@@ -397,9 +399,9 @@ class SharedLink:
         registry: Registry | None,
         services: HubServices,
         loop: asyncio.AbstractEventLoop,
-        host: SharingHost,
+        host: SharedMembershipHost,
         op: ops.OpenConnection,
-    ) -> SharedLink | None:
+    ) -> SharedMembership | None:
         """The link of a session that logs in with ``op``'s credentials (a group it opens is
         opened with them); None with ``adapter.shared_subscriptions`` off (no registry) and for
         an OAuth 2.0 token login, which never shares (its rights change with each refresh:
@@ -410,7 +412,7 @@ class SharedLink:
 
     async def join(self, op: ops.JoinShared) -> bool:
         """Join (opening the group if it is new); False: a new group would pass the bounds
-        (adapter/session/fanout.py).  The group's error is answered as a plain SUBSCRIBE's
+        (adapter/sharing/rules.py).  The group's error is answered as a plain SUBSCRIBE's
         broker call would be (ERROR with the frame's receipt, then close) and raised."""
         try:
             return await self._join(op)

@@ -1,5 +1,5 @@
 """Whether a user may still read what a shared subscription delivers, asked of the broker
-(``RightsCheck``, one per shared group: adapter/server/sharing.py).
+(``RightsCheck``, one per shared group: adapter/sharing/runtime.py).
 
 A shared group is opened with its first member's credentials; later members of the same user
 and passcode join it without a broker call of their own, and RabbitMQ caches each permission it
@@ -37,11 +37,11 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from ..amqp.connection import AmqpError
-from ..amqp.probe_runtime import Unheard
 from ..mapping import operations as ops
 from ..mapping.destinations import subscription_queue_name
+from .connection import AmqpError
 from .login import OwnLoginServices, login_refused, own_login
+from .probe_runtime import Unheard
 
 log = logging.getLogger("adapter.sharing")
 

@@ -28,7 +28,7 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
-class BrokerHost:
+class BrokerAddress:
     def __init__(
         self, name: str, ttl: float = RESOLVE_TTL_SECONDS, clock: Callable[[], float] = time.monotonic
     ) -> None:

@@ -53,8 +53,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from .operations import Delivery
-from .properties import MessageProperties
+from ..mapping.operations import Delivery
+from ..mapping.properties import MessageProperties
 
 __all__ = [
     "HOLD_MAX",

@@ -31,9 +31,9 @@ from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 from ..mapping.destinations import NEWEST_BROKER, BrokerGeneration, broker_generation
-from .resolver import BrokerHost
+from .resolver import BrokerAddress
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("adapter.server.brokers")  # the name the docs give (docs/behaviour.md)
 
 NodeOrder = Literal["round_robin", "shuffle"]
 RETRY_AFTER_SECONDS = 5.0
@@ -46,7 +46,7 @@ class BrokerNode:
     host: str
     port: int
     tls: bool
-    resolver: BrokerHost = field(repr=False)
+    resolver: BrokerAddress = field(repr=False)
     failed_at: float | None = None
     # what the node's last connection.start said: its version ("" when it named none) and the
     # declare rules the adapter uses for it; None until a login reached it
@@ -66,7 +66,7 @@ def parse_nodes(amqp_urls: str) -> list[BrokerNode]:
         parts = urlsplit(url.strip())
         tls = parts.scheme.lower() == "amqps"
         host = unquote(parts.hostname or "localhost")
-        nodes.append(BrokerNode(host, parts.port or (5671 if tls else 5672), tls, BrokerHost(host)))
+        nodes.append(BrokerNode(host, parts.port or (5671 if tls else 5672), tls, BrokerAddress(host)))
     return nodes
 
 

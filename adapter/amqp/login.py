@@ -16,29 +16,46 @@ result means for the session; this module knows nothing of STOMP.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from ..amqp.admission import Gate, turn
-from ..amqp.connection import AmqpConnection, AmqpError, HandshakeTimeout, SessionLink
-from ..amqp.probe_runtime import ProbeLogin, Unheard
-from ..amqp.shared import ChannelLink, SharedConnection
 from ..mapping import operations as ops
 from ..mapping.tokens import read_claims
-from .fdlimit import EXHAUSTED
+from .admission import Gate, turn
+from .connection import AmqpConnection, AmqpError, HandshakeTimeout, SessionLink
+from .probe_runtime import ProbeLogin, Unheard
+from .shared import ChannelLink, SharedConnection
 
 if TYPE_CHECKING:
-    from ..amqp.connection import BrokerEvents
-    from ..amqp.multiplex_runtime import AmqpMultiplex
-    from ..amqp.pool_runtime import AmqpReuse
+    from collections import Counter
+
     from .brokers import BrokerNodes
-    from .fdlimit import DescriptorWatch
-    from .stats import ServerStats
+    from .connection import BrokerEvents
+    from .multiplex_runtime import AmqpMultiplex
+    from .pool_runtime import AmqpReuse
 
 log = logging.getLogger("adapter.connection")
+
+# the errors of a process out of file descriptors (the server's accept loop reads the same set)
+EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class DescriptorWatch(Protocol):
+    """Where a login reports that the process ran out of file descriptors (the server's
+    ``fdlimit.DescriptorWatch``)."""
+
+    def exhausted(self, what: str) -> None: ...
+
+
+class LoginFailures(Protocol):
+    """The counters a login raises when an AMQP connection fails (the server's ``ServerStats``)."""
+
+    @property
+    def amqp_connection_failures(self) -> Counter[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +84,13 @@ class LoginServices(Protocol):
     login_timeout: float
     amqp_reuse: AmqpReuse | None
     amqp_mux: AmqpMultiplex | None
-    descriptors: DescriptorWatch
-    stats: ServerStats
     logins: Gate  # adapter.max_logins_in_flight
+
+    @property
+    def descriptors(self) -> DescriptorWatch: ...
+
+    @property
+    def stats(self) -> LoginFailures: ...
 
 
 class OwnLoginServices(Protocol):
@@ -78,9 +99,13 @@ class OwnLoginServices(Protocol):
     broker: BrokerSettings
     nodes: BrokerNodes
     login_timeout: float
-    descriptors: DescriptorWatch
-    stats: ServerStats
     logins: Gate  # it takes its turn like a client's (adapter.max_logins_in_flight)
+
+    @property
+    def descriptors(self) -> DescriptorWatch: ...
+
+    @property
+    def stats(self) -> LoginFailures: ...
 
 
 @dataclass(slots=True)
@@ -91,7 +116,7 @@ class _OwnLoginView:
     nodes: BrokerNodes
     login_timeout: float
     descriptors: DescriptorWatch
-    stats: ServerStats
+    stats: LoginFailures
     logins: Gate
     amqp_reuse: AmqpReuse | None = None
     amqp_mux: AmqpMultiplex | None = None
@@ -99,7 +124,7 @@ class _OwnLoginView:
 
 def own_login(services: OwnLoginServices, loop: asyncio.AbstractEventLoop) -> BrokerLogin:
     """The login of a connection the adapter opens on a logged-in session's behalf, with its
-    credentials (a shared subscription's: adapter/server/sharing.py; a probe:
+    credentials (a shared subscription's: adapter/sharing/runtime.py; a probe:
     adapter/amqp/probe_runtime.py): a connection of its own, never pooled, taken from the pool
     nor multiplexed."""
     return BrokerLogin(

@@ -1,9 +1,9 @@
 """The shell of the queue dispatchers (activemq profile, selectors on a queue): runs their actions.
 
-``adapter/mapping/dispatch.py`` decides which member gets each delivery, what is parked and what
+``adapter/dispatch/rules.py`` decides which member gets each delivery, what is parked and what
 is released; this module executes those decisions across connections (a delivery that arrived
 on one client's channel may be rendered to another client, and its ACK becomes a ``basic.ack``
-on the first client's channel) and arms each dispatcher's release timer.  One ``DispatchLink``
+on the first client's channel) and arms each dispatcher's release timer.  One ``DispatchMembership``
 per client connection holds that connection's members; the connection is their ``Owner``, and
 its ``DispatchGlue`` (made with the link) schedules the coalesced acks and leaves on close.
 Nothing here runs for a connection without a selector subscription on a queue.
@@ -16,11 +16,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from ..mapping import dispatch
 from ..mapping import operations as ops
-from ..mapping.dispatch import Deliver, Dispatchers, Member, Owner, QueueDispatcher
+from . import rules as dispatch
+from .rules import Deliver, Dispatchers, Member, Owner, QueueDispatcher
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("adapter.server.dispatching")  # its name before the move, kept for log filters
 
 
 def run(actions: Iterable[dispatch.Action]) -> None:
@@ -73,7 +73,7 @@ class FlushableChannel(Channel, Protocol):
     def flush(self) -> None: ...
 
 
-class DispatchLink:
+class DispatchMembership:
     """One connection's dispatched subscriptions: their dispatcher and member, by consumer tag.
 
     It also writes the acks the dispatchers ask for on this connection's channel, coalesced:
@@ -210,7 +210,7 @@ class DispatchLink:
 
 class DispatchGlue:
     """A connection's side of the queue dispatchers, made on its first dispatched subscription:
-    its ``DispatchLink``, and the acks the dispatchers settle on its channel, written coalesced
+    its ``DispatchMembership``, and the acks the dispatchers settle on its channel, written coalesced
     one loop turn later (``settle``, then ``flush``).  ``channel`` gives the connection's AMQP
     channel now (None once it is gone); ``coalesce`` says whether acks may be merged (the
     session never had a client-ack subscription that is not dispatched)."""
@@ -219,7 +219,7 @@ class DispatchGlue:
 
     def __init__(
         self,
-        link: DispatchLink,
+        link: DispatchMembership,
         loop: asyncio.AbstractEventLoop,
         channel: Callable[[], FlushableChannel | None],
         coalesce: Callable[[], bool],
