@@ -47,6 +47,7 @@ from .server.proxy_protocol import ProxyTrust
 from .server.websocket import WebStompSettings
 from .server.workers import WORKER_SPEC_FLAG, ListenerPlan, Supervisor, WorkerControl, WorkerSpec
 from .session import SessionRegistries, SessionSettings
+from .session.tokens import KEY_FILE_ERRORS, TokenValidator
 from .sharing.rules import Registry
 from .stomp.codec import FrameLimits
 
@@ -125,6 +126,22 @@ def cap_rows(settings: Settings) -> int:
     return 1 + len(settings.web_stomp_listeners) + len(settings.web_stomp_ssl_listeners)
 
 
+def token_validator(settings: Settings) -> TokenValidator | None:
+    """adapter.oauth2_signing_key_file / _jwks_file: a file that cannot be read or holds no
+    usable key stops start-up with a ConfigError naming the setting."""
+    name, path = (
+        ("adapter.oauth2_jwks_file", settings.oauth2_jwks_file)
+        if settings.oauth2_jwks_file is not None
+        else ("adapter.oauth2_signing_key_file", settings.oauth2_signing_key_file)
+    )
+    try:
+        return TokenValidator.from_files(
+            settings.oauth2_signing_key_file, settings.oauth2_jwks_file, settings.oauth2_audience
+        )
+    except KEY_FILE_ERRORS as error:
+        raise ConfigError(f"cannot load {name} = {path}: {error}") from None
+
+
 def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> SessionSettings:
     """``worker``: this process is a worker of --workers N, whose stomp.max_connections counts
     every worker's sessions (adapter/server/sharedcaps.py)."""
@@ -160,6 +177,7 @@ def session_settings(settings: Settings, worker: WorkerSpec | None = None) -> Se
         profile=settings.profile,
         plugin_behaviour=settings.plugin_behaviour,
         declare_exchanges=settings.declare_exchanges,
+        token_validator=token_validator(settings),
         frame_limits=FrameLimits(settings.max_frame_size, settings.max_headers, settings.max_header_length),
         unauthenticated_limits=FrameLimits(
             min(settings.max_frame_size_unauthenticated, settings.max_frame_size),
@@ -323,6 +341,13 @@ def web_tls_context(settings: Settings) -> ssl.SSLContext | None:
 def web_listeners(settings: Settings, worker: WorkerSpec | None = None) -> list[WebListener]:
     """The web_stomp listeners, each with its own web_stomp.max_connections count (as each of
     the plugin's ranch listeners has), counted over every worker of --workers N together."""
+    if settings.web_stomp_token_cookie is not None and not settings.web_stomp_allow_origins:
+        # a browser sends a site's cookies with a WebSocket any other site opens: without an
+        # origin check, a hostile page would log in with the user's token (docs/configuration.md)
+        raise ConfigError(
+            f"adapter.web_stomp_token_cookie = {settings.web_stomp_token_cookie} needs "
+            "web_stomp.allow_origins: without it any web site could log in with the cookie's token"
+        )
     limit = settings.web_stomp_max_connections
     rows = itertools.count(1)  # the i-th listener's row of the cap table (cap_rows)
 
@@ -341,6 +366,7 @@ def web_listeners(settings: Settings, worker: WorkerSpec | None = None) -> list[
         proxy_protocol=settings.web_stomp_proxy_protocol,
         hsts_policy=settings.web_stomp_hsts_policy,
         console=settings.web_stomp_console,
+        token_cookie=settings.web_stomp_token_cookie,
     )
     listeners = [
         WebListener(*parse_listener(address), web, backlog=settings.web_stomp_backlog, cap=cap())

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import re
 import struct
+from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Final, Protocol
@@ -103,7 +104,8 @@ class Input(StrEnum):
     CLOSE_OK = "connection.close-ok"
     BLOCKED = "connection.blocked"
     UNBLOCKED = "connection.unblocked"
-    OTHER_CONNECTION_METHOD = "another connection method"  # secure, update-secret-ok ...: never valid
+    UPDATE_SECRET_OK = "connection.update-secret-ok"  # the broker took a new token
+    OTHER_CONNECTION_METHOD = "another connection method"  # secure, tune out of turn ...: never valid
     CHANNEL_METHOD = "a channel method"
     SEND_CLOSE = "send connection.close"  # the shell closes, or refuses the broker's input
     LOST = "socket lost"
@@ -121,6 +123,9 @@ TRANSITIONS: Final[dict[tuple[Phase, Input], Phase]] = {
     # a close crosses what is still in flight: deliveries, confirms, the channel's close-ok
     (Phase.CLOSING, Input.CHANNEL_METHOD): Phase.CLOSING,
     (Phase.CLOSING, Input.CLOSE_OK): Phase.CLOSED,
+    # the answer to connection.update-secret (a token refreshed; a close may cross it)
+    (Phase.OPEN, Input.UPDATE_SECRET_OK): Phase.OPEN,
+    (Phase.CLOSING, Input.UPDATE_SECRET_OK): Phase.CLOSING,
     # RabbitMQ blocks a connection when an alarm goes off, whatever it is doing
     **{(phase, flow): phase for phase in _ALIVE for flow in (Input.BLOCKED, Input.UNBLOCKED)},
     # the broker may refuse at any step (403 after start-ok, 530 after open) or close at any time
@@ -138,6 +143,7 @@ _CONNECTION_INPUTS: Final = {
     wire.CONNECTION_CLOSE_OK: Input.CLOSE_OK,
     wire.CONNECTION_BLOCKED: Input.BLOCKED,
     wire.CONNECTION_UNBLOCKED: Input.UNBLOCKED,
+    wire.CONNECTION_UPDATE_SECRET_OK: Input.UPDATE_SECRET_OK,
 }
 
 
@@ -401,6 +407,9 @@ class ConnectionCore:
         self._routing: RoutingHooks | None = None
         self.channels: dict[int, RoutedChannel] = {}
         self.touched: list[RoutedChannel] = []  # channels that had frames in this read
+        # connection.update-secret calls waiting for their -ok, oldest first (a token refresh:
+        # adapter/amqp/secret.py); each is told None (taken) or the error that ended the connection
+        self.secret_waiters: deque[Callable[[AmqpError | None], None]] = deque()
 
     # ----------------------------------------------------------------- where frames go
     def carry(self, channel: RoutedChannel) -> None:
@@ -447,11 +456,28 @@ class ConnectionCore:
 
     def fail(self, error: AmqpError) -> None:
         self.had_error = True
+        self._secret_not_taken(error)
         self.hooks.connection_failed(error)
 
     def lost(self) -> None:
         """The socket ended."""
         self.advance(Input.LOST)
+        self._secret_not_taken(AmqpError(0, "the AMQP connection was lost"))
+
+    # ----------------------------------------------------------------- connection.update-secret
+    def update_secret(self, secret: bytes, reason: str, answered: Callable[[AmqpError | None], None]) -> None:
+        """Queue connection.update-secret; ``answered`` is told None at its -ok, or the error
+        that ended the connection first (RabbitMQ answers a secret it refuses with 530, which
+        closes the whole connection).  Raises AmqpError when the connection is not open."""
+        if self.phase is not Phase.OPEN:
+            raise AmqpError(0, "the AMQP connection is not open")
+        self.secret_waiters.append(answered)
+        self.out.append(wire.connection_update_secret(secret, reason))
+
+    def _secret_not_taken(self, error: AmqpError) -> None:
+        waiters = self.secret_waiters
+        while waiters:
+            waiters.popleft()(error)
 
     def refuse_input(self, code: int, text: str) -> bool:
         """The broker's bytes could not be handled (``code`` 501 undecodable, 503 out of
@@ -546,6 +572,10 @@ class ConnectionCore:
             self.advance(event)
             self.blocked = event is Input.BLOCKED
             self.hooks.blocked_changed()
+        elif event is Input.UPDATE_SECRET_OK:
+            self.advance(event)
+            if self.secret_waiters:  # an -ok nobody asked for changes nothing: ignored
+                self.secret_waiters.popleft()(None)
         else:
             self.advance(event)  # raises: nothing else is valid here (a handshake step out of turn)
             raise AssertionError(f"TRANSITIONS lets {event} through in phase {self.phase!r}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..mapping import operations as ops
+from ..mapping.tokens import read_claims
 from .admission import Gate, turn
 from .connection import AmqpConnection, AmqpError, HandshakeTimeout, SessionLink
 from .probe_runtime import ProbeLogin, Unheard
@@ -183,6 +184,10 @@ class BrokerLogin:
         adapter.amqp_sessions_per_connection above 1, a channel on a shared connection of theirs
         with room, no I/O (adapter/amqp/multiplex_runtime.py); None: log in afresh, and the broker
         decides, as without either."""
+        if read_claims(op.password) is not None:
+            # an OAuth 2.0 token: a connection of its own (docs/configuration.md, "OAuth 2.0
+            # tokens"): update-secret changes a whole connection's rights
+            return None
         # the configured order: attempt_order() would advance the round robin of fresh logins
         labels = (node.label for node in self._services.nodes.nodes)
         mux = self._services.amqp_mux
@@ -212,6 +217,12 @@ class BrokerLogin:
         deadline = self._loop.time() + services.login_timeout
         reuse = services.amqp_reuse
         mux = services.amqp_mux
+        opener = self.opener
+        if read_claims(op.password) is not None:
+            # an OAuth 2.0 token: never pooled nor shared (see ``pooled``)
+            reuse = mux = None
+            if opener == SharedConnection.open:
+                opener = AmqpConnection.open
         for node in nodes.attempt_order():
             # closed meanwhile (by the login timeout; a client that leaves is not seen yet:
             # its socket is not read while a broker call is pending)
@@ -222,7 +233,7 @@ class BrokerLogin:
                 break
             target = node.resolver.target()
             try:
-                amqp = await self.opener(
+                amqp = await opener(
                     events,
                     host=target,
                     port=node.port,

@@ -81,6 +81,8 @@ CONNECTION_CLOSE = (10, 50)
 CONNECTION_CLOSE_OK = (10, 51)
 CONNECTION_BLOCKED = (10, 60)
 CONNECTION_UNBLOCKED = (10, 61)
+CONNECTION_UPDATE_SECRET = (10, 70)  # RabbitMQ's extension (3.8 and newer): a new token
+CONNECTION_UPDATE_SECRET_OK = (10, 71)
 CHANNEL_OPEN = (20, 10)
 CHANNEL_OPEN_OK = (20, 11)
 CHANNEL_CLOSE = (20, 40)
@@ -244,6 +246,12 @@ def connection_close(code: int = 200, text: str = "Goodbye") -> bytes:
 
 def connection_close_ok() -> bytes:
     return method_frame(0, CONNECTION_CLOSE_OK)
+
+
+def connection_update_secret(secret: bytes, reason: str) -> bytes:
+    """RabbitMQ's connection.update-secret: the connection's new credential (an OAuth 2.0
+    token) and why, for the broker's log."""
+    return method_frame(0, CONNECTION_UPDATE_SECRET, longstr(secret) + shortstr(reason))
 
 
 def channel_open(channel: int) -> bytes:

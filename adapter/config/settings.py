@@ -232,6 +232,11 @@ class Settings(BaseSettings):
         None
     )
     web_stomp_console: Annotated[bool, Setting(_WEB, _to_bool, "adapter.web_stomp_console")] = True
+    # The cookie of the WebSocket handshake that may carry an OAuth 2.0 token (none: not read); the
+    # handshake's Authorization: Bearer header and Sec-WebSocket-Protocol entry are always read.
+    web_stomp_token_cookie: Annotated[
+        str | None, Setting(_WEB, _optional_path, "adapter.web_stomp_token_cookie")
+    ] = None
 
     # ---- AMQP link ----------------------------------------------------------------------------------------
     # Where the broker is.  STOMP sessions log in with the CONNECT frame's credentials (or the defaults).
@@ -353,6 +358,19 @@ class Settings(BaseSettings):
     default_topic_exchange: Annotated[
         str, Setting(_SESSION, _non_empty_str, "stomp.default_topic_exchange")
     ] = "amq.topic"
+    # OAuth 2.0 tokens as passcodes (docs/configuration.md, "OAuth 2.0 tokens"): with a public key
+    # (a PEM file) or a JWKS file, a token's signature, exp, nbf and audience are checked before
+    # the login reaches the broker; without either the broker alone decides.  The audience is
+    # the broker's auth_oauth2.resource_server_id (none: not checked by the adapter).
+    oauth2_signing_key_file: Annotated[
+        str | None, Setting(_SESSION, _optional_path, "adapter.oauth2_signing_key_file")
+    ] = None
+    oauth2_jwks_file: Annotated[str | None, Setting(_SESSION, _optional_path, "adapter.oauth2_jwks_file")] = (
+        None
+    )
+    oauth2_audience: Annotated[str | None, Setting(_SESSION, _optional_path, "adapter.oauth2_audience")] = (
+        None
+    )
     # Users that may only log in when the STOMP client connects from a loopback address.
     loopback_users: Annotated[tuple[str, ...], Setting(_SESSION, _user_list, "adapter.loopback_users")] = (
         "guest",

@@ -23,8 +23,24 @@ class OpenConnection:
     """Synchronous: open the client's own AMQP connection and channel.  Result: LoginResult."""
 
     user: str
-    password: str
-    vhost: str
+    password: str = field(repr=False)  # a passcode or an OAuth 2.0 token: never in a repr
+    vhost: str = "/"
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSecret:
+    """Synchronous: hand the session's AMQP connection a new token (``connection.update-secret``,
+    a SEND to ``/auth/token``).  Result: None when the broker took it, else why not (text)."""
+
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenExpiry:
+    """The session's token expires at ``expires_at`` (seconds since the epoch): end the session
+    with an ERROR then, unless a refresh moves it (None: no token, or one without ``exp``)."""
+
+    expires_at: float | None
 
 
 LoginFailure = Literal["", "auth", "vhost", "other"]
@@ -318,6 +334,7 @@ SYNCHRONOUS_OPS = (
     BasicGet,
     AwaitConfirms,
     JoinShared,
+    UpdateSecret,
 )
 
 Operation = (
@@ -348,4 +365,6 @@ Operation = (
     | DispatchSettle
     | JoinShared
     | LeaveShared
+    | UpdateSecret
+    | TokenExpiry
 )

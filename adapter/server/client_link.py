@@ -7,7 +7,8 @@ I/O, each as a task of the server:
   ``busy`` meanwhile; the client's socket is not read (the ``broker`` pause reason), and the
   answer goes back with ``call_returned`` before the shell pumps again;
 * the login (``OpenConnection``: a pooled link at once, else ``BrokerLogin.open`` over the broker
-  nodes), DISCONNECT's wait for outstanding confirms and its release of the link;
+  nodes), DISCONNECT's wait for outstanding confirms and its release of the link, an OAuth 2.0
+  token's refresh (``UpdateSecret``: connection.update-secret);
 * the link's own events: its loss (counted, then ERROR and close) and the broker's flow control.
 
 The link itself is the STOMP connection's ``amqp`` (its one holder); ``LinkGlue``
@@ -27,6 +28,7 @@ from ..amqp.link_lifecycle import LinkGlue
 from ..amqp.login import BrokerLogin, logged_in
 from ..mapping import operations as ops
 from ..mapping.destinations import ProcessingError
+from .token_expiry import update_secret_call
 
 if TYPE_CHECKING:
     from ..session.connection import StompConnection
@@ -181,6 +183,11 @@ class ClientLink:
     async def join_shared(self, op: ops.JoinShared) -> bool:
         return await self._shell.features.join_shared(op)
 
+    async def update_secret(self, op: ops.UpdateSecret) -> str | None:
+        """A token refresh (SEND to /auth/token): the link's AMQP connection takes the new
+        token; None, or why not (adapter/server/token_expiry.py)."""
+        return await update_secret_call(self._shell.stomp.amqp, op.token)
+
     # ------------------------------------------------------------------ the link's own events
     def amqp_closed(self, error: AmqpError) -> None:
         stomp = self._shell.stomp
@@ -238,4 +245,5 @@ _CALLS: dict[type, _Call] = {
     ops.AwaitConfirms: ClientLink.await_confirms,
     ops.CloseAmqp: ClientLink.release,
     ops.JoinShared: ClientLink.join_shared,
+    ops.UpdateSecret: ClientLink.update_secret,
 }

@@ -1,10 +1,15 @@
-"""The timers of one client connection: the login timeout and the STOMP heart-beats.
+"""The timers of one client connection: the login timeout, the STOMP heart-beats and an OAuth
+2.0 token's expiry.
 
 ``ClientTimers`` arms the login timer when the socket opens (it also bounds a PROXY header that
 arrives slowly) and, at CONNECT, the heart-beat timers (``heartbeats.HeartBeats``) with the
-intervals the client negotiated.  It is the timers' ``HeartBeatHost``: it reads the connection's
-output and flow control, writes the heart-beat EOL, and answers a timeout with the session's
-ERROR through the STOMP connection (adapter/session/connection.py).
+intervals the client negotiated.  A token login's session asks for its expiry timer
+(``TokenExpiry``, at login and after each refresh: ``token_expiry.TokenExpiryGuard``); when it
+fires and the session agrees the token ran out, the session's ERROR ends the connection.
+
+It is the timers' ``HeartBeatHost``: it reads the connection's output and flow control, writes
+the heart-beat EOL, and answers a timeout with the session's ERROR through the STOMP connection
+(adapter/session/connection.py).
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..session import State
+from ..session.token_session import EXPIRED_MESSAGE
 from .heartbeats import HeartBeats
+from .token_expiry import TokenExpiryGuard
 
 if TYPE_CHECKING:
     from ..liveness import Liveness
@@ -46,7 +53,16 @@ class TimedShell(Protocol):
 class ClientTimers:
     """The login timer and the heart-beats of one connection (see the module docstring)."""
 
-    __slots__ = ("_flow", "_heartbeats", "_login_timer", "_loop", "_settings", "_shell", "_stomp")
+    __slots__ = (
+        "_flow",
+        "_heartbeats",
+        "_login_timer",
+        "_loop",
+        "_settings",
+        "_shell",
+        "_stomp",
+        "_token_expiry",
+    )
 
     def __init__(
         self,
@@ -63,6 +79,7 @@ class ClientTimers:
         self._loop = loop
         self._login_timer: asyncio.TimerHandle | None = None
         self._heartbeats = HeartBeats(self, loop)
+        self._token_expiry = TokenExpiryGuard(loop, self._token_expired)
 
     @property
     def liveness(self) -> Liveness:
@@ -99,7 +116,27 @@ class ClientTimers:
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
+        self._token_expiry.cancel()
         self._heartbeats.stop()
+
+    # an OAuth 2.0 token's expiry
+    def token_expires(self, expires_at: float | None) -> None:
+        """``TokenExpiry``: the session's token now expires at ``expires_at`` (None: never)."""
+        self._token_expiry.arm(expires_at)
+
+    def _token_expired(self) -> None:
+        """The token's exp passed: ERROR and close, unless a refresh moved it meanwhile."""
+        stomp = self._stomp
+        if stomp.closed:
+            return
+        tokens = stomp.session.tokens
+        if tokens.refresh_pending:
+            return  # a refresh received before exp: its TokenExpiry arms the timer again
+        detail = tokens.expired()
+        if detail is None:
+            self._token_expiry.arm(tokens.claims.expires_at if tokens.claims is not None else None)
+            return
+        stomp.close_with_error(EXPIRED_MESSAGE, detail)
 
     # the HeartBeatHost side (adapter/server/heartbeats.py)
     def heartbeat_output_pending(self) -> bool:

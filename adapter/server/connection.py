@@ -10,7 +10,8 @@ the operations that need the shell.  The rest is an object of its own, which the
 * ``client_link.ClientLink``: the login, the broker calls of the frame being handled, the
   link's events and release (over ``LinkGlue``, adapter/amqp/link_lifecycle.py);
 * ``client_features.ClientFeatures``: the shared subscriptions and the queue dispatchers;
-* ``client_timers.ClientTimers``: the login timeout and the heart-beats;
+* ``client_timers.ClientTimers``: the login timeout, the heart-beats and an OAuth 2.0 token's
+  expiry;
 * ``flow.FlowControl``: the pause reasons of the client's socket and their clocks;
 * ``half_close.HalfClose``: the half-close and the linger after it;
 * ``input_guard.InputGuard``: the incomplete-input budget and the frame timeout;
@@ -411,6 +412,10 @@ def _leave_shared(shell: ClientConnection, op: ops.LeaveShared, in_frame: bool) 
     shell.features.leave_shared(op)
 
 
+def _token_expiry(shell: ClientConnection, op: ops.TokenExpiry, in_frame: bool) -> None:
+    shell.timers.token_expires(op.expires_at)  # an OAuth 2.0 token's exp (client_timers.py)
+
+
 # The operations the STOMP connection's INTERPRETER hands to the shell, and what it does.
 _PERFORMED: dict[type, Callable[[ClientConnection, Any, bool], object]] = {
     ops.Established: _established,
@@ -419,5 +424,6 @@ _PERFORMED: dict[type, Callable[[ClientConnection, Any, bool], object]] = {
     ops.OpenConnection: _open,
     ops.RequeueGot: _requeue_got,
     ops.LeaveShared: _leave_shared,
+    ops.TokenExpiry: _token_expiry,
     **{kind: _dispatch for kind in ops.DISPATCH_OPS},
 }

@@ -22,8 +22,9 @@ unless docs/compatibility.md says otherwise:
   served under ``/console``, anything else 404; an ``Origin`` outside
   ``web_stomp.allow_origins`` gets 403; a request not complete in time 408 (nothing at all: a
   plain close);
-- ``use_http_auth``: the Basic credentials of the request replace CONNECT's, no header means the
-  default user, and any other header closes the new WebSocket with 1011 before a session opens.
+- ``use_http_auth``: the Basic credentials (or bearer JWT) of the request replace CONNECT's,
+  no header means the default user, and any other header closes the new WebSocket with 1011
+  before a session opens.
 
 Why wsproto (docs/architecture.md, "WebSocket"): it is sans-IO like the STOMP and AMQP cores, so
 it runs inside this protocol's own ``data_received`` with no second event loop or task per
@@ -59,6 +60,7 @@ from wsproto.utilities import LocalProtocolError
 from ..caps import ConnectionCap
 from ..stomp.output import MESSAGE_FRAMES
 from .connection import ClientConnection
+from .handshake_token import is_bearer
 from .proxy_prelude import ProxyPrelude
 from .websocket_handshake import WebSocketHandshake, choose_subprotocol
 
@@ -126,6 +128,8 @@ class WebStompSettings:
     # Strict-Transport-Security value for wss:// listeners (web_stomp.hsts.policy), or None
     hsts_policy: str | None = None
     console: bool = True
+    # adapter.web_stomp_token_cookie: the cookie that may carry an OAuth 2.0 token (handshake_token.py)
+    token_cookie: str | None = None
 
 
 def warn_open_origins(
@@ -379,9 +383,15 @@ class WebSocketConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ the WebSocket
     def upgraded(
-        self, ws: WSConnection, deflate: PerMessageDeflate | None, headers: dict[str, str], trailing: bytes
+        self,
+        ws: WSConnection,
+        deflate: PerMessageDeflate | None,
+        headers: dict[str, str],
+        trailing: bytes,
+        token: str | None = None,
     ) -> None:
-        """The handshake accepted the WebSocket: open the STOMP session behind it."""
+        """The handshake accepted the WebSocket: open the STOMP session behind it (``token``:
+        an OAuth 2.0 token the request carried, adapter/server/handshake_token.py)."""
         self._ws = ws
         if deflate is not None and deflate.enabled():
             self._deflater = _Deflater(deflate)
@@ -394,7 +404,14 @@ class WebSocketConnection(asyncio.Protocol):
         if self._settings.idle_timeout:
             self._timer = self._loop.call_later(self._settings.idle_timeout, self._check_idle)
         credentials: tuple[str, str] | None = None
-        if self._settings.use_http_auth:
+        # an OAuth 2.0 token in the handshake: a Bearer Authorization is a token, never
+        # use_http_auth's Basic credentials
+        if self._settings.use_http_auth and is_bearer(headers) and token is not None:
+            # use_http_auth: the request's credentials replace CONNECT's, a bearer token's too
+            # (Bearer is read first: ``token`` is the header's)
+            credentials = ("", token)
+            token = None
+        elif self._settings.use_http_auth:
             try:
                 credentials = basic_credentials(headers.get("authorization"))
             except BadAuthorization as error:
@@ -416,6 +433,8 @@ class WebSocketConnection(asyncio.Protocol):
         session.connection_made(WebSocketTransport(self))  # type: ignore[arg-type]
         if credentials is not None and session.session is not None:
             session.session.forced_credentials = credentials
+        if token is not None and session.session is not None:
+            session.session.tokens.handshake_token = token  # CONNECT's passcode if it has none
         if trailing:
             self._websocket_input(trailing)
 

@@ -7,7 +7,8 @@
 request timer), and accepts an upgrade: sub-protocol, permessage-deflate within the process's
 compression budget (the reservation is its own: ``reserved``, ``release_compression``), the
 HSTS header on TLS.  Then it hands the WebSocket over (``upgraded``), as wsproto's handshake
-hands over to its connection.
+hands over to its connection, with the OAuth 2.0 token the request carries, read after the
+origin check (adapter/server/handshake_token.py; adapter.web_stomp_token_cookie).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from wsproto.events import AcceptConnection, Request
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import RemoteProtocolError
 
+from .handshake_token import handshake_token
 from .wsdeflate import CONTEXT_BYTES, BoundedDeflate
 
 if TYPE_CHECKING:
@@ -63,6 +65,9 @@ class HandshakeSettings(Protocol):
     @property
     def hsts_policy(self) -> str | None: ...
 
+    @property
+    def token_cookie(self) -> str | None: ...  # adapter.web_stomp_token_cookie
+
 
 class HandshakeHost(Protocol):
     """The connection the handshake reads for (``WebSocketConnection``)."""
@@ -75,9 +80,15 @@ class HandshakeHost(Protocol):
         ...
 
     def upgraded(
-        self, ws: WSConnection, deflate: PerMessageDeflate | None, headers: dict[str, str], trailing: bytes
+        self,
+        ws: WSConnection,
+        deflate: PerMessageDeflate | None,
+        headers: dict[str, str],
+        trailing: bytes,
+        token: str | None = None,
     ) -> None:
-        """The WebSocket is open (the accept is written); ``trailing``: its first bytes."""
+        """The WebSocket is open (the accept is written); ``trailing``: its first bytes;
+        ``token``: an OAuth 2.0 token the request carried."""
         ...
 
     def inflate_limit(self) -> int: ...
@@ -245,7 +256,9 @@ class WebSocketHandshake:
             extra_headers=extra_headers,
         )
         raw.write(ws.send(accept))
-        self._host.upgraded(ws, deflate, headers, trailing)
+        # an OAuth 2.0 token in the request (never in its URL): read here, after the origin check
+        token = handshake_token(headers, opened.subprotocols, self._settings.token_cookie)
+        self._host.upgraded(ws, deflate, headers, trailing, token)
 
 
 def _raw_response(status: int, headers: list[tuple[str, str]]) -> bytes:

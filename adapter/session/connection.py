@@ -564,9 +564,11 @@ INTERPRETER: dict[type, _Entry] = {
     ops.CloseClient: _by_shell,
     ops.DeleteQueueOnClose: _by_shell,
     ops.LeaveShared: _by_shell,
+    ops.TokenExpiry: _by_shell,  # an OAuth 2.0 token's expiry timer
     **{kind: _by_shell for kind in ops.DISPATCH_OPS},
     **{kind: _broker_call for kind in ops.BROKER_CALLS if kind is not ops.QueueDeclare},
     ops.AwaitConfirms: _broker_call,
     ops.CloseAmqp: _broker_call,
     ops.JoinShared: _broker_call,
+    ops.UpdateSecret: _broker_call,  # a token refresh (SEND to /auth/token)
 }

@@ -21,6 +21,8 @@ it; the two quick paths of the message flow are ``QuickPaths`` (quick.py), bound
 * ``Targets`` (targets.py): destinations parsed, queues declared, temp queues, publish targets;
 * ``Transactions`` (transactions.py), ``Confirms`` (confirms.py); BEGIN, COMMIT and ABORT are
   the functions of commit.py;
+* ``TokenSession`` (token_session.py): an OAuth 2.0 token login, its refreshes (a SEND to
+  ``/auth/token``) and its expiry;
 * ``Frames`` (frames.py): MESSAGE rendering (``on_delivery``), RECEIPT, ERROR, their counts;
 * the profile's extension (extension.py; activemq.py), called at fixed hooks.
 
@@ -71,6 +73,8 @@ from .settings import RefusedWithReceipt, SessionSettings, State, Steps
 from .subscription import Subscription
 from .subscriptions import Subscriptions
 from .targets import Targets
+from .token_session import TokenSession
+from .tokens import TOKEN_DESTINATION
 from .transactions import Transactions
 
 
@@ -100,7 +104,9 @@ class Session:
         # whose visible behaviour: ERROR texts, consumer timeouts (adapter/session/edition.py)
         edition = edition_for(settings.plugin_behaviour)
         # the parts; each owns its piece of the connection's state (see the module docstring)
-        self.login = Login(settings, rules, self, peer_is_loopback, edition)
+        # the OAuth 2.0 token a session may log in with and refresh (token_session.py)
+        self.tokens = TokenSession(settings.token_validator)
+        self.login = Login(settings, rules, self, peer_is_loopback, edition, self.tokens)
         by_tag: dict[str, Subscription] = {}  # consumer tag -> subscription, shared
         self.frames = frames = Frames(by_tag, session_id, settings.trailing_lf)
         confirms = Confirms()
@@ -234,12 +240,15 @@ class Session:
         self.state = State.CONNECTED
         version_12 = identity.version == "1.2"
         subscriptions = self.parts.subscriptions
+        if self.tokens.claims is not None:
+            subscriptions.without_sharing()  # a token session never shares
         self._quick.ack_header = subscriptions.ack_header = "id" if version_12 else "message-id"
         subscriptions.client_id = identity.client_id
         self.frames.ack_lines = version_12
         yield Established(identity.version, outcome.send_ms, outcome.receive_ms)
         if send_connected:
             yield SendFrame(self.login.connected_frame(outcome, self.session_id, self.frames))
+        yield from self.tokens.established()
 
     # ------------------------------------------------------------------ DISCONNECT
     def _disconnect(self, frame: Frame) -> Steps:
@@ -337,8 +346,14 @@ class Session:
 # client sent (Command is a StrEnum).  Plain functions of the session, one table for every
 # session: a table of bound methods per session cost a connect cycle ~2 % more instructions
 # (bench/instructions.py).
+def _send(session: Session, frame: Frame) -> Steps:
+    if frame.headers.get("destination") == TOKEN_DESTINATION:
+        return session.tokens.refresh(frame, session.frames)  # a token refresh, never published
+    return session.parts.publishing.send(frame)
+
+
 _ROUTES: dict[str, Callable[[Session, Frame], Steps]] = {
-    Command.SEND: lambda session, frame: session.parts.publishing.send(frame),
+    Command.SEND: _send,
     Command.SUBSCRIBE: lambda session, frame: session.parts.subscriptions.subscribe(frame),
     Command.UNSUBSCRIBE: lambda session, frame: session.parts.subscriptions.unsubscribe(frame),
     Command.ACK: lambda session, frame: session.parts.subscriptions.settle(frame, nack=False),

@@ -23,6 +23,7 @@ from ..stomp.frame import SUPPORTED_VERSIONS, Command, Frame
 from .edition import LEGACY, Edition
 from .frames import Frames
 from .settings import NODE_LIMIT_REACHED, SessionSettings
+from .token_session import TokenSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class Login:
         "requested_vhost",
         "failure",
         "_client_id",
+        "_tokens",
     )
 
     def __init__(
@@ -75,8 +77,10 @@ class Login:
         owner: object,
         peer_is_loopback: bool,
         edition: Edition = LEGACY,
+        tokens: TokenSession | None = None,
     ) -> None:
         self._settings = settings
+        self._tokens = tokens  # an OAuth 2.0 token as passcode (adapter/session/token_session.py)
         self._edition = edition  # whose ERROR texts (adapter/session/edition.py)
         self._rules = rules
         self._owner = owner  # who holds the connection slot and the client id (the session)
@@ -127,10 +131,16 @@ class Login:
         # docs/behaviour.md#authentication: a missing passcode falls back to the default passcode, a missing
         # login to the default user
         if self.forced_credentials is not None:
+            if self._tokens is not None:
+                self._tokens.handshake_token = None  # not used: the session keeps no copy of it
             return self.forced_credentials
         settings = self._settings
         login = headers.get("login")
         passcode = headers.get("passcode")
+        if self._tokens is not None:
+            # an OAuth 2.0 token: from the WebSocket handshake when CONNECT has no passcode, and
+            # without a login header no default user (the broker's user is the token's subject)
+            passcode, login = self._tokens.credentials(passcode, login)
         if login is not None:
             return login, passcode if passcode is not None else settings.default_pass
         return settings.default_user, passcode if passcode is not None else settings.default_pass
@@ -158,6 +168,13 @@ class Login:
             # all): the plugin's answer, unasked
             self.failure = "vhost"
             return Refused("Bad CONNECT", f"Virtual host '{vhost}' access denied")
+        refusal = self._tokens.login_refusal(password) if self._tokens is not None else None
+        if refusal is not None:
+            # a token refused before it reaches the broker (adapter.oauth2_*: local validation)
+            self.failure = "access_refused"
+            return Refused("Bad CONNECT", refusal + "\n")
+        if self._tokens is not None and self._tokens.subject:
+            self.requested_user = self._tokens.subject  # the logs name a token's subject
         result = yield OpenConnection(user, password or "", vhost)
         assert isinstance(result, LoginResult)
         if not result.ok:
@@ -174,7 +191,10 @@ class Login:
                 return Refused(*client_id_in_use(client_id))
             self._client_id = client_id
         send_ms, receive_ms = heartbeat.negotiate(client_heart_beat, self._settings.min_client_heartbeat)
-        return Admitted(Identity(user, vhost, version, client_id), result.server_version, send_ms, receive_ms)
+        # a token's user is its subject (the broker ignores the login header): the logs say so
+        subject = self._tokens.subject if self._tokens is not None else None
+        identity = Identity(subject or user, vhost, version, client_id)
+        return Admitted(identity, result.server_version, send_ms, receive_ms)
 
     def connected_frame(self, admitted: Admitted, session_id: str, frames: Frames) -> bytes:
         headers = []

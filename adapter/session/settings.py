@@ -19,6 +19,7 @@ from ..mapping.operations import Operation
 from ..mapping.profile import ClientIds, Profile
 from ..sharing.rules import Registry
 from ..stomp.codec import FrameLimits
+from .tokens import TokenValidator
 
 # The operations of one client frame, in order; a synchronous one's result is sent back in.
 Steps = Generator[Operation, object, None]
@@ -82,6 +83,10 @@ class SessionSettings:
     # the process-wide registries every session shares and changes (SessionRegistries): beside
     # the values, never among them, and the same object in every copy of these settings
     registries: SessionRegistries = field(default_factory=SessionRegistries, compare=False)
+    # adapter.oauth2_signing_key_file / adapter.oauth2_jwks_file: tokens checked before they
+    # reach the broker (adapter/session/tokens.py), or None (the broker alone decides); its keys
+    # are read once at start-up and never change, but it is left out of comparisons
+    token_validator: TokenValidator | None = field(default=None, compare=False)
 
 
 class RefusedWithReceipt(StompError):

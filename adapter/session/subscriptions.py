@@ -131,6 +131,12 @@ class Subscriptions:
         self._shares = settings.registries.shared is not None and settings.profile == Profile.RABBITMQ
         self._edition = edition_for(settings.plugin_behaviour)
 
+    def without_sharing(self) -> None:
+        """An OAuth 2.0 token session: every subscription is its own.  A shared group keeps
+        the credentials of the member that opened it for the group's life, while a token
+        session's rights change with each refresh (docs/configuration.md, "OAuth 2.0 tokens")."""
+        self._shares = False
+
     def add(self, subscription: Subscription) -> None:
         """Registered before its consume is sent: the broker may deliver right after consume-ok."""
         self.by_tag[subscription.consumer_tag] = subscription

@@ -44,6 +44,7 @@ from ..amqp.pool import PasscodeCheck
 from ..amqp.rights_check import RightsCheck, revokes
 from ..errors import StompError
 from ..mapping import operations as ops
+from ..mapping.tokens import read_claims
 from .rules import Eviction, Member, Registry, SharedGroup
 
 if TYPE_CHECKING:
@@ -402,8 +403,10 @@ class SharedMembership:
         op: ops.OpenConnection,
     ) -> SharedMembership | None:
         """The link of a session that logs in with ``op``'s credentials (a group it opens is
-        opened with them); None with ``adapter.shared_subscriptions`` off (no registry)."""
-        if registry is None:
+        opened with them); None with ``adapter.shared_subscriptions`` off (no registry) and for
+        an OAuth 2.0 token login, which never shares (its rights change with each refresh:
+        the session subscribes it plainly, adapter/session/subscriptions.py)."""
+        if registry is None or read_claims(op.password) is not None:
             return None
         return cls(registry, services, loop, host, op.user, op.password, op.vhost)
 

@@ -46,6 +46,7 @@ from ..mapping.operations import (
     QueueDelete,
 )
 from ..mapping.properties import MessageProperties
+from .tokens import TokenRefresher, TokenSource
 
 _counts = struct.Struct(">II")
 
@@ -74,6 +75,8 @@ class BrokerUrl:
     cafile: str | None = None
     # the further broker nodes of a comma-separated ``url`` option, each a complete URL
     others: tuple[BrokerUrl, ...] = ()
+    # options token / tokenFile: the AMQP password is that token, refreshed (adapter/spark/tokens.py)
+    token: TokenSource | None = None
 
     def __repr__(self) -> str:
         # Spark shows options objects (a failed task, a debugger, a log): never the password
@@ -85,8 +88,8 @@ class BrokerUrl:
     def nodes(self) -> list[BrokerUrl]:
         """Every node, in the order one connection tries them: from a random one on, so the
         tasks of a job spread over the nodes, and a node that is down is skipped."""
-        nodes = [BrokerUrl(self.host, self.port, self.tls, self.user, self.password, self.vhost, self.cafile)]
-        nodes += self.others
+        nodes = [dataclasses.replace(self, others=())]
+        nodes += (dataclasses.replace(other, token=self.token) for other in self.others)
         start = random.randrange(len(nodes))
         return nodes[start:] + nodes[:start]
 
@@ -284,11 +287,16 @@ class BlockingBroker:
         self._replies = replies = _BrokerReplies()
         # no heart-beats: every wait here has its own deadline, and a task that waits for the
         # broker longer than that fails anyway
+        password = node.password
+        self.token_refresher: TokenRefresher | None = None
+        if node.token is not None:
+            password = node.token.current()
+            self.token_refresher = TokenRefresher(node.token, password)
         self._connection = ConnectionCore(
             replies,
             heartbeat=0,
             client_properties=client_properties,
-            credentials=(node.user, node.password, node.vhost),
+            credentials=(node.user, password, node.vhost),
         )
         self._channel = ChannelCore(self._connection, CHANNEL, self._connection.out, replies, replies)
         self._connection.carry(self._channel)
@@ -421,6 +429,29 @@ class BlockingBroker:
         payload, replies.reply = replies.reply, None
         assert payload is not None
         return payload
+
+    def refresh_token(self) -> None:
+        """With a token (options token / tokenFile): when its refresh is due, hand the
+        connection the source's current token (``connection.update-secret``) and wait for the
+        broker to take it.  A no-op otherwise; cheap enough to call per message."""
+        refresher = self.token_refresher
+        if refresher is None:
+            return
+        token = refresher.next_token()
+        if token is None:
+            return
+        replies = self._replies
+        if replies.closed_error is not None:
+            raise replies.closed_error
+        taken: list[AmqpError | None] = []
+        self._connection.update_secret(
+            token.encode("utf-8"), "token refreshed by the Spark connector", taken.append
+        )
+        self._flush()
+        self._wait(lambda: bool(taken), lambda: "connection.update-secret-ok")
+        if taken[0] is not None:
+            raise BrokerError(f"the broker refused the refreshed token: {taken[0].text}")
+        refresher.refreshed(token)
 
     def _call_operation(self, op: BrokerCall) -> bytes:
         return self._call(*self._channel.operation_call(op))

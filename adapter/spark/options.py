@@ -8,12 +8,14 @@ both build on it instead of on each other.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Final
 
 from .broker import BrokerUrl, parse_broker_url
 from .streams import StreamOptionError
+from .tokens import token_source
 
 DEFAULT_TIMEOUT: Final = 30.0
 
@@ -55,9 +57,14 @@ def seconds_option(options: Mapping[str, str], name: str, default: float) -> flo
 def broker_url(options: Mapping[str, str]) -> BrokerUrl:
     raw = required_option(options, "url", "amqp://user:password@host:5672/vhost")
     try:
-        return parse_broker_url(raw)
+        url = parse_broker_url(raw)
+        # an OAuth 2.0 token (option token or tokenFile) instead of the URL's password
+        source = token_source(options.get("token"), options.get("tokenFile"))
     except ValueError as error:
         raise StreamOptionError(str(error)) from None
+    if source is None:
+        return url
+    return dataclasses.replace(url, user="", password="", token=source)
 
 
 _DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}

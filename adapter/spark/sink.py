@@ -94,6 +94,7 @@ def publish_rows(settings: SinkSettings, rows: Iterator[Any]) -> int:
     with BlockingBroker(settings.url, connection_name="spark sink", timeout=settings.timeout) as broker:
         broker.confirm_select()
         for row in rows:
+            broker.refresh_token()  # options token / tokenFile: a long write outlives its token
             headers = None
             if columns.headers is not None and row[columns.headers] is not None:
                 # a null map value is no header, as a SEND cannot carry a header without value

@@ -402,6 +402,7 @@ class StompStreamReader(DataSourceStreamReader):
         read limit ``getDefaultReadLimit`` returned, or ReadAllAvailable (Trigger.Once), which
         lifts every bound."""
         broker = self._driver_broker()
+        broker.refresh_token()  # the driver's connection lives as long as the query
         unbounded = type(limit).__name__ == "ReadAllAvailable"
         options = self.options
         cap = None if unbounded else options.max_offsets_per_trigger

@@ -294,6 +294,7 @@ def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[Row]:
         consumer = _Consumer(broker, offsets.queue, ("long", offsets.start), settings.prefetch)
         expected = offsets.start
         while expected < offsets.end:
+            broker.refresh_token()  # options token / tokenFile: a long read outlives its token
             delivery = consumer.next(time.monotonic() + settings.timeout)
             if delivery is None:
                 raise BrokerError(

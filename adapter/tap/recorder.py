@@ -192,6 +192,25 @@ def _is_error(head: bytes) -> bool:
     return head.startswith(b"ERROR") and head[5:6] in (b"", b"\n", b"\r")
 
 
+_REDACTED_BYTES = REDACTED.encode()
+_TOKEN_DESTINATION = b"/auth/token"
+# a destination header line and its value (without the line's end)
+_DESTINATION_LINE = re.compile(rb"\ndestination:([^\n]*)")
+
+
+def _is_token_refresh(head: bytes) -> bool:
+    """A SEND to the reserved /auth/token: its body is a token, recorded as ``***``.  Any
+    destination line counts whose value, stripped of white space (STOMP 1.0 trims a value's
+    leading white space, as ``str.lstrip`` after decoding: adapter/stomp/codec.py), is that:
+    a body recorded as ``***`` too many is harmless, a token recorded once is not."""
+    if not head.startswith(b"SEND") or _TOKEN_DESTINATION not in head:
+        return False
+    return any(
+        value.decode("utf-8", "surrogateescape").strip() == "/auth/token"
+        for value in _DESTINATION_LINE.findall(head)
+    )
+
+
 def _base64_length(size: int) -> int:
     return 4 * ((size + 2) // 3)
 
@@ -419,6 +438,8 @@ class DirectionRecorder:
             else:
                 if _is_error(head):  # the upstream's own text: it may quote a passcode line
                     body = redact_body(body)
+                elif _is_token_refresh(head):  # an OAuth 2.0 token (SEND to /auth/token)
+                    body = _REDACTED_BYTES
                 append(
                     f'{start}{head_json},"body_len":{body_len},"body":"'
                     + base64.b64encode(body).decode("ascii")

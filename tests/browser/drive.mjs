@@ -5,6 +5,10 @@
 //                                                     client ack, temp-queue reply-to, heart-beats,
 //                                                     then reconnect after the adapter restarts
 //   node drive.mjs console <http-url> <topic> <png>   the adapter's web console, by clicks
+//   node drive.mjs token <ws-url> <queue> <token> <next-token>
+//                                                     @stomp/stompjs logging in with an OAuth 2.0
+//                                                     token from the handshake (a Sec-WebSocket-
+//                                                     Protocol entry), then refreshing it
 //
 // Each line on stdout is one JSON object {"event": ..., ...}; the Python test reads them and,
 // for the restart, writes one line to stdin when the adapter is back.
@@ -29,6 +33,7 @@ try {
   const [mode, url, ...rest] = process.argv.slice(2);
   if (mode === "stompjs") await stompjs(page, url, ...rest);
   else if (mode === "console") await webConsole(page, url, ...rest);
+  else if (mode === "token") await tokenLogin(page, url, ...rest);
   else throw new Error(`unknown mode ${mode}`);
 } catch (error) {
   emit("failed", { text: String(error && error.stack || error) });
@@ -122,4 +127,46 @@ async function webConsole(page, url, topic, screenshot) {
   await page.click("#disconnect");
   await page.waitForSelector("#status:text('disconnected')");
   emit("console-closed", { lines: await page.$$eval("#messages div", (divs) => divs.map((d) => d.textContent)) });
+}
+
+async function tokenLogin(page, url, queue, token, nextToken) {
+  await page.goto(url.replace(/^ws/, "http").replace(/\/ws$/, "/console"));
+  await page.addScriptTag({ path: path.join(here, "node_modules/@stomp/stompjs/bundles/stomp.umd.js") });
+  const seen = await page.evaluate(async ({ url, queue, token, nextToken }) => {
+    const seen = { connects: [], messages: [], errors: [], receipts: [] };
+    const b64url = (text) => btoa(text).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    // no token in the URL nor in CONNECT: the handshake's Sec-WebSocket-Protocol carries it
+    const client = new StompJs.Client({
+      webSocketFactory: () => new WebSocket(url, ["v12.stomp", "base64url.bearer.authorization.stomp." + b64url(token)]),
+      connectHeaders: { host: "/" },
+      reconnectDelay: 0,
+    });
+    const waitFor = (test, ms = 10000) =>
+      new Promise((resolve, reject) => {
+        const started = Date.now();
+        const check = () => (test() ? resolve() : Date.now() - started > ms ? reject(new Error("timeout")) : setTimeout(check, 20));
+        check();
+      });
+    const receipt = (id) => new Promise((resolve) => client.watchForReceipt(id, () => { seen.receipts.push(id); resolve(); }));
+    let subscribed = null;
+    client.onConnect = (frame) => {
+      seen.connects.push({ user: frame.headers["server"] ? "ok" : "", protocol: client.webSocket.protocol });
+      subscribed = receipt("subscribed");
+      client.subscribe(queue, (m) => seen.messages.push(m.body), { receipt: "subscribed" });
+    };
+    client.onStompError = (frame) => seen.errors.push(frame.headers.message + ": " + frame.body);
+    client.activate();
+    await waitFor(() => seen.connects.length === 1);
+    await subscribed;
+    client.publish({ destination: queue, body: "before the refresh" });
+    await waitFor(() => seen.messages.length === 1);
+    const refreshed = receipt("refreshed");
+    client.publish({ destination: "/auth/token", body: nextToken, headers: { receipt: "refreshed" } });
+    await refreshed;
+    client.publish({ destination: queue, body: "after the refresh" });
+    await waitFor(() => seen.messages.length === 2);
+    await client.deactivate();
+    return seen;
+  }, { url, queue, token, nextToken });
+  emit("token", { seen });
 }

@@ -431,6 +431,23 @@ def test_http_basic_auth_replaces_connect_credentials(start_adapter):
         assert command(recv(ws)) == "CONNECTED"
 
 
+def test_with_http_auth_a_bearer_token_is_the_forced_credential(start_adapter):
+    """use_http_auth: the HTTP request's credentials replace CONNECT's, a bearer token too
+    (the login ("", token)): a made-up bearer JWT never lets CONNECT's own credentials in."""
+    _adapter, port = ws_adapter(start_adapter, web_stomp_use_http_auth=True)
+    fake = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJndWVzdCIsImV4cCI6NDEwMjQ0NDgwMH0.c2ln"  # sub guest, exp 2100
+    with (
+        open_ws(port) as bystander,
+        open_ws(port, additional_headers={"Authorization": f"Bearer {fake}"}) as ws,
+    ):
+        bystander.send(CONNECT)
+        assert command(recv(bystander)) == "CONNECTED"
+        ws.send(CONNECT)  # guest's right credentials in CONNECT: the bearer token wins
+        got = until_closed(ws)
+        assert command(got[0]) == "ERROR" and "Access refused" in got[0], got
+        assert_still_served(bystander)
+
+
 @pytest.mark.parametrize(
     "authorization", ["Bearer abc", "Basic !!!", "Basic " + base64.b64encode(b"no-colon").decode()]
 )

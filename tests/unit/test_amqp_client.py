@@ -267,6 +267,7 @@ BROKER_INPUTS: dict[Input, bytes] = {
     Input.CLOSE_OK: marshal((commands.Connection.CloseOk(), 0)),
     Input.BLOCKED: marshal((commands.Connection.Blocked("low on memory"), 0)),
     Input.UNBLOCKED: marshal((commands.Connection.Unblocked(), 0)),
+    Input.UPDATE_SECRET_OK: marshal((commands.Connection.UpdateSecretOk(), 0)),
     Input.OTHER_CONNECTION_METHOD: marshal((commands.Connection.Secure(challenge=""), 0)),
     Input.CHANNEL_METHOD: marshal((commands.Basic.QosOk(), 1)),
 }
@@ -613,3 +614,35 @@ def test_encoded_surrogates_are_refused_for_a_strict_broker_only() -> None:
         with pytest.raises(wire.EncodeError, match="not valid UTF-8"):
             refuse_surrogates(op)
     refuse_surrogates(QueueBind("q", "amq.topic", "ключ"))  # UTF-8 beyond ASCII is fine
+
+
+# --------------------------------------------------------------------------- connection.update-secret
+def test_update_secret_is_answered_in_order_and_a_close_fails_the_rest() -> None:
+    client = Recorder()
+    client.feed(HANDSHAKE_BYTES)
+    client.take()
+    answers: list[object] = []
+    client.update_secret(b"token-1", "refresh", answers.append)
+    client.update_secret(b"token-2", "refresh", answers.append)
+    sent = client.take()
+    assert [value.new_secret for _, value in sent] == ["token-1", "token-2"]  # pamqp decodes it
+    assert {(channel, type(value)) for channel, value in sent} == {(0, commands.Connection.UpdateSecret)}
+    client.feed(marshal((commands.Connection.UpdateSecretOk(), 0)))
+    assert answers == [None]
+    # RabbitMQ refuses a secret with 530, closing the connection: the waiting refresh hears it
+    client.feed(marshal((commands.Connection.Close(530, "NOT_ALLOWED - New secret was refused", 10, 70), 0)))
+    assert len(answers) == 2 and isinstance(answers[1], AmqpError) and answers[1].code == 530
+    assert not client.secret_waiters
+
+
+def test_update_secret_needs_an_open_connection_and_an_unasked_ok_changes_nothing() -> None:
+    client = Recorder()
+    with pytest.raises(AmqpError):
+        client.update_secret(b"t", "refresh", lambda error: None)
+    client.feed(HANDSHAKE_BYTES)
+    client.feed(marshal((commands.Connection.UpdateSecretOk(), 0)))
+    assert client.phase is Phase.OPEN
+    answers: list[object] = []
+    client.update_secret(b"t", "refresh", answers.append)
+    client.lost()
+    assert len(answers) == 1 and isinstance(answers[0], AmqpError)

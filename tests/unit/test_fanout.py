@@ -25,7 +25,7 @@ from adapter.sharing.rules import (
     shareable,
 )
 from adapter.stomp.frame import Frame
-from tests.unit.test_session import SESSION_ID, command_of, connected, frames_of, header, run
+from tests.unit.test_session import SESSION_ID, command_of, connected, frames_of, header, make_session, run
 
 TOPIC = DestinationKind.TOPIC
 
@@ -270,3 +270,16 @@ def test_an_ack_of_a_shared_message_is_refused_as_the_broker_refuses_an_auto_ack
     assert header(error, "message") == "precondition_failed"
     assert b"unknown delivery tag 3" in error
     assert isinstance(out[-1], ops.CloseClient)
+
+
+def test_a_token_session_never_shares() -> None:
+    """A group is opened with its first member's credentials and kept for the whole group:
+    a token session's rights change with each refresh (update-secret), so it subscribes
+    plainly, on its own connection, with the token it holds now."""
+    token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2ln"  # {"alg":"RS256"}.{"sub":"alice"}
+    session = make_session(registries=SessionRegistries(shared=Registry(max_lag=1000, lag_budget=10**6)))
+    out = run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/", "passcode": token}))
+    assert command_of(frames_of(out)[-1]) == "CONNECTED"
+    out = run(session, Frame("SUBSCRIBE", {"destination": "/topic/a", "id": "s"}), joined(True))
+    assert not [op for op in out if isinstance(op, ops.JoinShared)]
+    assert [op for op in out if isinstance(op, ops.BasicConsume)]

@@ -206,3 +206,38 @@ def test_the_log_says_how_a_node_failed(error: OSError, counted_as: str, said: s
 def test_a_refused_node_is_not_called_out_of_sockets_and_a_silent_one_is() -> None:
     assert "out of sockets" not in node_failure(ConnectionRefusedError(errno.ECONNREFUSED, "x"))[1]
     assert "out of sockets" in node_failure(HandshakeTimeout(5, True, "connect"))[1]
+
+
+class _Sharing:
+    """A reuse pool and a multiplexing registry that record what they are asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def acquire(self, *args: Any) -> None:
+        self.asked.append("acquire")
+
+    def join(self, *args: Any) -> None:
+        self.asked.append("join")
+
+    def logged_in(self, *args: Any) -> Any:
+        self.asked.append("logged_in")
+        return args[0]
+
+
+async def test_a_token_login_is_never_shared_nor_pooled() -> None:
+    """update-secret changes a whole connection's rights: an OAuth 2.0 token login gets a
+    connection of its own, whatever reuse or multiplexing say (docs/configuration.md)."""
+    token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2ln"  # {"alg":"RS256"}.{"sub":"alice"}
+    for setting in ("amqp_reuse", "amqp_mux"):
+        login, services, opener = make(TWO)
+        sharing = _Sharing()
+        setattr(services, setting, sharing)
+        op = ops.OpenConnection("", token, "/")
+        assert login.pooled(op, object()) is None  # type: ignore[arg-type]
+        result = await login.open(op, object(), "10.0.0.1:4000", lambda: False)  # type: ignore[arg-type]
+        assert isinstance(result, FakeAmqp) and not opener.attempts[0]["reusable"]
+        assert sharing.asked == []
+        # a password login still shares as configured
+        login.pooled(LOGIN, object())  # type: ignore[arg-type]
+        assert sharing.asked == ["acquire" if setting == "amqp_reuse" else "join"]
