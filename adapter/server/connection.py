@@ -311,16 +311,18 @@ class ClientConnection(asyncio.Protocol):
         """Write what is buffered now.  Called at the end of every read from either socket, so a
         batch goes out without waiting for the next loop iteration (latency); ``flush_soon``
         still covers writes made outside a read (timers, tasks)."""
-        stomp = self.stomp
-        if not stomp.out or self.transport is None:
-            return
-        out = stomp.out  # take_output, without the call
-        stomp.out = []
-        if self._linger is not None:
+        if self.transport is not None:
+            self.stomp.flush_output()  # hands it to write_output
+
+    def write_output(self, out: list[bytes], large: bool) -> None:
+        """The STOMP connection's output, handed over (``StompConnection.flush_output``): to the
+        transport, as it takes frames (one write for a byte stream; large MESSAGEs are not
+        copied again into one write)."""
+        transport = self.transport
+        if transport is None or self._linger is not None:
             return  # after our half-close (see close) nothing more goes to the client
         self._liveness.wrote = True
-        large, stomp.large = stomp.large, False  # large MESSAGEs are not copied again into one write
-        self.counters.bytes_sent += self._frames.write_frames(self.transport, out, large)
+        self.counters.bytes_sent += self._frames.write_frames(transport, out, large)
 
     def write_heartbeat(self) -> None:
         if self.stomp.closed or self.transport is None:

@@ -77,8 +77,8 @@ from .transactions import Transactions
 class Session:
     # Bound once per session to the part that answers alone (the shell calls some of them for
     # every message, so a forwarding method here would cost one more call each time)
-    on_delivery: Callable[[Delivery], bytes]  # MESSAGE rendering: Frames.deliver
-    render_dispatched: Callable[[Delivery], bytes]  # a dispatcher's message: Frames.deliver_dispatched
+    on_delivery: Callable[[Delivery], bytes]  # MESSAGE rendering: Frames.render_message
+    render_dispatched: Callable[[Delivery], bytes]  # a dispatcher's message: Frames.dispatched_message
     quick_send: Callable[[Frame], BasicPublish | None]  # QuickPaths.send
     quick_ack: Callable[[Frame], BasicAck | None]  # QuickPaths.ack
     on_server_cancel: Callable[[str], bytes]  # Subscriptions.server_cancel
@@ -118,8 +118,8 @@ class Session:
             settings, rules, targets, transactions, confirms, frames, extension, by_tag
         )
         quick = self._quick = QuickPaths(self, parts)
-        self.on_delivery = frames.deliver
-        self.render_dispatched = frames.deliver_dispatched
+        self.on_delivery = frames.render_message
+        self.render_dispatched = frames.dispatched_message
         self.errors_sent = frames.errors_sent  # the ERRORs sent, by message (the one dict Frames keeps)
         self.quick_send = quick.send
         self.quick_ack = quick.ack
