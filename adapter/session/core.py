@@ -82,7 +82,6 @@ class Session:
     quick_send: Callable[[Frame], BasicPublish | None]  # QuickPaths.send
     quick_ack: Callable[[Frame], BasicAck | None]  # QuickPaths.ack
     on_server_cancel: Callable[[str], bytes]  # Subscriptions.server_cancel
-    subscription_destination: Callable[[str], str | None]  # Subscriptions.destination_of
     is_dispatched: Callable[[str], bool]  # Subscriptions.is_dispatched
     dropped_delivery_ack: Callable[[Delivery], BasicAck | DispatchDelivery | None]
 
@@ -124,7 +123,6 @@ class Session:
         self.quick_send = quick.send
         self.quick_ack = quick.ack
         self.on_server_cancel = subscriptions.server_cancel
-        self.subscription_destination = subscriptions.destination_of
         self.is_dispatched = subscriptions.is_dispatched
         self.dropped_delivery_ack = subscriptions.dropped_delivery_ack
         # the confirms part and the extension's per-confirm hook (None for the default profile),
