@@ -301,16 +301,13 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ output
     def flush_soon(self) -> None:
         if self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_handle = None
-        self.flush()
+            self._flush_handle = self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Write what is buffered now.  Called at the end of every read from either socket, so a
         batch goes out without waiting for the next loop iteration (latency); ``flush_soon``
-        still covers writes made outside a read (timers, tasks)."""
+        still covers writes made outside a read (timers, tasks), one loop turn later."""
+        self._flush_handle = None  # a flush already scheduled finds nothing left, or what came since
         if self.transport is not None:
             self.stomp.flush_output()  # hands it to write_output
 
@@ -337,7 +334,7 @@ class ClientConnection(asyncio.Protocol):
             return
         self.stomp.enter(Lifecycle.CLOSED)
         self.close_reason = reason
-        self._flush()
+        self.flush()
         transport = self.transport
         if transport is not None:
             if transport.can_write_eof():
