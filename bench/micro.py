@@ -121,7 +121,7 @@ async def measure(
         Settings(amqp_url=amqp_url, listeners=(), metrics_destinations=metrics_destinations)
     )
     client = Recorder()
-    conn = ClientConnection(server)
+    conn = ClientConnection(server.context)
     conn.connection_made(client)  # type: ignore[arg-type]
     queue = f"bench-micro-{os.getpid()}"
     conn.data_received(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")

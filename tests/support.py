@@ -63,7 +63,7 @@ class AdapterProcess:
     @property
     def connection_count(self) -> int:
         async def count() -> int:
-            return len(self.server.connections)
+            return len(self.server.context.connections)
 
         return self.run(count())
 

@@ -38,8 +38,8 @@ _DELETE_TIMEOUT = 5.0
 
 
 class LinkServices(Protocol):
-    """What the glue uses of the server: the pacing of AMQP closes and a task spawner (the
-    listener's ``Server`` has both)."""
+    """What the glue uses of the server: the pacing of AMQP closes and a task spawner (a
+    server's ``ServerContext`` has both)."""
 
     amqp_closes: Gate  # the AMQP connections closing at once (AMQP_CLOSES_AT_ONCE)
 

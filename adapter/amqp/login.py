@@ -77,7 +77,7 @@ Opener = Callable[..., Awaitable[AmqpConnection | SharedConnection]]
 
 class LoginServices(Protocol):
     """What a login uses of the server: where and how to connect, the pool, and the counters
-    of failed attempts (the listener's ``Server`` has all of these)."""
+    of failed attempts (a server's ``ServerContext`` has all of these)."""
 
     broker: BrokerSettings
     nodes: BrokerNodes

@@ -35,7 +35,7 @@ _CLOSE_TIMEOUT: Final = 5.0
 
 
 class ProbeServices(Protocol):
-    """What probes use of the server (the listener's ``Server`` has it)."""
+    """What probes use of the server (a server's ``ServerContext`` has it)."""
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 

@@ -302,26 +302,25 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ output
     def flush_soon(self) -> None:
         if self._flush_handle is None:
-            self._flush_handle = self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_handle = None
-        self.flush()
+            self._flush_handle = self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Write what is buffered now.  Called at the end of every read from either socket, so a
         batch goes out without waiting for the next loop iteration (latency); ``flush_soon``
-        still covers writes made outside a read (timers, tasks)."""
-        stomp = self.stomp
-        if not stomp.out or self.transport is None:
-            return
-        out = stomp.out  # take_output, without the call
-        stomp.out = []
-        if self._linger is not None:
+        still covers writes made outside a read (timers, tasks), one loop turn later."""
+        self._flush_handle = None  # a flush already scheduled finds nothing left, or what came since
+        if self.transport is not None:
+            self.stomp.flush_output()  # hands it to write_output
+
+    def write_output(self, out: list[bytes], large: bool) -> None:
+        """The STOMP connection's output, handed over (``StompConnection.flush_output``): to the
+        transport, as it takes frames (one write for a byte stream; large MESSAGEs are not
+        copied again into one write)."""
+        transport = self.transport
+        if transport is None or self._linger is not None:
             return  # after our half-close (see close) nothing more goes to the client
         self._liveness.wrote = True
-        large, stomp.large = stomp.large, False  # large MESSAGEs are not copied again into one write
-        self.counters.bytes_sent += self._frames.write_frames(self.transport, out, large)
+        self.counters.bytes_sent += self._frames.write_frames(transport, out, large)
 
     def write_heartbeat(self) -> None:
         if self.stomp.closed or self.transport is None:
@@ -336,7 +335,7 @@ class ClientConnection(asyncio.Protocol):
             return
         self.stomp.enter(Lifecycle.CLOSED)
         self.close_reason = reason
-        self._flush()
+        self.flush()
         transport = self.transport
         if transport is not None:
             if transport.can_write_eof():

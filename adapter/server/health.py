@@ -42,7 +42,7 @@ class Verdict:
 
 
 class BrokerSide(Protocol):
-    """Where the broker is: a Server, or the supervisor of ``--workers N``."""
+    """Where the broker is: a server's ``ServerContext``, or the supervisor of ``--workers N``."""
 
     @property
     def nodes(self) -> BrokerNodes: ...

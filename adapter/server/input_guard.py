@@ -31,7 +31,7 @@ class FrameClock(Protocol):
 
 class IncompleteInput(Protocol):
     """The process-wide side: bytes of unfinished frames held by all connections, its bound,
-    and the limits saying how long one frame may take (the listener's ``Server`` has these three)."""
+    and the limits saying how long one frame may take (a server's ``ServerContext`` has these three)."""
 
     incomplete_input: int
     incomplete_input_budget: int

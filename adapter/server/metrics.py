@@ -48,8 +48,8 @@ SERVER_COMMANDS = (Command.CONNECTED, Command.MESSAGE, Command.RECEIPT, Command.
 
 
 class Observed(Protocol):
-    """What a scrape reads of a Server (adapter/server/listener.py, which builds on this module,
-    so it is named here by what it offers, not imported)."""
+    """What a scrape reads of a server: its ``ServerContext`` (adapter/server/context.py, which
+    builds on this module, so it is named here by what it offers, not imported)."""
 
     @property
     def stats(self) -> ServerStats: ...

@@ -2,11 +2,11 @@
 
 Three views, joined in ``ServerState``: the read-only settings every connection shares, the
 counters and budgets all connections add to, and the services a connection asks the server
-for.  The listener's ``Server`` implements them; a new transport (TLS, WebSocket, a test's
-in-memory socket) hands ``ClientConnection`` the same object, so the shell never sees listeners
-or sockets.  The parts of a connection are each given the narrowest view they need
-(``InputGuard`` an ``IncompleteInput``, ``BrokerLogin`` its ``LoginServices``, ``LatencyClocks``
-the stats).
+for.  A server's ``ServerContext`` (adapter/server/context.py) implements them; every
+transport (TCP, TLS, WebSocket, a test's in-memory socket) hands ``ClientConnection`` that same
+object, so the shell never sees listeners or sockets.  The parts of a connection are each given
+the narrowest view they need (``InputGuard`` an ``IncompleteInput``, ``BrokerLogin`` its
+``LoginServices``, ``LatencyClocks`` the stats).
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ class ActiveMQExtension(ProfileExtension):
                 break  # the queue has no more ready messages
             taken.append(got.delivery_tag)
             size += len(got.body)
-            data = host.frames.deliver(got)
+            data = host.frames.render_message(got)
             if data:  # b"": the selector does not match it
                 yield SendFrame(data)
         # if the connection closes before this, the broker requeues them with the channel;

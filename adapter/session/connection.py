@@ -7,8 +7,8 @@ bytes and recording fakes).  ``StompConnection`` owns, for one client:
 * the frame parser (``receive_data``) and the pump (``pump``): each frame goes through the
   session's quick paths (a SEND or ACK that needs exactly one AMQP call) or its operation
   generator, whose operations ``INTERPRETER`` carries out one by one;
-* the output buffer (``out``, taken by the shell with ``take_output``) and the MESSAGEs held
-  behind the RECEIPT of the frame being handled (``held``);
+* the output buffer (``out``, handed to the shell's ``write_output`` by ``flush_output``) and
+  the MESSAGEs held behind the RECEIPT of the frame being handled (``held``);
 * ONE entry point for a MESSAGE, ``deliver``, fed by three sources: the connection's own
   consumers (``on_deliver``, a broker event), the shared subscriptions (``deliver_shared``) and
   the queue dispatchers (``deliver_dispatched``);
@@ -40,6 +40,8 @@ from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
 from ..stomp.output import FrameOutput
 from .core import Session
+from .frames import Frames
+from .subscriptions import Subscriptions
 
 __all__ = [
     "INTERPRETER",
@@ -99,7 +101,10 @@ class Shell(Protocol):
     # goes back into the frame's generator
     performed: dict[type, Callable[[Any, Any, bool], object]]
 
-    def flush(self) -> None: ...  # write the output now (the end of a broker read)
+    def write_output(self, out: list[bytes], large: bool) -> None:
+        """Write ``out`` (not empty; ``large``: it holds a large MESSAGE, not to be joined)
+        to the client's transport: ``flush_output`` hands it over."""
+        ...
 
     def flush_soon(self) -> None: ...  # output was added outside a read: write it one turn later
 
@@ -191,6 +196,10 @@ class StompConnection(Generic[Link]):
         when per-destination series are off (the message path then pays one comparison);
         ``large_body``: a MESSAGE whose body has at least this many bytes is written unjoined."""
         self.session = session
+        # the session's parts the delivery path asks by name: the MESSAGE renderer, and the
+        # subscriptions (what a withheld delivery becomes, the destination a MESSAGE counts for)
+        self.frames: Frames = session.frames
+        self.subscriptions: Subscriptions = session.parts.subscriptions
         self.shell = shell
         self.broker = broker
         self.parser = FrameParser(session.settings.unauthenticated_limits)
@@ -234,6 +243,16 @@ class StompConnection(Generic[Link]):
         out = self.out
         self.out = []
         return out
+
+    def flush_output(self) -> None:
+        """Hand the bytes buffered for the client to the shell, which writes them to its
+        transport (``Shell.write_output``): at the end of a read from either socket, at a close,
+        and one loop turn after output added outside a read."""
+        out = self.out
+        if out:
+            self.out = []
+            large, self.large = self.large, False
+            self.shell.write_output(out, large)
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -362,16 +381,15 @@ class StompConnection(Generic[Link]):
         """Source 1, a broker event: a message for one of this connection's own consumers."""
         if self.closed:
             return
-        session = self.session
         try:
-            data = session.on_delivery(delivery)
+            data = self.frames.render_message(delivery)
         except BudgetExceeded as error:  # activemq profile: too many unacknowledged bytes kept
             self.shell.over_budget(error, False)
             return
         if not data:
             # filtered out by the subscription's selector, or for the queue's dispatcher
             # (activemq profile): settle it now, or hand it over
-            ack = session.dropped_delivery_ack(delivery)
+            ack = self.subscriptions.dropped_delivery_ack(delivery)
             if ack is not None:
                 self.execute(ack)
             return
@@ -445,7 +463,7 @@ class StompConnection(Generic[Link]):
             _by_shell(self, ops.LeaveDispatch(consumer_tag), False)
 
     def on_read_done(self) -> None:
-        self.shell.flush()
+        self.flush_output()  # the end of a broker read: its MESSAGEs and RECEIPTs go out
 
     def on_amqp_closed(self, error: Any) -> None:
         self.broker.amqp_closed(error)
@@ -484,7 +502,7 @@ class StompConnection(Generic[Link]):
 def _count_delivered(connection: StompConnection[Any], consumer_tag: str) -> None:
     """Per-destination series: a MESSAGE for the subscription behind ``consumer_tag``."""
     assert connection.destinations is not None
-    destination = connection.session.subscription_destination(consumer_tag)
+    destination = connection.subscriptions.destination_of(consumer_tag)
     if destination is not None:
         connection.destinations.count_delivered(destination)
 

@@ -81,12 +81,11 @@ from .transactions import Transactions
 class Session:
     # Bound once per session to the part that answers alone (the shell calls some of them for
     # every message, so a forwarding method here would cost one more call each time)
-    on_delivery: Callable[[Delivery], bytes]  # MESSAGE rendering: Frames.deliver
-    render_dispatched: Callable[[Delivery], bytes]  # a dispatcher's message: Frames.deliver_dispatched
+    on_delivery: Callable[[Delivery], bytes]  # MESSAGE rendering: Frames.render_message
+    render_dispatched: Callable[[Delivery], bytes]  # a dispatcher's message: Frames.dispatched_message
     quick_send: Callable[[Frame], BasicPublish | None]  # QuickPaths.send
     quick_ack: Callable[[Frame], BasicAck | None]  # QuickPaths.ack
     on_server_cancel: Callable[[str], bytes]  # Subscriptions.server_cancel
-    subscription_destination: Callable[[str], str | None]  # Subscriptions.destination_of
     is_dispatched: Callable[[str], bool]  # Subscriptions.is_dispatched
     dropped_delivery_ack: Callable[[Delivery], BasicAck | DispatchDelivery | None]
 
@@ -124,13 +123,12 @@ class Session:
             settings, rules, targets, transactions, confirms, frames, extension, by_tag
         )
         quick = self._quick = QuickPaths(self, parts)
-        self.on_delivery = frames.deliver
-        self.render_dispatched = frames.deliver_dispatched
+        self.on_delivery = frames.render_message
+        self.render_dispatched = frames.dispatched_message
         self.errors_sent = frames.errors_sent  # the ERRORs sent, by message (the one dict Frames keeps)
         self.quick_send = quick.send
         self.quick_ack = quick.ack
         self.on_server_cancel = subscriptions.server_cancel
-        self.subscription_destination = subscriptions.destination_of
         self.is_dispatched = subscriptions.is_dispatched
         self.dropped_delivery_ack = subscriptions.dropped_delivery_ack
         # the confirms part and the extension's per-confirm hook (None for the default profile),

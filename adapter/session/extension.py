@@ -10,7 +10,7 @@ connection:
   ``delivery_hook`` (the ``DeliveryHook`` a new subscription's deliveries go through, or None);
 * send: ``scheduled`` (a SEND delivered later: its publishes through a delay queue);
 * delivery: the ``DeliveryHook`` (adapter/session/subscriptions.py), called by
-  ``Frames.deliver`` only for subscriptions that have one;
+  ``Frames.render_message`` only for subscriptions that have one;
 * settle: ``settle`` (ACK/NACK on the general path), ``quick_settle_hook`` (the quick ACK path),
   ``committed`` (a settle replayed at COMMIT), ``cancelled`` (a subscription ended);
 * confirm: ``confirm_hook`` (publisher confirms of the extension's own publishes) and

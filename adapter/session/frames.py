@@ -56,7 +56,7 @@ class Frames:
         self.on_receipt: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------ MESSAGE
-    def deliver(self, delivery: Delivery, dispatched: bool = False) -> bytes:
+    def render_message(self, delivery: Delivery, dispatched: bool = False) -> bytes:
         """Render one AMQP delivery as a MESSAGE frame (docs/destinations.md#amqp--message);
         ``dispatched``: a queue dispatcher hands it over (its consumer tag and message number in
         place of the AMQP ones), so the hook does not withhold it again."""
@@ -118,10 +118,10 @@ class Frames:
                 raise
         return data
 
-    def deliver_dispatched(self, delivery: Delivery) -> bytes:
+    def dispatched_message(self, delivery: Delivery) -> bytes:
         """A message the dispatcher gives one of this session's dispatched subscriptions
         (its consumer tag and message number in place of the AMQP ones)."""
-        return self.deliver(delivery, True)
+        return self.render_message(delivery, True)
 
     def shared_head(self, sub_id: str | None, consumer_tag: str) -> tuple[bytes, bytes]:
         """A shared subscription's own bytes of every MESSAGE (adapter/sharing/rules.py)."""

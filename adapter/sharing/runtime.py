@@ -79,7 +79,7 @@ class Subscriber(Protocol):
 
 
 class HubServices(Protocol):
-    """What a hub uses of the server (the listener's ``Server`` has all of these)."""
+    """What a hub uses of the server (a server's ``ServerContext`` has all of these)."""
 
     broker: BrokerSettings
     nodes: BrokerNodes

@@ -43,7 +43,7 @@ def paused_for_the_broker(adapter: AdapterProcess) -> list[str]:
     """The peers of the client connections whose reading is paused because of the broker."""
 
     async def peers() -> list[str]:
-        return sorted(c.peer for c in adapter.server.connections if "broker-flow" in c._pause_reasons)
+        return sorted(c.peer for c in adapter.server.context.connections if "broker-flow" in c._pause_reasons)
 
     return list(adapter.run(peers()))
 

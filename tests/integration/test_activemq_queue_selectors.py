@@ -58,7 +58,7 @@ def parked(adapter: AdapterProcess, queue: str) -> int:
     """Messages the adapter holds unmatched on its channels for ``queue``."""
 
     async def count() -> int:
-        dispatcher = adapter.server.session_settings.registries.dispatchers.get("/", queue)
+        dispatcher = adapter.server.context.session_settings.registries.dispatchers.get("/", queue)
         return sum(len(member.parked) for member in dispatcher.members)
 
     return int(adapter.run(count()))

@@ -268,7 +268,7 @@ def test_broker_info_metric_names_each_nodes_version(
         StompClient(adapter.port).next("CONNECTED")
 
     async def scrape() -> bytes:
-        return render(build_registry(adapter.server))
+        return render(build_registry(adapter.server.context))
 
     text = adapter.run(scrape()).decode()
     [family] = [f for f in text_string_to_metric_families(text) if f.name == "stomp_adapter_broker_info"]
@@ -293,7 +293,7 @@ def test_connection_reuse_never_lends_a_connection_with_an_exclusive_queue(
     adapter, log = rabbit43(amqp_connection_reuse=True, amqp_connection_idle_seconds=60)
     queue = unique("reuse-")
     broker.track_queue(queue)
-    reuse = adapter.server.amqp_reuse
+    reuse = adapter.server.context.amqp_reuse
     assert reuse is not None
 
     async def pooled() -> int:

@@ -21,7 +21,7 @@ BODY = "x" * 10_000  # every message body: 10,000 bytes
 
 
 def budgets(adapter: AdapterProcess) -> Budgets:
-    return adapter.server.session_settings.registries.budgets
+    return adapter.server.context.session_settings.registries.budgets
 
 
 def pools_used(adapter: AdapterProcess) -> tuple[int, int]:

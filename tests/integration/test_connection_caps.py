@@ -34,7 +34,7 @@ NODE_LIMIT = "Connection refused: node connection limit reached"
 
 def stomp_in_use(adapter: AdapterProcess) -> int:
     async def read() -> int:
-        cap = adapter.server.session_settings.registries.connection_cap
+        cap = adapter.server.context.session_settings.registries.connection_cap
         assert cap is not None
         return cap.in_use
 

@@ -36,16 +36,16 @@ def reuse_adapter(start_adapter: Callable[..., AdapterProcess]) -> AdapterProces
 
 def pooled(adapter: AdapterProcess) -> int:
     async def count() -> int:
-        assert adapter.server.amqp_reuse is not None
-        return len(adapter.server.amqp_reuse.pool)
+        assert adapter.server.context.amqp_reuse is not None
+        return len(adapter.server.context.amqp_reuse.pool)
 
     return int(adapter.run(count()))
 
 
 def reused(adapter: AdapterProcess) -> int:
     async def count() -> int:
-        assert adapter.server.amqp_reuse is not None
-        return adapter.server.amqp_reuse.reused
+        assert adapter.server.context.amqp_reuse is not None
+        return adapter.server.context.amqp_reuse.reused
 
     return int(adapter.run(count()))
 
@@ -292,7 +292,7 @@ def test_a_slow_reader_that_wrote_nothing_on_its_channel_leaves_no_paused_connec
     async def amqp_reading_paused() -> bool:
         return any(
             connection._amqp is not None and connection._amqp.socket.reading_paused
-            for connection in adapter.server.connections
+            for connection in adapter.server.context.connections
         )
 
     slow.setblocking(False)

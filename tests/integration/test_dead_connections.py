@@ -62,7 +62,7 @@ def test_a_silent_connection_without_heart_beats_is_closed_with_an_error(start_a
     async def errors() -> int:
         from adapter.server.metrics import build_registry, render
 
-        text = render(build_registry(adapter.server)).decode()
+        text = render(build_registry(adapter.server.context)).decode()
         return sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()

@@ -313,7 +313,7 @@ def test_fuzzed_activemq_input_never_hurts_the_adapter(start_adapter, stomp_clie
     finally:
         # durable subscriptions of those connections: their queues are named after the client id
         broker.track_queue(*(q["name"] for q in broker.management("/api/queues/%2F") if base in q["name"]))
-    budgets = adapter.server.session_settings.registries.budgets
+    budgets = adapter.server.context.session_settings.registries.budgets
     deadline = time.monotonic() + ANSWER_WITHIN
     while adapter.run(_pools(budgets)) != (0, 0) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -355,7 +355,7 @@ async def _pools(budgets) -> tuple[int, int]:  # type: ignore[no-untyped-def]
 
 
 async def _incomplete(adapter) -> int:  # type: ignore[no-untyped-def]
-    return adapter.server.incomplete_input
+    return adapter.server.context.incomplete_input
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

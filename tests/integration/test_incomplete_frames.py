@@ -92,4 +92,4 @@ def test_the_connection_that_breaks_the_shared_budget_is_closed_and_others_go_on
 
 
 async def _incomplete(adapter) -> int:  # type: ignore[no-untyped-def]
-    return adapter.server.incomplete_input
+    return adapter.server.context.incomplete_input

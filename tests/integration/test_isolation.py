@@ -250,7 +250,7 @@ def set_permissions(broker: BrokerProbe, user: str, **permissions: str) -> None:
 
 def hub_checks(adapter: AdapterProcess) -> int:
     async def count() -> int:
-        registry = adapter.server.shared_subscriptions
+        registry = adapter.server.context.shared_subscriptions
         assert registry is not None
         return sum(g.link.rights.checks for g in registry.groups.values() if g.link.rights is not None)
 

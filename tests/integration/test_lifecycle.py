@@ -111,12 +111,12 @@ def test_broker_host_name_is_resolved_once_then_its_address_reused(amqp_url):
     server = AdapterProcess(by_name)
     server.start()
     try:
-        assert server.server.nodes.nodes[0].resolver.target() == "localhost"
+        assert server.server.context.nodes.nodes[0].resolver.target() == "localhost"
         for _ in range(2):
             client = StompClient(server.port, "1.2")
             client.next("CONNECTED")
             client.close()
-        assert server.server.nodes.nodes[0].resolver.target() in ("127.0.0.1", "::1")
+        assert server.server.context.nodes.nodes[0].resolver.target() in ("127.0.0.1", "::1")
     finally:
         server.stop()
 

@@ -53,7 +53,7 @@ def test_concurrent_sessions_share_connections(start_adapter: Any, broker: Broke
     assert len(ports) == 2  # 8 sessions on 2 AMQP connections
 
     async def counts() -> tuple[int, int, int]:
-        mux = adapter.server.amqp_mux
+        mux = adapter.server.context.amqp_mux
         assert mux is not None
         return len(mux.shared), mux.shared.sessions, mux.joined
 
@@ -302,8 +302,8 @@ def test_a_consumed_temporary_queue_leaves_the_connection_open_to_new_sessions(
 
 def joined(adapter: AdapterProcess) -> int:
     async def count() -> int:
-        assert adapter.server.amqp_mux is not None
-        return adapter.server.amqp_mux.joined
+        assert adapter.server.context.amqp_mux is not None
+        return adapter.server.context.amqp_mux.joined
 
     return int(adapter.run(count()))
 
@@ -315,7 +315,7 @@ def broker_info(adapter: AdapterProcess) -> list[tuple[str, str, str, float]]:
     from adapter.server.metrics import build_registry, render
 
     async def scrape() -> bytes:
-        return render(build_registry(adapter.server))
+        return render(build_registry(adapter.server.context))
 
     text = adapter.run(scrape()).decode()
     [family] = [f for f in text_string_to_metric_families(text) if f.name == "stomp_adapter_broker_info"]
@@ -552,7 +552,7 @@ def error_alone(adapter: AdapterProcess, frame: str) -> tuple[str, bytes]:
 
 def probes_opened(adapter: AdapterProcess) -> int:
     async def count() -> int:
-        mux = adapter.server.amqp_mux
+        mux = adapter.server.context.amqp_mux
         assert mux is not None and mux.probes is not None
         return mux.probes.opened
 

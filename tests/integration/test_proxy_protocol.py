@@ -238,7 +238,7 @@ def refused_as_untrusted(adapter, caplog: pytest.LogCaptureFixture) -> None:  # 
     ), [r.getMessage() for r in caplog.records]
 
     async def refused() -> int:
-        return adapter.server.stats.connections_refused["proxy_untrusted"]
+        return adapter.server.context.stats.connections_refused["proxy_untrusted"]
 
     assert adapter.run(refused()) == 1
 

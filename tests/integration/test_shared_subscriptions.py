@@ -80,7 +80,7 @@ def topic_queues(broker: BrokerProbe, routing_key: str) -> list[str]:
 
 def groups(adapter: AdapterProcess) -> int:
     async def count() -> int:
-        registry = adapter.server.shared_subscriptions
+        registry = adapter.server.context.shared_subscriptions
         assert registry is not None
         return len(registry.groups)
 
@@ -91,7 +91,7 @@ def scrape(adapter: AdapterProcess) -> str:
     """The adapter's /metrics text."""
 
     async def text() -> str:
-        return render(build_registry(adapter.server)).decode()
+        return render(build_registry(adapter.server.context)).decode()
 
     return str(adapter.run(text()))
 
@@ -132,7 +132,7 @@ def test_a_subscriber_that_stops_reading_is_cut_off_at_the_bound_and_the_bystand
     slow_read: dict[str, Any] = {}
 
     def read_when_cut_off() -> None:
-        if wait_until(lambda: shared.server.shared_subscriptions.evicted >= 1, timeout=60):  # type: ignore[union-attr]
+        if wait_until(lambda: shared.server.context.shared_subscriptions.evicted >= 1, timeout=60):  # type: ignore[union-attr]
             slow_read["frames"], slow_read["closed"] = read_frames(slow, timeout=20)
 
     reader = threading.Thread(target=read_when_cut_off)
@@ -180,7 +180,7 @@ def test_a_websocket_subscriber_that_stops_reading_is_cut_off_too(
         publish_many(broker, key, [f"{i:06d}".encode() + b"x" * 8186 for i in range(count)])
         got = bystander.messages(count, timeout=30)
         assert [m.body[:6] for m in got] == [f"{i:06d}" for i in range(count)]
-        assert wait_until(lambda: shared.server.shared_subscriptions.evicted >= 1)  # type: ignore[union-attr]
+        assert wait_until(lambda: shared.server.context.shared_subscriptions.evicted >= 1)  # type: ignore[union-attr]
         assert groups(shared) == 1  # the bystander's group goes on
 
 

@@ -97,7 +97,7 @@ def test_closes_go_in_turns_and_all_finish_cleanly(amqp_url, start_adapter):
     hook = SlowClose()
     with ProxyThread(amqp_url, [hook]) as proxy:
         adapter = start_adapter(amqp_url=proxy.url, shutdown_timeout=30)
-        adapter.server.amqp_closes = Gate(4)  # small, so that 20 clients fill it
+        adapter.server.context.amqp_closes = Gate(4)  # small, so that 20 clients fill it
         clients = [StompClient(adapter.port) for _ in range(20)]
         for number, client in enumerate(clients):
             client.conn.subscribe(f"/topic/{unique('turns')}", id=f"t{number}", headers={"receipt": "r"})

@@ -161,4 +161,4 @@ def test_compression_budget_exhausted_serves_uncompressed(start_adapter):
 
 
 async def _budget_used(adapter) -> int:  # type: ignore[no-untyped-def]
-    return int(adapter.server.ws_compression.used)
+    return int(adapter.server.context.ws_compression.used)

@@ -71,7 +71,7 @@ def plain_message(delivery: ops.Delivery, sub_id: str | None, trailing_lf: bool 
     tag = f"T_{sub_id}" if sub_id is not None else "Q_/topic/a"
     subscriptions = {tag: Subscription(tag, sub_id, "/topic/a", None, "auto")}
     frames = Frames(subscriptions, SESSION_ID, trailing_lf)
-    return frames.deliver(delivery._replace(consumer_tag=tag))
+    return frames.render_message(delivery._replace(consumer_tag=tag))
 
 
 def shared_message(delivery: ops.Delivery, sub_id: str | None, trailing_lf: bool = True) -> bytes:

@@ -618,7 +618,7 @@ def test_default_profile_nack_is_unchanged() -> None:
     run(session, Frame("SUBSCRIBE", {"destination": "/queue/work", "id": "s", "ack": "client-individual"}))
     # the default profile's per-delivery path is the plain one: the null extension, no hook on
     # the subscription (before the session became a router: no on_delivery swapped in)
-    assert session.on_delivery.__func__ is Frames.deliver  # type: ignore[attr-defined]
+    assert session.on_delivery.__func__ is Frames.render_message  # type: ignore[attr-defined]
     assert type(session.parts.extension) is ProfileExtension
     assert session.parts.subscriptions.by_tag["T_s"].hook is None
     assert run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"})) == [ops.BasicNack(1, False, True)]

@@ -17,7 +17,7 @@ def test_settings_and_session_settings_reprs_hide_passwords() -> None:
         },
     )
     server = build_server(settings)
-    for shown in (repr(settings), str(settings), repr(server.session_settings)):
+    for shown in (repr(settings), str(settings), repr(server.context.session_settings)):
         for secret in ("url-secret", "other-secret", "default-secret"):
             assert secret not in shown, (secret, shown[:200])
     assert "amqp://bob:***@127.0.0.1:1/" in repr(settings)  # the URL itself still shows

@@ -282,7 +282,7 @@ def test_frames_render_a_message_and_count_it():
     subscriptions = {"T_s": Subscription("T_s", "s", "/queue/q", None, "client")}
     frames = Frames(subscriptions, SESSION_ID, trailing_lf=False)
     frames.ack_lines = True
-    data = frames.deliver(delivery(5))
+    data = frames.render_message(delivery(5))
     assert (
         data
         == (
@@ -291,7 +291,7 @@ def test_frames_render_a_message_and_count_it():
         ).encode()
     )
     assert frames.messages_sent == 1 and frames.frames_sent == {}
-    missing = frames.deliver(delivery(1, "T_gone"))
+    missing = frames.render_message(delivery(1, "T_gone"))
     assert header(missing, "message") == "Subscription not found"
     assert frames.errors_sent == {"Subscription not found": 1}
 
@@ -300,13 +300,13 @@ def test_a_hook_withholds_deliveries_keeps_rendered_ones_and_uncounts_what_it_ca
     hook = Watch()
     subscriptions = {"T_s": Subscription("T_s", "s", "/queue/q", None, "client", hook=hook)}
     frames = Frames(subscriptions, SESSION_ID, trailing_lf=True)
-    assert frames.deliver(delivery(1)) == b""  # withheld
-    assert frames.deliver(delivery(1), dispatched=True).endswith(
+    assert frames.render_message(delivery(1)) == b""  # withheld
+    assert frames.render_message(delivery(1), dispatched=True).endswith(
         b"body\0\n"
     )  # a dispatcher's: never withheld
-    assert frames.deliver(delivery(2))
+    assert frames.render_message(delivery(2))
     with pytest.raises(BudgetExceeded):
-        frames.deliver(delivery(6))
+        frames.render_message(delivery(6))
     assert hook.kept == [(1, True), (2, False)]
     assert frames.messages_sent == 2
 

@@ -176,15 +176,16 @@ def test_the_server_groups_filled_by_name_are_settings() -> None:
 def test_the_server_built_from_the_groups_has_what_a_connection_reads() -> None:
     settings = load_settings(None, {"listeners": ["127.0.0.1:0"], "metrics_destinations": 3})
     server = cli.build_server(settings)
+    context = server.context  # what the server hands each connection
     for name in [*ServerState.__annotations__, "spawn", "tune_socket", "add_finished"]:
-        assert hasattr(server, name), name
-    assert server.login_timeout == settings.login_timeout
-    assert server.limits.frame_timeout == settings.frame_timeout  # the group, passed whole
-    assert server.heartbeat_tolerance == settings.heartbeat_tolerance
-    assert server.incomplete_input_budget == settings.incomplete_frames_budget
+        assert hasattr(context, name), name
+    assert context.login_timeout == settings.login_timeout
+    assert context.limits.frame_timeout == settings.frame_timeout  # the group, passed whole
+    assert context.heartbeat_tolerance == settings.heartbeat_tolerance
+    assert context.incomplete_input_budget == settings.incomplete_frames_budget
     assert server.operations.shutdown_timeout == settings.shutdown_timeout
     assert list(server.listening.stomp) == [("127.0.0.1", 0)]
-    assert server.stats.destinations is not None
+    assert context.stats.destinations is not None
 
 
 def test_ini_key_families_have_one_handler_each() -> None:

@@ -27,7 +27,7 @@ from adapter.mapping import operations as ops
 from adapter.mapping.destinations import ProcessingError
 from adapter.mapping.properties import MessageProperties
 from adapter.server.connection import INTERPRETER, ClientConnection, Lifecycle
-from adapter.server.listener import Server
+from adapter.server.context import ServerContext
 from adapter.server.websocket import WebSocketConnection, WebStompSettings
 from adapter.session import State
 from adapter.stomp.output import MESSAGE_FRAMES
@@ -37,14 +37,15 @@ from tests.unit.fake_amqp import FakeAmqp, Opener
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
 
 
-def make_server(**settings: Any) -> Server:
+def make_server(**settings: Any) -> ServerContext:
+    """What a server hands its connections (its listeners are not started)."""
     # port 1 on loopback: nothing listens there, so every broker connection is refused at once
     overrides: dict[str, Any] = {"listeners": [], "amqp_url": "amqp://guest:guest@127.0.0.1:1/"}
     overrides.update(settings)
-    return build_server(load_settings(None, overrides))
+    return build_server(load_settings(None, overrides)).context
 
 
-def connect_client(server: Server, **kwargs: Any) -> tuple[ClientConnection, MemoryTransport]:
+def connect_client(server: ServerContext, **kwargs: Any) -> tuple[ClientConnection, MemoryTransport]:
     client = ClientConnection(server, **kwargs)
     transport = MemoryTransport()
     client.connection_made(transport)  # type: ignore[arg-type]
@@ -185,7 +186,7 @@ async def settle(rounds: int = 20) -> None:
 
 
 async def logged_in(
-    server: Server | None = None, heart_beat: str = "0,0", **kwargs: Any
+    server: ServerContext | None = None, heart_beat: str = "0,0", **kwargs: Any
 ) -> tuple[ClientConnection, MemoryTransport, FakeAmqp]:
     server = server or make_server()
     client, transport = connect_client(server, **kwargs)
@@ -735,7 +736,7 @@ async def test_queues_to_delete_are_deleted_before_the_link_closes() -> None:
 
 
 # ---------------------------------------------------------------------- activemq profile: dispatchers
-async def activemq_client(server: Server) -> tuple[ClientConnection, MemoryTransport, FakeAmqp]:
+async def activemq_client(server: ServerContext) -> tuple[ClientConnection, MemoryTransport, FakeAmqp]:
     activemq = dataclasses.replace(server.session_settings, profile="activemq")
     return await logged_in(server, session_settings=activemq)
 
