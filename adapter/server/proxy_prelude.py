@@ -24,7 +24,15 @@ from .proxy_protocol import ProxyHeader, ProxyHeaderError, ProxyTrust, parse_pro
 if TYPE_CHECKING:
     from .stats import ServerStats
 
-__all__ = ["Opened", "ProxyPrelude", "address", "before_tls", "is_loopback", "refuse_untrusted_proxy"]
+__all__ = [
+    "Opened",
+    "ProxyPrelude",
+    "address",
+    "before_tls",
+    "is_loopback",
+    "readable",
+    "refuse_untrusted_proxy",
+]
 
 log = logging.getLogger("adapter.connection")
 
@@ -170,7 +178,7 @@ async def read_proxy_header(loop: asyncio.AbstractEventLoop, sock: socket.socket
     really waits: bytes left in the kernel's buffer would keep the socket readable."""
     received = b""
     while True:
-        await _readable(loop, sock)
+        await readable(loop, sock)
         try:
             peeked = sock.recv(_PROXY_PEEK - len(received), socket.MSG_PEEK)
         except BlockingIOError:
@@ -187,7 +195,9 @@ async def read_proxy_header(loop: asyncio.AbstractEventLoop, sock: socket.socket
         received += peeked
 
 
-async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+async def readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Wait until ``sock`` (non-blocking, outside any transport) has something to read: bytes,
+    a connection to accept, or its end."""
     ready: asyncio.Future[None] = loop.create_future()
     fd = sock.fileno()
 

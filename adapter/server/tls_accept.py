@@ -20,7 +20,7 @@ from typing import Protocol
 from ..amqp.login import EXHAUSTED
 from .accept_pause import AcceptPause
 from .fdlimit import DescriptorWatch
-from .proxy_prelude import Guarded, address, before_tls
+from .proxy_prelude import Guarded, address, before_tls, readable
 
 __all__ = ["TlsAcceptor", "TlsFactory"]
 
@@ -107,7 +107,7 @@ class TlsAcceptor:
             try:
                 sock, _address = listening.accept()
             except BlockingIOError:
-                await _readable(loop, listening)
+                await readable(loop, listening)
                 continue
             except OSError as error:
                 if listening.fileno() == -1:
@@ -200,21 +200,6 @@ class TlsAcceptor:
         for sock in self._unstarted.values():  # cancelled before their first step
             sock.close()
         self._unstarted.clear()
-
-
-async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-    ready: asyncio.Future[None] = loop.create_future()
-    fd = sock.fileno()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)
 
 
 def _handshake_problem(error: BaseException) -> str:
