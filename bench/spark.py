@@ -37,9 +37,9 @@ def bare_publish(url: str, queue: str, count: int) -> None:
         broker.drain_confirms()
 
 
-def bare_consume(url: str, queue: str, count: int) -> None:
+def bare_consume(url: str, queue: str, count: int, prefetch: int = 1000) -> None:
     with BlockingBroker(parse_broker_url(url), connection_name="bench consumer") as broker:
-        broker.basic_qos(1000)
+        broker.basic_qos(prefetch)
         broker.basic_consume(queue, "bench", {"x-stream-offset": ("longstr", "first")})
         received = 0
         while received < count:

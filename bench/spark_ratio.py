@@ -30,37 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapter.mapping.properties import MessageProperties
 from adapter.spark.broker import BlockingBroker, parse_broker_url
 from adapter.spark.streams import OffsetRange, ReadSettings, read_range
+from bench.spark import BODY, bare_consume, bare_publish
 
-BODY = b"x" * 1024
 PREFETCH = 1000
-
-
-def bare_publish(url: str, queue: str, count: int) -> None:
-    with BlockingBroker(parse_broker_url(url), connection_name="bench publisher") as broker:
-        broker.confirm_select()
-        properties = MessageProperties(headers={}, delivery_mode=2)
-        for _ in range(count):
-            broker.publish("", queue, properties, BODY, mandatory=False)
-            if broker.published - broker.confirmed >= 2000:
-                broker.drain_confirms(keep_unconfirmed=1000)
-        broker.drain_confirms()
-
-
-def bare_consume(url: str, queue: str, count: int) -> None:
-    with BlockingBroker(parse_broker_url(url), connection_name="bench consumer") as broker:
-        broker.basic_qos(PREFETCH)
-        broker.basic_consume(queue, "bench", {"x-stream-offset": ("long", 0)})
-        received = 0
-        while received < count:
-            delivery = broker.next_delivery(time.monotonic() + 30)
-            if delivery is None:
-                raise SystemExit(f"bare consumer: only {received} of {count} messages")
-            received += 1
-            if received % 256 == 0:
-                broker.ack(delivery.delivery_tag, True)
 
 
 def timed(work: Callable[[], Any]) -> float:
@@ -151,7 +125,7 @@ def run(spark: Any, args: argparse.Namespace, url: str, count: int, partition_si
             rows.write.format("stomp").option("url", url).mode("append").save()
 
         # warm-up: connections, the Python workers, the JIT
-        bare_consume(url, source, count)
+        bare_consume(url, source, count, PREFETCH)
         spark_read()
         bare_publish(url, sink, count // 10)
         spark_write()
@@ -159,7 +133,7 @@ def run(spark: Any, args: argparse.Namespace, url: str, count: int, partition_si
         for _ in range(args.rounds):
             rounds.append(
                 (
-                    timed(lambda: bare_consume(url, source, count)),
+                    timed(lambda: bare_consume(url, source, count, PREFETCH)),
                     timed(spark_read),
                     timed(lambda: spark_read(headers="false")),
                     timed(lambda: bare_publish(url, sink, count)),
@@ -169,7 +143,7 @@ def run(spark: Any, args: argparse.Namespace, url: str, count: int, partition_si
 
         settings = ReadSettings(parse_broker_url(url), PREFETCH, 30.0, True)
         whole = OffsetRange(source, f"/amq/queue/{source}", 0, count)
-        consumer = min(timed(lambda: bare_consume(url, source, count)) for _ in range(3))
+        consumer = min(timed(lambda: bare_consume(url, source, count, PREFETCH)) for _ in range(3))
         headers = min(timed(lambda: sum(1 for _ in read_range(settings, whole))) for _ in range(3))
         arrow = min(
             timed(lambda: sum(1 for _ in arrow_batches(read_range(settings, whole)))) for _ in range(3)
