@@ -48,6 +48,8 @@ def _escape(match: re.Match[str]) -> str:
 def escape_controls(text: str) -> str:
     """``text`` on one line: control characters and line separators as ``\\n``, ``\\x1b``,
     ``\\u2028`` ... (a client cannot forge a log line, nor drive a terminal that shows the log)."""
+    if text.isascii() and text.isprintable():  # the usual line: two C checks, no regular expression
+        return text
     return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
 
 
