@@ -17,7 +17,10 @@ Workloads:
 
 * ``connect``: CONNECT (STOMP 1.2, guest) + DISCONNECT with a receipt, sequential;
 * ``queue``: SENDs of 1 KiB to a queue (10 per write, at most 100 in flight) and their MESSAGEs to
-  an auto-ack subscriber on another connection.
+  an auto-ack subscriber on another connection;
+* ``large``: the same with 64 KiB bodies (``--size`` another size, e.g. 1048576), one SEND per
+  write, at most 8 in flight;
+* ``reqrep``, ``persistent``, ``connect``: see their functions.
 
     python -m bench.instructions connect --count 300
     python -m bench.instructions queue --count 5000 --checkout /path/to/other/worktree
@@ -151,17 +154,27 @@ def request_reply(port: int, count: int) -> None:
     requester.close()
 
 
+LARGE_SIZE = 65536  # the large workload's body size (``--size``)
+
+
+def _set_large_size(size: int) -> None:
+    global LARGE_SIZE
+    LARGE_SIZE = size
+
+
 def large_messages(port: int, count: int) -> None:
-    """64 KiB bodies to a queue and back to an auto-ack subscriber, at most 8 in flight."""
-    queue = "/queue/bench-instructions-large"
+    """Bodies of ``LARGE_SIZE`` bytes (64 KiB unless ``--size``) to a queue and back to an
+    auto-ack subscriber, at most 8 in flight (at most 8 MiB: fewer for larger bodies)."""
+    queue = os.environ.get("BENCH_INSTRUCTIONS_QUEUE", "/queue/bench-instructions") + "-large"
     consumer = _subscribe(port, queue)
     producer = _login(port)
-    body = b"x" * 65536
+    body = b"x" * LARGE_SIZE
+    in_flight = max(1, min(8, (8 << 20) // LARGE_SIZE))
     send = f"SEND\ndestination:{queue}\ncontent-length:{len(body)}\n\n".encode() + body + b"\0"
     reader = _Reader(consumer)
     sent = received = 0
     while received < count:
-        while sent < count and sent - received < 8:
+        while sent < count and sent - received < in_flight:
             producer.sendall(send)
             sent += 1
         reader.frame()
@@ -382,11 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--top", type=int, default=0, help="also list the N costliest functions")
     parser.add_argument(
+        "--size", type=int, default=LARGE_SIZE, help="the large workload's body size (default 65536)"
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="run the adapter under cProfile instead of callgrind: Python functions by own time",
     )
     args = parser.parse_args(argv)
+    _set_large_size(args.size)
     count = args.count or DEFAULT_COUNTS[args.workload][0]
     warmup = args.warmup or DEFAULT_COUNTS[args.workload][1]
     if args.profile:

@@ -41,14 +41,22 @@ def unique(prefix: str = "t") -> str:
 
 
 class AdapterProcess:
-    """The adapter's server on 127.0.0.1:<free port>, run by an event loop in a thread."""
+    """The adapter's server on 127.0.0.1:<free port>, run by an event loop in a thread
+    (asyncio's own unless ``event_loop`` makes another, e.g. ``uvloop.new_event_loop``, the
+    loop the adapter's command runs on)."""
 
-    def __init__(self, amqp_url: str, **settings: Any) -> None:
+    def __init__(
+        self,
+        amqp_url: str,
+        *,
+        event_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+        **settings: Any,
+    ) -> None:
         overrides: dict[str, Any] = {"listeners": ["127.0.0.1:0"], "amqp_url": amqp_url}
         overrides.update(settings)
         self.settings = load_settings(None, overrides)
         self.server = build_server(self.settings)
-        self.loop = asyncio.new_event_loop()
+        self.loop = event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="adapter", daemon=True)
         self.port = 0
 

@@ -22,8 +22,10 @@ from .wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, Decod
 _FRAME_HEAD = struct.Struct(">BHI")  # frame type, channel, payload size (AMQP 0-9-1 §2.3.5)
 
 # Body frames at least this large are handed on as views of the read (a multi-frame body is then
-# joined from them once, instead of copying each payload out first).
+# joined from them once, instead of copying each payload out first); when such a frame spans
+# reads, its payload is handed on in pieces, views of each read, never joined here.
 BODY_VIEW_MIN = 16 * 1024
+_SPANNING_BODY_MIN = BODY_VIEW_MIN + 8  # the same frames, by their whole length
 # frame_max before Connection.Tune: the broker's frames are small until then (AMQP 0-9-1 §4.2.3
 # sets 4096 as the minimum every peer must accept; RabbitMQ's default is 131072)
 DEFAULT_FRAME_MAX = 131072
@@ -53,7 +55,9 @@ class FrameReader:
         on_body: Callable[[bytes | memoryview], None],
         frame_max: int = DEFAULT_FRAME_MAX,
     ) -> None:
-        self._partial = b""  # the start of a frame that the last read did not complete
+        # the start of a frame that the last read did not complete: a copy, or for a large body
+        # frame a view of that read (immutable bytes, kept alive until the frame is whole)
+        self._partial: bytes | memoryview = b""
         # the reads since, while the frame they continue is still incomplete: kept as they came
         # and joined once, when the frame is whole (a 64 KiB body arriving in 16 reads is copied
         # once, not 16 times over)
@@ -101,18 +105,31 @@ class FrameReader:
         """Hand every complete frame in ``partial + data`` to its callback, in order; keep the rest.
 
         Payloads are slices of the bytes read (one copy each), large body payloads views of
-        them (no copy); heart-beat frames are consumed here (the caller counts reads)."""
+        them (no copy), in pieces when the frame spans reads; heart-beat frames are consumed
+        here (the caller counts reads).  ``data`` must be ``bytes``: views of it are kept."""
         if self._stopped:
             return
+        if type(data) is not bytes:  # a view of a buffer its owner may reuse: own a copy
+            data = bytes(data)
+        offset = 0
         if self._partial:
             self._held += len(data)
             if self._held < self._needed:  # the frame is still incomplete: no copy yet
                 self._more.append(data)
                 return
             more = self._more
-            data = self._partial + data if not more else b"".join((self._partial, *more, data))
-            more.clear()
-        offset = 0
+            partial = self._partial
+            if self._needed >= _SPANNING_BODY_MIN and partial[0] == FRAME_BODY:
+                try:
+                    offset = self._spanning_body(partial, data)
+                except BaseException:
+                    self._drop()
+                    raise
+                if self._stopped:
+                    return
+            else:
+                data = b"".join((partial, *more, data))
+                more.clear()
         end = len(data)
         frame_max = self.frame_max
         head = _FRAME_HEAD.unpack_from  # type, channel, size in one C call (no slice per frame)
@@ -149,11 +166,40 @@ class FrameReader:
             self._drop()
             raise
         if offset < end:
-            rest = self._partial = data[offset:]
-            self._held = len(rest)
+            held = end - offset
             # the whole frame's length when its head is there (its size was checked against
             # frame_max in the loop above)
-            self._needed = 8 + head(rest, 0)[2] if len(rest) >= 8 else 0
+            needed = 8 + head(data, offset)[2] if held >= 8 else 0
+            if needed >= _SPANNING_BODY_MIN and data[offset] == FRAME_BODY:
+                self._partial = memoryview(data)[offset:]  # its payload is handed on in pieces
+            else:
+                self._partial = data[offset:]
+            self._held = held
+            self._needed = needed
         else:
             self._partial = b""
             self._held = self._needed = 0
+
+    def _spanning_body(self, partial: bytes | memoryview, data: bytes) -> int:
+        """A large body frame that began in an earlier read ends in ``data``: its payload goes
+        to ``on_body`` as pieces (views of each read: no copy, no join); returns where the next
+        frame starts in ``data``."""
+        more = self._more
+        in_data = self._needed - len(partial) - sum(map(len, more))  # >= 1: the frame end is here
+        if data[in_data - 1] != 0xCE:
+            raise DecodeError(f"frame-end octet is {data[in_data - 1]:#04x}, not 0xce")
+        self.channel = head_channel = _FRAME_HEAD.unpack_from(partial, 0)[1]
+        pieces: list[bytes | memoryview] = [partial[7:], *more]
+        if in_data > 1:
+            pieces.append(memoryview(data)[: in_data - 1])
+        more.clear()
+        self._partial = b""
+        self._held = self._needed = 0
+        on_body = self._on_body
+        for piece in pieces:
+            if piece:
+                self.channel = head_channel
+                on_body(piece)
+                if self._stopped:
+                    break
+        return in_data

@@ -382,11 +382,11 @@ class StompConnection(Generic[Link]):
         if self.closed:
             return
         try:
-            data = self.frames.render_message(delivery)
+            head, body, trailer = self.frames.message_pieces(delivery)
         except BudgetExceeded as error:  # activemq profile: too many unacknowledged bytes kept
             self.shell.over_budget(error, False)
             return
-        if not data:
+        if not head:
             # filtered out by the subscription's selector, or for the queue's dispatcher
             # (activemq profile): settle it now, or hand it over
             ack = self.subscriptions.dropped_delivery_ack(delivery)
@@ -395,7 +395,12 @@ class StompConnection(Generic[Link]):
             return
         if self.destinations is not None:
             _count_delivered(self, delivery.consumer_tag)
-        self.deliver(data, len(delivery.body) >= self._large_body, True)
+        large = len(body) >= self._large_body
+        if large and self.steps is None:  # not held (deliver): the body is not copied into a frame
+            if self._output.buffer_message(self.out, head, body, trailer):
+                self.large = True
+            return
+        self.deliver(b"".join((head, body, trailer)), large, True)
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None:
         """Source 2: one MESSAGE of a shared group (adapter/sharing/runtime.py), rendered once

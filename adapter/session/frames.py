@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from .subscription import Subscription
 
 
+_WITHHELD = (b"", b"", b"")
+
+
 class Frames:
     __slots__ = (
         "_subscriptions",
@@ -60,16 +63,24 @@ class Frames:
         """Render one AMQP delivery as a MESSAGE frame (docs/destinations.md#amqp--message);
         ``dispatched``: a queue dispatcher hands it over (its consumer tag and message number in
         place of the AMQP ones), so the hook does not withhold it again."""
+        return b"".join(self.message_pieces(delivery, dispatched))
+
+    def message_pieces(self, delivery: Delivery, dispatched: bool = False) -> tuple[bytes, bytes, bytes]:
+        """``render_message`` not joined: the MESSAGE's head (up to its blank line), its body
+        (the delivery's own ``bytes``, not copied) and its NUL (and EOL), so that a large body
+        can go to the socket without being copied into a frame; ``(b"", b"", b"")`` for a
+        withheld delivery; an ERROR frame whole in the head, for a subscription that is gone."""
         consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties, body = delivery
         subscription = self._subscriptions.get(consumer_tag)
         if subscription is None:
-            return self.error(
+            missing = self.error(
                 "Subscription not found",
                 f"There is no current subscription with tag '{consumer_tag}'.",
             )
+            return missing, b"", b""
         hook = subscription.hook
         if hook is not None and not dispatched and hook.withholds(subscription, delivery):
-            return b""  # the shell settles it or hands it to the dispatcher (dropped_delivery_ack)
+            return _WITHHELD  # the shell settles it or hands it to the dispatcher (dropped_delivery_ack)
         destination = self._destinations.get((exchange, routing_key))
         if destination is None:
             destination = escape(message_destination(exchange, routing_key))
@@ -109,14 +120,14 @@ class Frames:
         if body:
             lines.append(f"content-length:{len(body)}\n")
         lines.append("\n")
-        data = b"".join(("".join(lines).encode("utf-8", "surrogateescape"), body, self._trailer))
+        pieces = ("".join(lines).encode("utf-8", "surrogateescape"), body, self._trailer)
         if hook is not None:
             try:
                 hook.rendered(subscription, delivery, dispatched)
             except BudgetExceeded:
                 self.messages_sent -= 1  # rendered, never sent: the shell closes the connection
                 raise
-        return data
+        return pieces
 
     def dispatched_message(self, delivery: Delivery) -> bytes:
         """A message the dispatcher gives one of this session's dispatched subscriptions

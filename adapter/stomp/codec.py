@@ -8,9 +8,15 @@ Parsing is pull-based: ``feed()`` appends bytes, ``next_frame()`` returns one co
 header escaping rules change once CONNECT has negotiated a version: a 1.2 client may pipeline
 ``CONNECT`` and ``SUBSCRIBE`` in one TCP segment, and the SUBSCRIBE must be unescaped with 1.2 rules.
 
-Hot-path notes: the scanner only uses ``bytearray.find`` (C speed), consumed bytes are dropped
-lazily (once per ``feed``, not once per frame) and the common case of a header block without a
-backslash skips the unescape step entirely.
+Hot-path notes: the scanner only uses ``find`` (C speed), and the common case of a header block
+without a backslash skips the unescape step entirely.
+
+Copies: a read that starts between frames is parsed where it is (the ``bytes`` the transport
+gave, never appended to a buffer), and each body it holds whole is sliced out of it once.  Only
+an incomplete rest is held on its own (a ``bytearray`` the next reads are appended to), except
+the body of a large frame with a ``content-length``: its pieces are kept as views of the reads
+(``bytes``, immutable, so a view is never overwritten) and joined once when the body is whole.
+So a body is copied once by the parser, however many reads it spans.
 """
 
 from __future__ import annotations
@@ -112,18 +118,38 @@ def quoted_line(line: bytes, command_line: bytes) -> str:
     return f" {line[:64]!r}"
 
 
-# bodies at least this large are copied out of the buffer through a memoryview (one copy instead
-# of two); below it, the plain slice is cheaper than setting up the view
+# bodies at least this large are copied out of a held buffer through a memoryview (one copy
+# instead of two); below it, the plain slice is cheaper than setting up the view.  A body of a
+# frame with a content-length at least this large that a read leaves incomplete is collected as
+# views of the reads, not appended to the held buffer (FrameParser._collect).
 _VIEW_COPY_MIN = 16 * 1024
+# a read smaller than this, of a body being collected, is appended to a tail piece of the
+# parser's own rather than kept as a piece: a client trickling a body byte by byte must not cost
+# an object per byte (its bytes are then copied twice, which only a trickle pays)
+_PIECE_MIN = 4096
+_EMPTY = b""
 
 
 class FrameParser:
     """Incremental parser for the client-to-server byte stream of one connection."""
 
-    __slots__ = ("_buf", "_pos", "_limits", "_unescape_table", "trim_values", "_scan_from", "_head")
+    __slots__ = (
+        "_buf",
+        "_pos",
+        "_limits",
+        "_unescape_table",
+        "trim_values",
+        "_scan_from",
+        "_head",
+        "_pieces",
+        "_missing",
+        "_pinned",
+    )
 
     def __init__(self, limits: FrameLimits | None = None) -> None:
-        self._buf = bytearray()
+        # the bytes being parsed from ``_pos``: the read itself (``bytes``) or, once a read left
+        # an incomplete frame, that rest held on its own (a ``bytearray`` that grows)
+        self._buf: bytes | bytearray = _EMPTY
         self._pos = 0
         self._limits = limits or FrameLimits()
         self._unescape_table: dict[bytes, bytes] | None = None
@@ -135,6 +161,13 @@ class FrameParser:
         self._scan_from = 0
         # (command, headers, content-length, body offset) of a frame whose body is incomplete
         self._head: tuple[str, dict[str, str], int | None, int] | None = None
+        # a large body being collected (see _collect): its pieces, views of the reads (or a
+        # copy, for the rare piece of a held bytearray, and a tail for small reads), the bytes
+        # of it still to come, and the bytes of the reads the pieces keep alive (what
+        # ``buffered`` counts for them)
+        self._pieces: list[bytes | bytearray | memoryview] | None = None
+        self._missing = 0
+        self._pinned = 0
 
     @property
     def limits(self) -> FrameLimits:
@@ -151,27 +184,71 @@ class FrameParser:
 
     @property
     def buffered(self) -> int:
-        """Bytes received but not yet returned as frames."""
-        return len(self._buf) - self._pos
+        """Bytes received but not yet returned as frames (for a large body being collected:
+        the whole reads its pieces keep alive)."""
+        return len(self._buf) - self._pos + self._pinned
 
     @property
     def retained(self) -> int:
-        """Bytes the parser's buffer holds, those already returned as frames included (they
-        are dropped at the next ``feed``, or as soon as everything fed has been read)."""
-        return len(self._buf)
+        """Bytes the parser holds, those already returned as frames included (a read is
+        dropped as soon as everything in it has been read, or its incomplete rest is copied
+        out at the end of ``next_frame``)."""
+        return len(self._buf) + self._pinned
 
     def feed(self, data: bytes) -> None:
-        if self._pos:
-            del self._buf[: self._pos]
-            self._scan_from = max(0, self._scan_from - self._pos)
-            self._pos = 0
-        self._buf += data
+        if type(data) is not bytes:  # a view of a buffer its owner may reuse: own a copy
+            data = bytes(data)
+        if not data:
+            return
+        pieces = self._pieces
+        if pieces is not None and self._missing:
+            # more of a large body (_collect): kept as a view of the read, no copy
+            missing = self._missing
+            size = len(data)
+            self._pinned += size
+            if size <= missing:
+                if size >= _PIECE_MIN:
+                    pieces.append(data)
+                else:  # a small read joins a tail of the parser's own: no object per trickled byte
+                    tail = pieces[-1] if pieces else None
+                    if type(tail) is bytearray:
+                        tail += data
+                    else:
+                        pieces.append(bytearray(data))
+                self._missing = missing - size
+                return
+            pieces.append(memoryview(data)[:missing])
+            self._missing = 0
+            self._buf = data  # what follows the body is parsed where it is
+            self._pos = self._scan_from = missing
+            return
+        buf = self._buf
+        pos = self._pos
+        if pos >= len(buf):  # nothing held: parse the read where it is
+            self._buf = data
+            self._pos = self._scan_from = 0
+            return
+        if isinstance(buf, bytearray):  # a rest held since an earlier read: it grows
+            if pos:
+                del buf[:pos]
+                self._scan_from = max(0, self._scan_from - pos)
+                self._pos = 0
+            buf += data
+            return
+        with memoryview(buf) as view:  # the incomplete rest of the last read: held on its own now
+            held = bytearray(view[pos:])
+        held += data
+        self._buf = held
+        self._scan_from = max(0, self._scan_from - pos)
+        self._pos = 0
 
     def next_frame(self) -> Frame | None:
         """Return the next complete frame, or None if more bytes are needed.
 
         Raises FrameError on malformed input or a broken limit.
         """
+        if self._pieces is not None:
+            return self._collected_frame()
         buf = self._buf
         pos = self._pos
         end = len(buf)
@@ -197,7 +274,7 @@ class FrameParser:
                 self._scan_from = pos
         if pos >= end:
             if end:  # all of it read: drop it now, not at the next feed (nothing is pinned)
-                buf.clear()
+                self._buf = _EMPTY
                 self._pos = self._scan_from = 0
             return None
         if buf[pos] == CR:
@@ -218,7 +295,10 @@ class FrameParser:
         if content_length is not None:
             frame_end = body_start + content_length
             if frame_end >= end:
-                self._wait()
+                if content_length >= _VIEW_COPY_MIN:
+                    self._collect(body_start, end, content_length)
+                else:
+                    self._wait()
                 return None
             if buf[frame_end] != NUL:
                 self._head = None
@@ -242,8 +322,8 @@ class FrameParser:
                     "Frame too big",
                     f"Frame exceeds the maximum frame size of {limits.max_frame_size} bytes",
                 )
-        if frame_end - body_start < _VIEW_COPY_MIN:
-            body = bytes(buf[body_start:frame_end])
+        if type(buf) is bytes or frame_end - body_start < _VIEW_COPY_MIN:
+            body = bytes(buf[body_start:frame_end])  # of bytes: the slice is the one copy
         else:  # one copy, where slicing the bytearray first would make two
             with memoryview(buf) as view:
                 body = bytes(view[body_start:frame_end])
@@ -254,12 +334,59 @@ class FrameParser:
 
     def _wait(self) -> None:
         """More bytes are needed: drop what was read before the incomplete rest now, so that a
-        read's frames and heart-beats are not pinned in memory until the client's next read."""
+        read's frames and heart-beats are not pinned in memory until the client's next read
+        (the rest of a read is copied out of it, a held buffer shifted)."""
         pos = self._pos
         if pos:
-            del self._buf[:pos]
+            buf = self._buf
+            if isinstance(buf, bytearray):
+                del buf[:pos]
+            else:
+                with memoryview(buf) as view:
+                    self._buf = bytearray(view[pos:])
             self._scan_from = max(0, self._scan_from - pos)
             self._pos = 0
+
+    def _collect(self, body_start: int, end: int, content_length: int) -> None:
+        """A large body with a content-length that this read does not complete: from now on
+        its bytes are kept as pieces (views of the reads, which are immutable ``bytes``, so no
+        later read can overwrite them), never appended to a buffer; ``_collected_frame`` joins
+        them once, when the body and its NUL are there.  The reads stay alive while the frame
+        is incomplete, so ``buffered`` counts them whole."""
+        buf = self._buf
+        pieces: list[bytes | bytearray | memoryview] = []
+        if end > body_start:
+            if type(buf) is bytes:
+                pieces.append(memoryview(buf)[body_start:end])
+                self._pinned = len(buf)
+            else:  # a held rest (the head came in pieces): its body bytes copied out
+                with memoryview(buf) as view:
+                    piece = bytes(view[body_start:end])
+                pieces.append(piece)
+                self._pinned = len(piece)
+        self._pieces = pieces
+        self._missing = content_length - (end - body_start)
+        self._buf = _EMPTY
+        self._pos = self._scan_from = 0
+
+    def _collected_frame(self) -> Frame | None:
+        """The frame of the body being collected, once its last byte and its NUL are there."""
+        pos = self._pos
+        if self._missing or pos >= len(self._buf):
+            return None
+        pieces = self._pieces
+        head = self._head
+        assert pieces is not None and head is not None
+        self._pieces = None
+        self._head = None
+        self._pinned = 0
+        if self._buf[pos] != NUL:
+            raise FrameError(
+                "Bad frame",
+                f"Body is longer than its content-length {head[2]}: expected NUL after the body",
+            )
+        self._pos = self._scan_from = pos + 1
+        return Frame(head[0], head[1], b"".join(pieces))  # the one copy of the body
 
     def _scan_head(self, pos: int, end: int) -> tuple[str, dict[str, str], int | None, int] | None:
         """Find and parse the command and header lines of the frame starting at ``pos``."""

@@ -5,8 +5,13 @@ one message per STOMP frame) buffer a MESSAGE given in pieces differently and wr
 differently; each is one small stateless object here, chosen by the transport that owns the
 client (``ClientConnection``'s ``frames`` argument), never a flag set on the connection.
 
-``buffer_pieces`` is pure (it only fills the list); ``write_frames`` hands the list to the
-transport's ``write``/``writelines``.
+``buffer_pieces`` and ``buffer_message`` are pure (they only fill the list); ``write_frames``
+hands the list to the transport's ``write``/``writelines``.
+
+Buffer ownership: every item of the list is ``bytes`` (immutable) and is never touched again
+once handed over: a transport keeps a reference to what it could not send yet (uvloop keeps the
+very objects), so a large body goes out as the delivery's own bytes, never as a view of a
+buffer that is reused.
 """
 
 from __future__ import annotations
@@ -35,6 +40,11 @@ class FrameOutput(Protocol):
         pieces.  True when ``out`` now holds a large frame that must not be copied again."""
         ...
 
+    def buffer_message(self, out: list[bytes], head: bytes, body: bytes, trailer: bytes) -> bool:
+        """Add one MESSAGE with a large body to ``out``: its head, its body (the delivery's own
+        bytes) and its trailer.  True when ``out`` now holds them apart (write it unjoined)."""
+        ...
+
     def write_frames(self, transport: Writable, out: list[bytes], large: bool) -> int:
         """Write ``out`` (not empty); the bytes written."""
         ...
@@ -55,6 +65,12 @@ class StreamFrames:
         out.extend(pieces[1:])
         return len(pieces) > 2  # a large body comes in more than two pieces
 
+    def buffer_message(self, out: list[bytes], head: bytes, body: bytes, trailer: bytes) -> bool:
+        out.append(head)
+        out.append(body)
+        out.append(trailer)
+        return True
+
     def write_frames(self, transport: Writable, out: list[bytes], large: bool) -> int:
         if large:
             transport.writelines(out)
@@ -74,6 +90,10 @@ class MessageFrames:
         self, out: list[bytes], head: bytes, pieces: tuple[bytes, ...], id_prefix: bytes
     ) -> bool:
         out.append(b"".join((head, pieces[0], id_prefix, *pieces[1:])))
+        return False
+
+    def buffer_message(self, out: list[bytes], head: bytes, body: bytes, trailer: bytes) -> bool:
+        out.append(b"".join((head, body, trailer)))
         return False
 
     def write_frames(self, transport: Writable, out: list[bytes], large: bool) -> int:
