@@ -873,3 +873,18 @@ class MemoryTransport:
 
     def frames(self) -> list[bytes]:
         return [f.lstrip(b"\r\n") for f in bytes(self.written).split(b"\0") if f.strip(b"\r\n")]
+
+
+class FrameCallbacks:
+    """A ``FrameHandler`` (adapter/amqp/framing.py) made of three callables: the frame reader's
+    unit tests hand each kind of frame to a function of their own."""
+
+    def __init__(
+        self,
+        on_method: Callable[[int, bytes], None],
+        on_content_header: Callable[[bytes], None],
+        on_body: Callable[[bytes | memoryview], None],
+    ) -> None:
+        self.on_method = on_method
+        self.on_content_header = on_content_header
+        self.on_body = on_body

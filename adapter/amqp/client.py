@@ -383,7 +383,7 @@ class ConnectionCore:
         self._credentials = credentials  # (user, password, vhost); the password goes at open-ok
         self._requested_heartbeat = heartbeat
         self.phase = Phase.CONNECT
-        self.reader = FrameReader(self._on_handshake_method, _content_before_open, _body_before_open)
+        self.reader = FrameReader(HandshakeFrames(self))
         # bytes out: the socket's buffer; a channel of a connection of its own appends to it too
         self.out: list[bytes | memoryview] = [wire.PROTOCOL_HEADER]
         self.close_sent = False  # we queued connection.close (a shell's close, or refused input)
@@ -500,7 +500,8 @@ class ConnectionCore:
         return True
 
     # ----------------------------------------------------------------- the handshake
-    def _on_handshake_method(self, channel: int, payload: bytes) -> None:
+    def on_handshake_method(self, channel: int, payload: bytes) -> None:
+        """A method frame before connection.open-ok (``HandshakeFrames``)."""
         try:
             method = _method_id(payload)
         except struct.error:
@@ -543,11 +544,8 @@ class ConnectionCore:
             user, _, vhost = self._credentials
             self._credentials = (user, "", vhost)
             # from now on every frame goes to its channel; takes effect within the current read
-            only = self._only
-            if only is not None:
-                self.reader.set_handlers(only.on_method, only.on_content_header, only.on_body)
-            else:
-                self.reader.set_handlers(self._route_method, self._route_header, self._route_body)
+            # (a connection of one channel: straight to it; else the routing by number below)
+            self.reader.handler = self._only if self._only is not None else self
             self.hooks.handshake_done()
         elif event is Input.CHANNEL_METHOD:
             # refused in the handshake phases; in a close begun before open-ok (refused input)
@@ -581,7 +579,9 @@ class ConnectionCore:
             raise AssertionError(f"TRANSITIONS lets {event} through in phase {self.phase!r}")
 
     # ----------------------------------------------------------------- routing by number (per frame)
-    def _route_method(self, channel: int, payload: bytes) -> None:
+    # The reader's handler (adapter/amqp/framing.py FrameHandler) once the connection is open,
+    # when it carries several channels.
+    def on_method(self, channel: int, payload: bytes) -> None:
         routed = self.channels.get(channel)
         if routed is not None:
             if not routed.in_read:
@@ -610,7 +610,7 @@ class ConnectionCore:
     # (a body larger than one read, TCP segments split anywhere): the content routes mark
     # their channel as having had frames in this read too, or its MESSAGE would wait for the
     # next method of its channel.
-    def _route_header(self, payload: bytes) -> None:
+    def on_content_header(self, payload: bytes) -> None:
         routed = self.channels.get(self.reader.channel)
         if routed is not None:
             if not routed.in_read:
@@ -622,7 +622,7 @@ class ConnectionCore:
             except Exception as error:  # noqa: BLE001
                 self._refused(routed, error)
 
-    def _route_body(self, payload: bytes | memoryview) -> None:
+    def on_body(self, payload: bytes | memoryview) -> None:
         routed = self.channels.get(self.reader.channel)
         if routed is not None:
             if not routed.in_read:
@@ -653,11 +653,22 @@ class ConnectionCore:
         return touched
 
 
-def _content_before_open(payload: bytes) -> None:
-    """A content header before any channel is open: decoded (a bad one is refused as any
-    undecodable frame is) and dropped."""
-    wire.decode_content_header(payload)
+class HandshakeFrames:
+    """The reader's handler until connection.open-ok (adapter/amqp/framing.py FrameHandler):
+    methods go to the connection core's handshake; content frames, before any channel is open,
+    are dropped (a content header decoded first: a bad one is refused as any undecodable frame
+    is)."""
 
+    __slots__ = ("_core",)
 
-def _body_before_open(payload: bytes | memoryview) -> None:
-    """A body frame before any channel is open: dropped."""
+    def __init__(self, core: ConnectionCore) -> None:
+        self._core = core
+
+    def on_method(self, channel: int, payload: bytes) -> None:
+        self._core.on_handshake_method(channel, payload)
+
+    def on_content_header(self, payload: bytes) -> None:
+        wire.decode_content_header(payload)
+
+    def on_body(self, payload: bytes | memoryview) -> None:
+        pass

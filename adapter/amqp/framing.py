@@ -1,13 +1,17 @@
-"""AMQP 0-9-1 framing, sans-IO: bytes from the broker in, whole frames out to three callbacks.
+"""AMQP 0-9-1 framing, sans-IO: bytes from the broker in, whole frames out to a ``FrameHandler``.
 
 Owns the frame layout (AMQP 0-9-1 §2.3.5: type octet, channel short, size long, payload, frame
 end 0xCE), the checks on it (frame end, frame size against the negotiated ``frame_max``, known
 frame types), and the partial frame a read left unfinished.  What a frame means is the
 caller's business (the connection core, adapter/amqp/client.py).
 
-Why callbacks rather than returned events: this runs for every frame of every delivery, and a
-direct call per frame is the cheapest way out of the loop (no tuple or event object per frame);
-the reader stays pure and is tested on its own (tests/unit/test_framing.py).
+Why a handler's methods rather than returned events: this runs for every frame of every
+delivery, and a direct call per frame is the cheapest way out of the loop (no tuple or event
+object per frame); the reader stays pure and is tested on its own (tests/unit/test_framing.py).
+The handler is an object with named methods, not three callables, so that a frame can be
+followed by name from the read to the channel: the connection core during the handshake
+(``HandshakeFrames``), then a connection's one channel (``ChannelCore``) or the core's routing by
+channel number (``ConnectionCore``), all in adapter/amqp/client.py and channel.py.
 
 Pure: no I/O; imports neither asyncio nor pamqp.
 """
@@ -15,7 +19,7 @@ Pure: no I/O; imports neither asyncio nor pamqp.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from typing import Protocol
 
 from .wire import FRAME_BODY, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, DecodeError
 
@@ -31,6 +35,16 @@ _SPANNING_BODY_MIN = BODY_VIEW_MIN + 8  # the same frames, by their whole length
 DEFAULT_FRAME_MAX = 131072
 
 
+class FrameHandler(Protocol):
+    """Where a ``FrameReader`` hands each whole frame (heart-beats excepted)."""
+
+    def on_method(self, channel: int, payload: bytes) -> None: ...
+
+    def on_content_header(self, payload: bytes) -> None: ...  # its channel: ``FrameReader.channel``
+
+    def on_body(self, payload: bytes | memoryview) -> None: ...  # likewise
+
+
 class FrameReader:
     """Split the broker's byte stream into frames.  ``feed`` raises DecodeError on a broken
     frame; the stream cannot be trusted after that, and the reader drops what it holds."""
@@ -42,19 +56,11 @@ class FrameReader:
         "_needed",
         "channel",
         "frame_max",
-        "_on_method",
-        "_on_header",
-        "_on_body",
+        "handler",
         "_stopped",
     )
 
-    def __init__(
-        self,
-        on_method: Callable[[int, bytes], None],
-        on_header: Callable[[bytes], None],
-        on_body: Callable[[bytes | memoryview], None],
-        frame_max: int = DEFAULT_FRAME_MAX,
-    ) -> None:
+    def __init__(self, handler: FrameHandler, frame_max: int = DEFAULT_FRAME_MAX) -> None:
         # the start of a frame that the last read did not complete: a copy, or for a large body
         # frame a view of that read (immutable bytes, kept alive until the frame is whole)
         self._partial: bytes | memoryview = b""
@@ -65,9 +71,10 @@ class FrameReader:
         self._held = 0  # bytes in _partial and _more
         self._needed = 0  # bytes the unfinished frame takes, once its head is known (else 0)
         self.frame_max = frame_max
-        self._on_method = on_method
-        self._on_header = on_header
-        self._on_body = on_body
+        # where frames go; the connection core replaces it once, when the handshake ends (to its
+        # one channel, or to its routing by ``channel``), which takes effect within the current
+        # ``feed``
+        self.handler = handler
         self._stopped = False
         # the channel of the content frame being handed out: a connection that carries several
         # channels (adapter/amqp/shared.py) routes headers and bodies by it
@@ -77,19 +84,6 @@ class FrameReader:
     def buffered(self) -> int:
         """Bytes of an unfinished frame held until the next read."""
         return self._held
-
-    def set_handlers(
-        self,
-        on_method: Callable[[int, bytes], None],
-        on_header: Callable[[bytes], None],
-        on_body: Callable[[bytes | memoryview], None],
-    ) -> None:
-        """Hand every frame to these from the next frame on (the connection core's handlers
-        change once, when the handshake ends: to a channel's, or to its routing by ``channel``);
-        takes effect within the current ``feed``."""
-        self._on_method = on_method
-        self._on_header = on_header
-        self._on_body = on_body
 
     def stop(self) -> None:
         """Hand out no more frames (the connection is gone)."""
@@ -150,14 +144,14 @@ class FrameReader:
                 if frame_type == FRAME_BODY:
                     self.channel = channel
                     if size >= BODY_VIEW_MIN:
-                        self._on_body(memoryview(data)[start:frame_end])
+                        self.handler.on_body(memoryview(data)[start:frame_end])
                     else:
-                        self._on_body(data[start:frame_end])
+                        self.handler.on_body(data[start:frame_end])
                 elif frame_type == FRAME_METHOD:
-                    self._on_method(channel, data[start:frame_end])
+                    self.handler.on_method(channel, data[start:frame_end])
                 elif frame_type == FRAME_HEADER:
                     self.channel = channel
-                    self._on_header(data[start:frame_end])
+                    self.handler.on_content_header(data[start:frame_end])
                 elif frame_type != FRAME_HEARTBEAT:
                     raise DecodeError(f"unknown frame type {frame_type}")
                 if self._stopped:
@@ -195,11 +189,10 @@ class FrameReader:
         more.clear()
         self._partial = b""
         self._held = self._needed = 0
-        on_body = self._on_body
         for piece in pieces:
             if piece:
                 self.channel = head_channel
-                on_body(piece)
+                self.handler.on_body(piece)
                 if self._stopped:
                     break
         return in_data

@@ -24,6 +24,7 @@ from adapter.mapping.properties import MessageProperties
 from adapter.stomp.codec import FrameParser
 from adapter.stomp.frame import Frame
 from adapter.stomp.output import MESSAGE_FRAMES, STREAM_FRAMES
+from tests.support import FrameCallbacks
 from tests.unit.test_amqp_client import opened
 from tests.unit.test_stomp_connection import CONNECT, LARGE, delivery, feed, make, subscribe
 
@@ -198,7 +199,9 @@ def test_the_reader_hands_a_frame_spanning_reads_on_in_pieces_of_them() -> None:
     data = frame.marshal(amqp_body.ContentBody(payload), 3)
     reads = in_reads(data + frame.marshal(commands.Basic.Ack(1), 3), 10_000)
     seen: list[bytes | memoryview] = []
-    reader = FrameReader(lambda channel, payload: seen.append(b"method"), lambda p: None, seen.append)
+    reader = FrameReader(
+        FrameCallbacks(lambda channel, payload: seen.append(b"method"), lambda p: None, seen.append)
+    )
     for chunk in reads:
         reader.feed(chunk)
     assert reader.channel == 3
@@ -210,7 +213,7 @@ def test_the_reader_hands_a_frame_spanning_reads_on_in_pieces_of_them() -> None:
 def test_a_broken_frame_end_after_a_spanning_body_is_refused() -> None:
     data = bytearray(frame.marshal(amqp_body.ContentBody(b"x" * 30_000), 1))
     data[-1] = 0
-    reader = FrameReader(lambda c, p: None, lambda p: None, lambda p: None)
+    reader = FrameReader(FrameCallbacks(lambda c, p: None, lambda p: None, lambda p: None))
     reader.feed(bytes(data[:10_000]))
     with pytest.raises(wire.DecodeError, match="frame-end"):
         reader.feed(bytes(data[10_000:]))
@@ -221,7 +224,7 @@ def test_the_reader_copies_reads_the_caller_may_overwrite() -> None:
     payload = body_of(40_000)
     data = bytearray(frame.marshal(amqp_body.ContentBody(payload), 1))
     seen: list[bytes] = []
-    reader = FrameReader(lambda c, p: None, lambda p: None, lambda p: seen.append(bytes(p)))
+    reader = FrameReader(FrameCallbacks(lambda c, p: None, lambda p: None, lambda p: seen.append(bytes(p))))
     first = data[:20_000]
     reader.feed(first)  # type: ignore[arg-type]
     first[:] = b"\xff" * len(first)

@@ -11,12 +11,13 @@ from pamqp import body, commands, frame, header, heartbeat
 
 from adapter.amqp import wire
 from adapter.amqp.framing import BODY_VIEW_MIN, FrameReader
+from tests.support import FrameCallbacks
 
 
 class Recorder:
     def __init__(self, frame_max: int = 131072) -> None:
         self.events: list[tuple[str, int | None, bytes]] = []
-        self.reader = FrameReader(self.method, self.header, self.body, frame_max)
+        self.reader = FrameReader(FrameCallbacks(self.method, self.header, self.body), frame_max)
 
     def method(self, channel: int, payload: bytes) -> None:
         self.events.append(("method", channel, bytes(payload)))
@@ -91,7 +92,7 @@ def test_trailing_partial_frame_is_kept_for_the_next_read():
 def test_large_bodies_are_views_and_decode_the_same():
     payload = bytes(range(256)) * (BODY_VIEW_MIN // 256 + 1)
     seen: list[object] = []
-    reader = FrameReader(lambda c, p: None, lambda p: None, seen.append)
+    reader = FrameReader(FrameCallbacks(lambda c, p: None, lambda p: None, seen.append))
     reader.feed(frame.marshal(body.ContentBody(payload), 1))
     assert isinstance(seen[0], memoryview) and bytes(seen[0]) == payload
 
@@ -100,7 +101,7 @@ def test_a_large_frame_in_many_reads_is_held_as_they_came_and_handed_on_in_piece
     payload = bytes(range(256)) * 256  # 64 KiB
     data = frame.marshal(body.ContentBody(payload), 1) + frame.marshal(heartbeat.Heartbeat(), 0)
     seen: list[bytes] = []
-    reader = FrameReader(lambda c, p: None, lambda p: None, lambda p: seen.append(bytes(p)))
+    reader = FrameReader(FrameCallbacks(lambda c, p: None, lambda p: None, lambda p: seen.append(bytes(p))))
     reads = [data[i : i + 1000] for i in range(0, len(data), 1000)]
     for n, chunk in enumerate(reads[:-1]):
         reader.feed(chunk)
@@ -154,6 +155,6 @@ def test_a_callback_that_stops_the_reader_ends_the_loop():
         events.append(channel)
         holder[0].stop()
 
-    holder.append(FrameReader(on_method, lambda p: None, lambda p: None))
+    holder.append(FrameReader(FrameCallbacks(on_method, lambda p: None, lambda p: None)))
     holder[0].feed(data)
     assert events == [1]
