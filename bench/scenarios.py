@@ -214,7 +214,7 @@ async def queue_scenario(run: Run, metric: str = "queue", latency: bool = False)
         body = b"x" * cfg.size
         head = f"SEND\ndestination:{destination}\ncontent-length:{len(body)}\nbench-sent:".encode()
         tail = b"\n\n" + body + b"\0"
-        now = run.loop.time
+        now = time.monotonic  # uvloop's loop.time() has millisecond steps
 
         def stamped() -> bytes:
             return head + repr(now()).encode() + tail
