@@ -20,6 +20,8 @@ Workloads:
   an auto-ack subscriber on another connection;
 * ``large``: the same with 64 KiB bodies (``--size`` another size, e.g. 1048576), one SEND per
   write, at most 8 in flight;
+* ``client-individual``: the same, to a ``client-individual`` subscriber with a prefetch of 100
+  that ACKs every MESSAGE, the ACKs of what one read brought in one write;
 * ``reqrep``, ``persistent``, ``connect``: see their functions.
 
     python -m bench.instructions connect --count 300
@@ -104,6 +106,35 @@ def queued_messages(port: int, count: int) -> None:
         if not data:
             raise SystemExit("the adapter closed the consumer's connection")
         received += data.count(b"\0")  # one per MESSAGE (the bodies hold no NUL)
+    producer.close()
+    consumer.close()
+
+
+def acked_messages(port: int, count: int) -> None:
+    queue = os.environ.get("BENCH_INSTRUCTIONS_QUEUE", "/queue/bench-instructions") + "-ci"
+    consumer = _login(port)
+    consumer.sendall(
+        f"SUBSCRIBE\nid:1\ndestination:{queue}\nack:client-individual\nprefetch-count:100\n"
+        "receipt:s\n\n\0".encode()
+    )
+    frame, buffered = _read_frame(consumer, b"")
+    if not frame.startswith(b"RECEIPT"):
+        raise SystemExit(f"SUBSCRIBE refused: {frame[:200]!r}")
+    producer = _login(port)
+    body = b"x" * 1024
+    burst = (f"SEND\ndestination:{queue}\ncontent-length:{len(body)}\n\n".encode() + body + b"\0") * 10
+    sent = received = 0
+    while received < count:
+        while sent < count and sent - received < 100:
+            producer.sendall(burst)
+            sent += 10
+        data = consumer.recv(1 << 20)
+        if not data:
+            raise SystemExit("the adapter closed the consumer's connection")
+        *frames, buffered = (buffered + data).split(b"\0")
+        ids = [re.search(rb"\nack:([^\n]*)", frame) for frame in frames if b"MESSAGE" in frame[:10]]
+        consumer.sendall(b"".join(b"ACK\nid:" + found.group(1) + b"\n\n\0" for found in ids if found))
+        received += len(ids)
     producer.close()
     consumer.close()
 
@@ -222,6 +253,7 @@ def drain_persistent(port: int) -> None:
 WORKLOADS = {
     "connect": connect_cycles,
     "queue": queued_messages,
+    "client-individual": acked_messages,
     "reqrep": request_reply,
     "large": large_messages,
     "persistent": persistent_receipts,
@@ -230,6 +262,7 @@ AFTERWARDS = {"persistent": drain_persistent}  # run uninstrumented after the me
 DEFAULT_COUNTS = {  # items measured, items of warm-up before
     "connect": (300, 20),
     "queue": (5000, 300),
+    "client-individual": (5000, 300),
     "reqrep": (1000, 50),
     "large": (500, 20),
     "persistent": (3000, 200),

@@ -114,6 +114,20 @@ def metric_list(cfg: Config) -> list[Metric]:
                 "ratio>=0.8",
             ),
             Metric(
+                f"queue-{label}-p50",
+                f"queue-{label}",
+                f"queue, {size // 1024} KiB bodies: send to MESSAGE, p50",
+                "ms",
+                False,
+            ),
+            Metric(
+                f"queue-{label}-p99",
+                f"queue-{label}",
+                f"queue, {size // 1024} KiB bodies: send to MESSAGE, p99",
+                "ms",
+                False,
+            ),
+            Metric(
                 f"persistent-{label}",
                 f"persistent-{label}",
                 f"persistent + receipt, {size // 1024} KiB bodies",

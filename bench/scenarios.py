@@ -153,15 +153,17 @@ class Run:
     async def produce(
         self,
         client: StompClient,
-        payload: bytes,
+        payload: bytes | Callable[[], bytes],
         in_flight: Callable[[], int],
         stop_at: float,
         quota: int | None,
         counter: list[int],
     ) -> None:
-        """Write ``payload`` in batches until ``stop_at``/``quota``, keeping in_flight() <= window."""
+        """Write ``payload`` in batches until ``stop_at``/``quota``, keeping in_flight() <= window
+        (a callable ``payload`` makes each frame when it is written: a send time in it)."""
         window = self.cfg.window
-        batch = max(1, 65536 // len(payload))
+        size = len(payload) if isinstance(payload, bytes) else self.cfg.size
+        batch = max(1, 65536 // size)
         low = window // 2
         loop = self.loop
         while (quota is None or quota > 0) and loop.time() < stop_at:
@@ -171,7 +173,7 @@ class Run:
                 await self.wait_until(lambda: in_flight() <= low, stop_at)
                 continue
             n = min(batch, credit) if quota is None else min(batch, credit, quota)
-            client.write(payload * n)
+            client.write(payload * n if isinstance(payload, bytes) else b"".join(payload() for _ in range(n)))
             counter[0] += n
             if quota is not None:
                 quota -= n
@@ -197,14 +199,33 @@ class Run:
 
 
 # ====================================================================== scenarios
-async def queue_scenario(run: Run, metric: str = "queue") -> None:
-    """N producers -> one /queue (non-persistent), one auto-ack consumer: delivered msg/s."""
+async def queue_scenario(run: Run, metric: str = "queue", latency: bool = False) -> None:
+    """N producers -> one /queue (non-persistent), one auto-ack consumer: delivered msg/s; with
+    ``latency``, each SEND carries its send time and the p50/p99 from send to MESSAGE are
+    reported too (``<metric>-p50``, ``<metric>-p99``, ms)."""
     cfg = run.cfg
     destination = "/queue/" + run.queue("q")
     consumer = await run.client("consumer")
     await consumer.request("SUBSCRIBE", {"destination": destination, "id": "0", "ack": "auto"})
     producers = [await run.client(f"producer{i}") for i in range(cfg.producers)]
-    payload = run.send_frame(destination)
+    payload: bytes | Callable[[], bytes] = run.send_frame(destination)
+    latencies: list[float] = []
+    if latency:
+        body = b"x" * cfg.size
+        head = f"SEND\ndestination:{destination}\ncontent-length:{len(body)}\nbench-sent:".encode()
+        tail = b"\n\n" + body + b"\0"
+        now = time.monotonic  # uvloop's loop.time() has millisecond steps
+
+        def stamped() -> bytes:
+            return head + repr(now()).encode() + tail
+
+        def on_message(raw: bytes, _body: bytes) -> None:
+            stamp = header(raw, b"bench-sent")
+            if stamp is not None:
+                latencies.append(now() - float(stamp))
+
+        payload = stamped
+        consumer.on_message = on_message
     sent = [0]
 
     def in_flight() -> int:
@@ -224,6 +245,9 @@ async def queue_scenario(run: Run, metric: str = "queue") -> None:
     run.stop_meter()
     run.outcome.counts.update(sent=sent[0], delivered=consumer.messages, drained=drained, seconds=elapsed)
     run.outcome.metrics[metric] = consumer.messages / elapsed
+    if latency:
+        run.outcome.metrics[f"{metric}-p50"] = percentile(latencies, 50) * 1000
+        run.outcome.metrics[f"{metric}-p99"] = percentile(latencies, 99) * 1000
 
 
 async def persistent_scenario(run: Run, metric: str = "persistent") -> None:
@@ -679,13 +703,15 @@ _LARGE_IN_FLIGHT = 32 * 1024 * 1024
 LARGE_SIZES = {"64k": 64 * 1024, "1m": 1024 * 1024}
 
 
-def _with_body_size(base: Callable[..., Coroutine[Any, Any, None]], size: int, metric: str) -> Scenario:
+def _with_body_size(
+    base: Callable[..., Coroutine[Any, Any, None]], size: int, metric: str, **options: bool
+) -> Scenario:
     """``base`` with ``size``-byte bodies (whatever --size says) and a window of at most 32 MiB."""
 
     async def scenario(run: Run) -> None:
         window = max(4, min(run.cfg.window, _LARGE_IN_FLIGHT // size))
         run.cfg = dataclasses.replace(run.cfg, size=size, window=window)
-        await base(run, metric=metric)
+        await base(run, metric=metric, **options)
 
     scenario.__doc__ = f"{base.__doc__} With {size}-byte bodies."
     return scenario
@@ -714,12 +740,15 @@ SCENARIOS: dict[str, ScenarioInfo] = {
         *(
             ScenarioInfo(
                 f"{kind}-{label}",
-                _with_body_size(base, size, f"{kind}-{label}"),
+                _with_body_size(base, size, f"{kind}-{label}", **options),
                 ("adapter", "plugin"),
                 _throughput_budget,
             )
             for label, size in LARGE_SIZES.items()
-            for kind, base in (("queue", queue_scenario), ("persistent", persistent_scenario))
+            for kind, base, options in (
+                ("queue", queue_scenario, {"latency": True}),
+                ("persistent", persistent_scenario, {}),
+            )
         ),
     )
 }

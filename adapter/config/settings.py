@@ -481,6 +481,13 @@ class Settings(BaseSettings):
     max_logins_in_flight: Annotated[
         int, Setting(_LIMITS, _int_converter(1), "adapter.max_logins_in_flight")
     ] = 64
+    # SO_RCVBUF of accepted STOMP sockets (every listener: TCP, TLS, WebSocket) unless
+    # stomp.tcp_listen_options.recbuf is set: the bytes a client can have sent that wait unread in
+    # the kernel while the adapter holds it back; 0 leaves the OS's autotuning
+    # (docs/configuration.md, docs/performance.md "Large messages")
+    client_receive_buffer: Annotated[
+        int, Setting(_LIMITS, _int_converter(0), "adapter.client_receive_buffer")
+    ] = 262144
     # With shared subscriptions: bytes of MESSAGE frames that may wait for one subscriber to read
     # them, and for all of a process's subscribers together; over either, the subscriber (the
     # one furthest behind) gets an ERROR naming the setting and is closed.

@@ -38,17 +38,20 @@ class SocketOptions:
     tcp_keepalive: bool
     tcp_sndbuf: int | None
     tcp_recbuf: int | None
+    # adapter.client_receive_buffer: SO_RCVBUF when tcp_recbuf is not set (0: the OS's)
+    client_receive_buffer: int
 
     def apply(self, sock: socket.socket) -> None:
         """Set an accepted client socket as these options say."""
+        recbuf = self.tcp_recbuf or self.client_receive_buffer
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1 if self.tcp_nodelay else 0)
             if self.tcp_keepalive:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             if self.tcp_sndbuf:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.tcp_sndbuf)
-            if self.tcp_recbuf:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.tcp_recbuf)
+            if recbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recbuf)
         except OSError as error:  # pragma: no cover - depends on the platform
             log.debug("could not tune socket: %s", error)
 

@@ -16,6 +16,8 @@ operations out.  ``Session`` (core.py) is a small router over named parts:
                     registries beside them), ``State``, the session id, the transaction limits
 * parts.py          ``Parts``: the parts held together (the extension reads them there)
 * quick.py          ``QuickPaths``: the common SEND and ACK as one plain call each
+* ack_coalescing.py ``AckCoalescing``: the channel's unsettled deliveries and the run of quick
+                    ACKs one read brings, written as one multiple ack where exactly equivalent
 * commit.py         BEGIN, COMMIT, ABORT: the steps of the transactions' frames
 
 Imports neither asyncio nor pydantic (tests/unit/test_layers.py).

@@ -6,7 +6,10 @@ bytes and recording fakes).  ``StompConnection`` owns, for one client:
 
 * the frame parser (``receive_data``) and the pump (``pump``): each frame goes through the
   session's quick paths (a SEND or ACK that needs exactly one AMQP call) or its operation
-  generator, whose operations ``INTERPRETER`` carries out one by one;
+  generator, whose operations ``INTERPRETER`` carries out one by one; the individual ACKs of
+  the quick path are held in ``acks`` (``AckCoalescing``, ack_coalescing.py) until the next
+  other frame or the end of the pump, and written as one multiple ack where that is exactly
+  equivalent;
 * the output buffer (``out``, handed to the shell's ``write_output`` by ``flush_output``) and
   the MESSAGEs held behind the RECEIPT of the frame being handled (``held``);
 * ONE entry point for a MESSAGE, ``deliver``, fed by three sources: the connection's own
@@ -39,6 +42,7 @@ from ..sharing.rules import Member
 from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
 from ..stomp.output import FrameOutput
+from .ack_coalescing import AckCoalescing
 from .core import Session
 from .frames import Frames
 from .subscriptions import Subscriptions
@@ -200,6 +204,8 @@ class StompConnection(Generic[Link]):
         # subscriptions (what a withheld delivery becomes, the destination a MESSAGE counts for)
         self.frames: Frames = session.frames
         self.subscriptions: Subscriptions = session.parts.subscriptions
+        # the channel's unsettled deliveries and the run of quick ACKs held in a pump
+        self.acks = AckCoalescing(session.parts.by_tag, session.settings.registries.ack_tags)
         self.shell = shell
         self.broker = broker
         self.parser = FrameParser(session.settings.unauthenticated_limits)
@@ -232,6 +238,8 @@ class StompConnection(Generic[Link]):
         self.lifecycle = state
         self.closed = state is Lifecycle.CLOSED or state is Lifecycle.FINISHED
         self.finished = state is Lifecycle.FINISHED
+        if self.closed:
+            self.acks.close()  # nothing more is settled here: the record's room goes back
 
     # ------------------------------------------------------------------ bytes in, bytes out
     def receive_data(self, data: bytes) -> None:
@@ -271,13 +279,33 @@ class StompConnection(Generic[Link]):
         parser = self.parser
         clocks = self.clocks
         counters = self.counters
+        acks = self.acks
         clocks.read_clock = 0.0  # the receipted frames of this batch share one reading
+        try:
+            self._pump(session, parser, clocks, counters, acks)
+        finally:
+            # the run of ACKs goes before anything written after this pump (the link is only
+            # gone here if a bug ended the connection mid-frame: nothing goes then)
+            if acks.held and self.amqp is not None:
+                acks.release(self.amqp)
+
+    def _pump(
+        self,
+        session: Session,
+        parser: FrameParser,
+        clocks: Clocks,
+        counters: ConnectionCounters,
+        acks: AckCoalescing,
+    ) -> None:
         while not self.busy and not self.closed:
             steps = self.steps
             if steps is None:
                 try:
                     frame = parser.next_frame()
                 except FrameError as error:
+                    if acks.held:  # the ACKs before the bad frame go out as they came
+                        assert self.amqp is not None
+                        acks.release(self.amqp)
                     self.run_all(session.on_frame_error(error))
                     return
                 if frame is None:
@@ -288,7 +316,17 @@ class StompConnection(Generic[Link]):
                 if "receipt" in frame.headers:
                     clocks.receipt_asked(frame)
                 # the two frames of the message flow skip the generator when they can
-                if frame.command == "SEND":
+                command = frame.command
+                ack = session.quick_ack(frame) if command == "ACK" else None
+                if ack is not None and not ack.multiple:
+                    acks.hold(ack.delivery_tag)  # written with the run it ends up in
+                    counters.acks += 1
+                    self.frame = None
+                    continue
+                if acks.held:  # nothing else on the channel changes place with the run
+                    assert self.amqp is not None
+                    acks.release(self.amqp)
+                if command == "SEND":
                     publish = session.quick_send(frame)
                     if publish is not None:
                         # _op_publish, inline: one call less on the path every SEND takes
@@ -307,14 +345,13 @@ class StompConnection(Generic[Link]):
                             return
                         self.frame = None
                         continue
-                elif frame.command == "ACK":
-                    ack = session.quick_ack(frame)
-                    if ack is not None:
-                        assert self.amqp is not None
-                        self.amqp.ack(ack.delivery_tag, ack.multiple)
-                        counters.acks += 1
-                        self.frame = None
-                        continue
+                elif ack is not None:  # a 'client' ACK: cumulative, multiple already
+                    assert self.amqp is not None
+                    self.amqp.ack(ack.delivery_tag, True)
+                    acks.settled(ack.delivery_tag, True)
+                    counters.acks += 1
+                    self.frame = None
+                    continue
                 steps = self.steps = session.handle_frame(frame)
                 result: object = None
             else:
@@ -391,8 +428,12 @@ class StompConnection(Generic[Link]):
             # (activemq profile): settle it now, or hand it over
             ack = self.subscriptions.dropped_delivery_ack(delivery)
             if ack is not None:
+                if type(ack) is not ops.BasicAck:
+                    self.acks.lose_sight()  # the dispatcher settles it on this channel, unseen here
                 self.execute(ack)
             return
+        if self.subscriptions.plain_acks:  # else every consumer of the channel is no-ack
+            self.acks.delivered(delivery.consumer_tag, delivery.delivery_tag)
         if self.destinations is not None:
             _count_delivered(self, delivery.consumer_tag)
         large = len(body) >= self._large_body
@@ -536,12 +577,14 @@ def _op_send_frame(connection: StompConnection[Any], op: ops.SendFrame, in_frame
 def _op_ack(connection: StompConnection[Any], op: ops.BasicAck, in_frame: bool) -> None:
     assert connection.amqp is not None
     connection.amqp.ack(op.delivery_tag, op.multiple)
+    connection.acks.settled(op.delivery_tag, op.multiple)
     connection.counters.acks += 1
 
 
 def _op_nack(connection: StompConnection[Any], op: ops.BasicNack, in_frame: bool) -> None:
     assert connection.amqp is not None
     connection.amqp.nack(op.delivery_tag, op.multiple, op.requeue)
+    connection.acks.settled(op.delivery_tag, op.multiple)
     connection.counters.nacks += 1
 
 

@@ -19,6 +19,7 @@ from ..mapping.operations import Operation
 from ..mapping.profile import ClientIds, Profile
 from ..sharing.rules import Registry
 from ..stomp.codec import FrameLimits
+from .ack_coalescing import TagPool
 from .tokens import TokenValidator
 
 # The operations of one client frame, in order; a synchronous one's result is sent back in.
@@ -34,10 +35,11 @@ NODE_LIMIT_REACHED = "Connection refused: node connection limit reached"
 @dataclass(frozen=True, slots=True)
 class SessionRegistries:
     """The process-wide state the sessions of a process share and change: who is connected
-    under which client id, the queue dispatchers, the connection cap, the byte pools and the
-    shared subscriptions.  Built once per process (cli.py); each field is a mutable registry of
-    its own, owned by its module (mapping/profile.py, dispatch/rules.py, caps.py,
-    mapping/budget.py, sharing/rules.py), so no field is ever replaced."""
+    under which client id, the queue dispatchers, the connection cap, the byte pools, the
+    shared subscriptions and the delivery tags recorded to coalesce ACKs.  Built once per
+    process (cli.py); each field is a mutable registry of its own, owned by its module
+    (mapping/profile.py, dispatch/rules.py, caps.py, mapping/budget.py, sharing/rules.py,
+    session/ack_coalescing.py), so no field is ever replaced."""
 
     # activemq profile: the client ids connected now, shared by every connection of the process
     client_ids: ClientIds = field(default_factory=ClientIds)
@@ -51,6 +53,9 @@ class SessionRegistries:
     # adapter.shared_subscriptions: the process's shared topic subscriptions (adapter/sharing/
     # rules.py), or None (off: every subscription has its own queue, as with the plugin)
     shared: Registry | None = None
+    # the unsettled delivery tags the sessions record to coalesce their ACKs, per process
+    # (adapter/session/ack_coalescing.py)
+    ack_tags: TagPool = field(default_factory=TagPool)
 
 
 @dataclass(frozen=True, slots=True)
