@@ -356,10 +356,13 @@ class FrameParser:
         buf = self._buf
         pieces: list[bytes | bytearray | memoryview] = []
         if end > body_start:
-            if type(buf) is bytes:
+            if type(buf) is bytes and body_start <= end - body_start:
+                # the body is most of the read: a view of it (the read is kept alive whole)
                 pieces.append(memoryview(buf)[body_start:end])
                 self._pinned = len(buf)
-            else:  # a held rest (the head came in pieces): its body bytes copied out
+            else:  # a held rest (the head came in pieces), or a read that is mostly what came
+                # before the body (frames, heart-beats): its body bytes copied out, so a few
+                # body bytes do not keep a large read alive
                 with memoryview(buf) as view:
                     piece = bytes(view[body_start:end])
                 pieces.append(piece)

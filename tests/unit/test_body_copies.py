@@ -117,6 +117,27 @@ def test_a_body_still_coming_counts_the_reads_it_keeps_alive() -> None:
     assert parser.buffered == 0
 
 
+def test_a_body_starting_late_in_a_read_does_not_keep_the_read_alive() -> None:
+    """A read of many small frames (or heart-beats) that ends with the start of a large body:
+    before, the body's first bytes were kept as a view of the read, keeping all of it alive
+    (and counted) until the body was complete, over a WebSocket up to a turn's megabyte."""
+    body = body_of(64 * 1024)
+    small = send_frame(b"x" * 100) * 2000
+    large = send_frame(body)
+    head_end = large.index(b"\n\n") + 2
+    first = small + large[: head_end + 1024]
+    parser = FrameParser()
+    parser.feed(first)
+    for _ in range(2000):
+        assert parser.next_frame() is not None
+    assert parser.next_frame() is None
+    assert parser.buffered <= 2 * 1024, f"{parser.buffered} bytes held for 1 KiB of a body"
+    parser.feed(large[head_end + 1024 :])
+    got = parser.next_frame()
+    assert got is not None and got.body == body
+    assert parser.buffered == 0
+
+
 @pytest.mark.parametrize("kind", [bytearray, memoryview])
 def test_input_the_caller_may_overwrite_is_copied_not_kept(kind: Callable[[bytes], object]) -> None:
     body = body_of(40_000)
