@@ -296,7 +296,7 @@ class FrameParser:
             frame_end = body_start + content_length
             if frame_end >= end:
                 if content_length >= _VIEW_COPY_MIN:
-                    self._collect(body_start, end, content_length)
+                    self._collect(body_offset, body_start, end, content_length)
                 else:
                     self._wait()
                 return None
@@ -347,23 +347,29 @@ class FrameParser:
             self._scan_from = max(0, self._scan_from - pos)
             self._pos = 0
 
-    def _collect(self, body_start: int, end: int, content_length: int) -> None:
+    def _collect(self, head_size: int, body_start: int, end: int, content_length: int) -> None:
         """A large body with a content-length that this read does not complete: from now on
         its bytes are kept as pieces (views of the reads, which are immutable ``bytes``, so no
         later read can overwrite them), never appended to a buffer; ``_collected_frame`` joins
         them once, when the body and its NUL are there.  The reads stay alive while the frame
-        is incomplete, so ``buffered`` counts them whole."""
+        is incomplete, so ``buffered`` counts them whole, and the frame's head (``head_size``
+        bytes, kept parsed) counts as long as the frame is incomplete."""
         buf = self._buf
         pieces: list[bytes | bytearray | memoryview] = []
+        self._pinned = head_size  # no body byte yet: the head is all that is held
         if end > body_start:
-            if type(buf) is bytes:
+            if type(buf) is bytes and body_start <= end - body_start:
+                # the body is most of the read: a view of it (the read, head included, is
+                # kept alive whole)
                 pieces.append(memoryview(buf)[body_start:end])
                 self._pinned = len(buf)
-            else:  # a held rest (the head came in pieces): its body bytes copied out
+            else:  # a held rest (the head came in pieces), or a read that is mostly what came
+                # before the body (frames, heart-beats): its body bytes copied out, so a few
+                # body bytes do not keep a large read alive
                 with memoryview(buf) as view:
                     piece = bytes(view[body_start:end])
                 pieces.append(piece)
-                self._pinned = len(piece)
+                self._pinned = head_size + len(piece)
         self._pieces = pieces
         self._missing = content_length - (end - body_start)
         self._buf = _EMPTY

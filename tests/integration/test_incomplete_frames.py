@@ -43,6 +43,21 @@ def test_a_frame_left_unfinished_gets_an_error_after_frame_timeout(start_adapter
     assert adapter.run(_incomplete(adapter)) == 0
 
 
+def test_a_large_frame_s_head_alone_gets_an_error_after_frame_timeout(start_adapter, broker):
+    """A head announcing a large body (collected apart from the parser's buffer) and no body
+    byte: the head is still an unfinished frame, held and timed."""
+    adapter = start_adapter(frame_timeout=0.5)
+    sock = logged_in(adapter.port)
+    try:
+        head = b"SEND\ndestination:/queue/never\ncontent-length:100000\nx-pad:" + b"p" * 50_000
+        sock.sendall(head + b"\n\n")
+        headers = error_then_close(sock)
+        assert headers["message"] == "Frame timeout"
+    finally:
+        sock.close()
+    assert adapter.run(_incomplete(adapter)) == 0
+
+
 def test_a_client_streaming_frames_across_reads_is_not_timed_out(start_adapter, broker):
     """The clock restarts with every completed frame: a steady sender whose reads always end
     mid-frame, for longer than frame_timeout in all, is never cut off."""

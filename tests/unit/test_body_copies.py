@@ -118,6 +118,52 @@ def test_a_body_still_coming_counts_the_reads_it_keeps_alive() -> None:
     assert parser.buffered == 0
 
 
+def test_a_body_starting_late_in_a_read_does_not_keep_the_read_alive() -> None:
+    """A read of many small frames (or heart-beats) that ends with the start of a large body:
+    before, the body's first bytes were kept as a view of the read, keeping all of it alive
+    (and counted) until the body was complete, over a WebSocket up to a turn's megabyte."""
+    body = body_of(64 * 1024)
+    small = send_frame(b"x" * 100) * 2000
+    large = send_frame(body)
+    head_end = large.index(b"\n\n") + 2
+    first = small + large[: head_end + 1024]
+    parser = FrameParser()
+    parser.feed(first)
+    for _ in range(2000):
+        assert parser.next_frame() is not None
+    assert parser.next_frame() is None
+    assert parser.buffered <= 2 * 1024, f"{parser.buffered} bytes held for 1 KiB of a body"
+    parser.feed(large[head_end + 1024 :])
+    got = parser.next_frame()
+    assert got is not None and got.body == body
+    assert parser.buffered == 0
+
+
+@pytest.mark.parametrize("body_bytes", [0, 1000])
+@pytest.mark.parametrize("head_in_pieces", [False, True])
+def test_a_large_frame_s_head_counts_while_its_body_is_collected(
+    body_bytes: int, head_in_pieces: bool
+) -> None:
+    """The head of a frame whose large body is being collected is kept (parsed) until the body
+    is complete: it must count in ``buffered``, or a client parks max_frame_size of headers
+    per connection outside the incomplete-input budget, and with nothing counted (no body
+    byte yet) the frame timeout never starts either."""
+    head = b"SEND\ndestination:/queue/a\ncontent-length:20000\nx-pad:" + b"p" * 100_000 + b"\n\n"
+    parser = FrameParser()
+    if head_in_pieces:
+        parser.feed(head[:50_000])
+        assert parser.next_frame() is None
+        parser.feed(head[50_000:] + b"b" * body_bytes)
+    else:
+        parser.feed(head + b"b" * body_bytes)
+    assert parser.next_frame() is None
+    assert parser.buffered >= len(head) + body_bytes
+    parser.feed(b"b" * (20_000 - body_bytes) + b"\0")
+    got = parser.next_frame()
+    assert got is not None and got.body == b"b" * 20_000
+    assert parser.buffered == 0
+
+
 @pytest.mark.parametrize("kind", [bytearray, memoryview])
 def test_input_the_caller_may_overwrite_is_copied_not_kept(kind: Callable[[bytes], object]) -> None:
     body = body_of(40_000)
