@@ -24,8 +24,10 @@ The record only ever errs on the safe side: every other settlement of the channe
 path's ack and nack, multiple or not, a transaction's at COMMIT, a delivery no selector matches)
 is reported with ``settled``; what it cannot follow stops coalescing for the rest of the
 session (``lose_sight``): a delivery a queue dispatcher takes over (it settles it on this
-channel itself), a delivery for a consumer the session does not know, tags out of order, or a
-record over its bounds.  The record is bounded per session (``MAX_RECORDED_TAGS``) and for the
+channel itself), a delivery for a consumer the session does not know, tags out of order, a
+settlement naming a delivery not read yet (a client may guess an id: the broker settles a
+delivery it has sent, which this record would then take for unsettled), or a record over its
+bounds.  The record is bounded per session (``MAX_RECORDED_TAGS``) and for the
 process (``TagPool``, one in ``SessionRegistries``): a session that would pass either stops
 coalescing and frees its record; its ACKs are written one by one, as they were before
 coalescing existed.  No client sees any difference but fewer ``basic.ack`` frames on the wire.
@@ -117,6 +119,9 @@ class AckCoalescing:
 
     def settled(self, delivery_tag: int, multiple: bool) -> None:
         """An ack or nack written on the channel other than by ``release``."""
+        if delivery_tag > self._last:
+            self.lose_sight()  # names a delivery not read yet, which the broker may have sent
+            return
         unsettled = self._unsettled
         if not multiple:
             unsettled.pop(delivery_tag, None)
@@ -166,7 +171,11 @@ class AckCoalescing:
             return
         for tag in held:
             channel.ack(tag, False)
-            unsettled.pop(tag, None)
+            if tag > self._last:
+                # a delivery not read yet: the broker may have sent it and settle it now, and
+                # this record would take it for unsettled when it is read
+                self.lose_sight()
+            self._unsettled.pop(tag, None)
 
     def _prefix(self, held: list[int]) -> int:
         """The highest tag of the longest run of the oldest unsettled tags that are all held, if

@@ -430,6 +430,8 @@ class StompConnection(Generic[Link]):
             if ack is not None:
                 if type(ack) is not ops.BasicAck:
                     self.acks.lose_sight()  # the dispatcher settles it on this channel, unseen here
+                else:  # read, then settled by the ack (a settlement of an unread tag stops the record)
+                    self.acks.delivered(delivery.consumer_tag, delivery.delivery_tag)
                 self.execute(ack)
             return
         if self.subscriptions.plain_acks:  # else every consumer of the channel is no-ack
