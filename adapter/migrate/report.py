@@ -130,7 +130,10 @@ def build_report(spark: SparkSession, path: str) -> dict[str, Any]:
         start = float(total["start"] or 0.0)
         end = float(total["end"] or start)
         width = _bucket_width(max(end - start, 1.0))
-        groups = frame_groups(decoded, start, width).persist()
+        # as many partitions as cores: a persisted plan keeps the 200 of the shuffle before it
+        # (adaptive execution does not coalesce it), 200 tasks for each aggregation of a few
+        # hundred thousand rows
+        groups = frame_groups(decoded, start, width).coalesce(spark.sparkContext.defaultParallelism).persist()
         try:
             groups.count()  # materialised while the decoded records are still at hand
             decoded.unpersist()
