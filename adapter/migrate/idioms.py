@@ -5,7 +5,9 @@ lists them), the support of each by the profile today (``same``, ``differs`` wit
 ``unsupported`` with the workaround, each taken from a row of docs/migration-activemq.md that
 ``tests/unit/test_migrate_idioms.py`` checks is still there and still says so), and
 ``frame_idioms``: one recorded frame (its direction, command and headers, as in
-docs/recording-format.md) in, the names of the idioms it uses out.
+docs/recording-format.md) in, the names of the idioms it uses out; and which headers it reads
+(``IDIOM_HEADERS``, ``idiom_headers``), so that the report can run it once per distinct kind of
+frame instead of once per frame.
 
 Standard library only, on purpose: ``frame_idioms`` runs inside Spark's Python workers
 (adapter/migrate/report.py), where the adapter's own dependencies may not be installed.
@@ -25,8 +27,11 @@ __all__ = [
     "Idiom",
     "Support",
     "destination_kind",
+    "IDIOM_HEADERS",
+    "IDIOM_PRESENCE_HEADERS",
     "frame_idioms",
     "header",
+    "idiom_headers",
     "idiom",
     "record_idioms",
 ]
@@ -264,6 +269,35 @@ _SCHEDULED: Final = (
     "AMQ_SCHEDULED_CRON",
 )
 _TRANSACTION_COMMANDS: Final = frozenset({"BEGIN", "COMMIT", "ABORT"})
+# the headers frame_idioms reads (keep in step with it: tests/unit/test_migrate_idioms.py checks
+# that ``idiom_headers`` changes no frame's idioms); of these, the ones only present or absent
+# matters for (their values, a receipt id or a selector, vary from frame to frame)
+IDIOM_PRESENCE_HEADERS: Final = (
+    "receipt",
+    "transaction",
+    "transformation",
+    "priority",
+    "JMSXGroupID",
+    *_SCHEDULED,
+    "selector",
+    "activemq.prefetchSize",
+)
+IDIOM_HEADERS: Final = (
+    *IDIOM_PRESENCE_HEADERS,
+    "version",
+    "heart-beat",
+    "destination",
+    "expires",
+    "persistent",
+    "reply-to",
+    "activemq.subscriptionName",
+    "durable-subscription-name",
+    "ack",
+    "activemq.exclusive",
+    "browser",
+    "activemq.retroactive",
+    "activemq.noLocal",
+)
 
 
 def header(headers: Iterable[Sequence[str]] | None, name: str) -> str | None:
@@ -421,6 +455,20 @@ def _subscribe_idioms(values: Mapping[str, str], destination: str, found: set[st
         found.add("retroactive")
     if _is_true(values.get("activemq.noLocal")):
         found.add("no-local")
+
+
+def idiom_headers(headers: Iterable[Sequence[str]] | None) -> list[list[str]]:
+    """Of ``headers``, what ``frame_idioms`` reads, in order: the (name, value) pairs of
+    ``IDIOM_HEADERS``, with an empty value for those of ``IDIOM_PRESENCE_HEADERS``.  Frames with
+    the same direction, command and ``idiom_headers`` use the same idioms; the report computes
+    the same reduction in Spark SQL (adapter/migrate/report.py, ``IDIOM_KEY_SQL``)."""
+    presence = frozenset(IDIOM_PRESENCE_HEADERS)
+    wanted = frozenset(IDIOM_HEADERS)
+    return [
+        [pair[0], "" if pair[0] in presence else pair[1]]
+        for pair in headers or ()
+        if len(pair) >= 2 and pair[0] in wanted
+    ]
 
 
 def record_idioms(record: Mapping[str, Any]) -> list[str]:

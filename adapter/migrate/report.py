@@ -2,12 +2,15 @@
 
 Owns the reading of a recording (docs/recording-format.md) with Spark and every aggregation of
 it: per application (client host, login, client-id), per destination, per idiom, over time.
-The frames stay in Spark: each aggregation is a DataFrame ``groupBy``, and only aggregated rows
-(one per idiom, destination, time bucket, distinct SUBSCRIBE, delay bucket of a scheduled SEND
-...) reach the driver with ``collect``.  The idioms of a frame come from the pure
-``idioms.frame_idioms``, and a delay's bucket from ``mapping.scheduled.delay_plan``, run in the
-Python workers as Arrow UDFs (neither needs more than the standard library); everything else
-is Spark SQL.
+The recording is read and decoded once, with Spark SQL only (``decode``: the few fields and
+headers the report looks at), and reduced to groups of frames alike (``frame_groups``: per
+connection, command, destination, idiom and plan headers, time bucket of a message), several
+times fewer rows than frames; every figure of the report is a DataFrame aggregation of those
+groups, and only aggregated rows (one per idiom, application, destination, time bucket,
+distinct SUBSCRIBE, delay bucket of a scheduled SEND ...) reach the driver with ``collect``.
+The idioms of a frame come from the pure ``idioms.frame_idioms``, and a delay's bucket from
+``mapping.scheduled.delay_plan``, run in the Python workers as Arrow UDFs once per distinct
+kind of frame and per distinct delay (neither needs more than the standard library).
 
 ``build_report`` returns the report as plain data (the ``report.json`` document); the RabbitMQ
 topology in it is planned by adapter/migrate/topology.py with the profile's own rules.
@@ -21,13 +24,22 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from ..mapping.scheduled import DELAY_HEADER, delay_plan
-from .idioms import IDIOM_NAMES, IDIOMS, destination_kind, frame_idioms
+from .idioms import IDIOM_HEADERS, IDIOM_NAMES, IDIOM_PRESENCE_HEADERS, IDIOMS, destination_kind, frame_idioms
 from .topology import plan_topology
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["FORMAT_VERSION", "RECORD_SCHEMA", "build_report", "distinct_plans", "frames_of", "read_recording"]
+__all__ = [
+    "FORMAT_VERSION",
+    "IDIOM_KEY_SQL",
+    "RECORD_SCHEMA",
+    "build_report",
+    "decode",
+    "distinct_plans",
+    "frame_groups",
+    "read_recording",
+]
 
 FORMAT_VERSION: Final = 1
 # the fields of docs/recording-format.md the report reads (the body is never read: a recording
@@ -95,71 +107,176 @@ def _app_name(key: tuple[str, str, str]) -> str:
 
 
 def build_report(spark: SparkSession, path: str) -> dict[str, Any]:
-    """The report of the recording in ``path``, as the ``report.json`` document."""
-    records = read_recording(spark, path)
-    enriched = frames_of(records).persist()
+    """The report of the recording in ``path``, as the ``report.json`` document.
+
+    The recording is read and decoded once (``decode``, kept in memory or on local disk while
+    the totals and the frame groups are computed), then reduced to ``frame_groups``, which every
+    aggregation of the report reads."""
+    from pyspark.sql import functions as F
+
+    decoded = decode(read_recording(spark, path)).persist()
     try:
-        return _aggregate(spark, records, enriched, path)
+        total = decoded.agg(
+            F.count(F.lit(1)).alias("records"),
+            F.sum(F.when(F.col("kind") == "frame", 1).otherwise(0)).alias("frames"),
+            F.countDistinct("conn").alias("connections"),
+            F.min("ts").alias("start"),
+            F.max("ts").alias("end"),
+            F.sum(F.when(F.col("kind") == "dropped", F.col("count")).otherwise(0)).alias("dropped"),
+            F.sum(F.when((F.col("kind") == "frame") & F.col("command").isNull(), 1).otherwise(0)).alias(
+                "unparsable"
+            ),
+        ).collect()[0]
+        start = float(total["start"] or 0.0)
+        end = float(total["end"] or start)
+        width = _bucket_width(max(end - start, 1.0))
+        # as many partitions as cores: a persisted plan keeps the 200 of the shuffle before it
+        # (adaptive execution does not coalesce it), 200 tasks for each aggregation of a few
+        # hundred thousand rows
+        groups = frame_groups(decoded, start, width).coalesce(spark.sparkContext.defaultParallelism).persist()
+        try:
+            groups.count()  # materialised while the decoded records are still at hand
+            decoded.unpersist()
+            return _aggregate(groups, total=total, start=start, end=end, width=width, path=path)
+        finally:
+            groups.unpersist()
     finally:
-        enriched.unpersist()
+        decoded.unpersist()
 
 
-def frames_of(records: DataFrame) -> DataFrame:
-    """The frames of ``records``, each with its application (host, login, client-id), its
-    destination, idioms and the headers its plan depends on."""
+# what frame_idioms reads of a frame's headers (``idioms.idiom_headers``) in Spark SQL, an
+# empty array without headers (frame_idioms reads None and [] alike)
+IDIOM_KEY_SQL: Final = (
+    "coalesce(transform(filter(headers, h -> size(h) >= 2 AND h[0] IN ({wanted})), "
+    "h -> array(h[0], CASE WHEN h[0] IN ({presence}) THEN '' ELSE h[1] END)), array())".format(
+        wanted=", ".join(f"'{name}'" for name in IDIOM_HEADERS),
+        presence=", ".join(f"'{name}'" for name in IDIOM_PRESENCE_HEADERS),
+    )
+)
+
+
+def decode(records: DataFrame) -> DataFrame:
+    """Each record of ``records`` reduced to what the report reads of it: its kind, connection,
+    time and ``count`` (of a ``dropped`` record) and, for a frame, its client address,
+    direction, command, body length, destination, the headers its idioms depend on
+    (``idiom_key``, for the client's frames and CONNECTED), the headers a SEND's, SUBSCRIBE's or
+    NACK's plan depends on (``plan_headers``), a CONNECT's login, client-id and host, and an
+    ERROR's message.  No Python runs per record: everything here is Spark SQL."""
+    from pyspark.sql import functions as F
+
+    is_frame = F.col("kind") == "frame"
+    is_connect = F.col("command").isin("CONNECT", "STOMP") & (F.col("dir") == "in")
+    return records.select(
+        "kind",
+        "conn",
+        "ts",
+        F.when(F.col("kind") == "dropped", F.col("count")).alias("count"),
+        F.when(is_frame, F.col("client")).alias("client"),
+        F.when(is_frame, F.col("dir")).alias("dir"),
+        F.when(is_frame, F.col("command")).alias("command"),
+        F.when(is_frame, F.col("body_len")).alias("body_len"),
+        F.when(is_frame, _header("destination")).alias("destination"),
+        F.when(
+            is_frame & ((F.col("dir") == "in") | (F.col("command") == "CONNECTED")), F.expr(IDIOM_KEY_SQL)
+        ).alias("idiom_key"),
+        # the plan headers only: a frame's other headers (message ids, receipts, custom
+        # properties) are not needed past this point
+        F.when(
+            is_frame & (F.col("dir") == "in") & F.col("command").isin("SEND", "SUBSCRIBE", "NACK"),
+            F.expr(
+                "filter(headers, h -> h[0] IN ({}) OR h[0] LIKE 'x-%')".format(
+                    ", ".join(f"'{h}'" for h in _PLAN_HEADERS)
+                )
+            ),
+        ).alias("plan_headers"),
+        F.when(is_frame & is_connect, _header("login")).alias("connect_login"),
+        F.when(is_frame & is_connect, _header("client-id")).alias("connect_client_id"),
+        F.when(is_frame & is_connect, _header("host")).alias("connect_host"),
+        F.when(is_frame & (F.col("command") == "ERROR"), _header("message")).alias("error_message"),
+    )
+
+
+def _is_message() -> Column:
+    from pyspark.sql import functions as F
+
+    return ((F.col("dir") == "in") & (F.col("command") == "SEND")) | (
+        (F.col("dir") == "out") & (F.col("command") == "MESSAGE")
+    )
+
+
+def frame_groups(decoded: DataFrame, start: float = 0.0, width: int = 1) -> DataFrame:
+    """The frames of ``decoded`` (``decode``) in groups of frames alike: the same connection,
+    direction, command, destination, idiom and plan headers, CONNECT fields, ERROR message and,
+    for a message (a client's SEND, a MESSAGE), time bucket (``width`` seconds from ``start``);
+    each group with its number of frames, their bytes, largest body, first and last time, and
+    its connection's application (host, login, client-id) and vhost and its idioms.
+
+    A connection's frames fall into a few groups (its SENDs to one queue are one group), so
+    what the report aggregates is several times smaller than the recording, and
+    ``idioms.frame_idioms`` runs (in the Python workers, as an Arrow UDF) once per distinct
+    direction, command and ``idiom_key``, not once per frame."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, StringType
 
-    idioms_udf = F.udf(frame_idioms, ArrayType(StringType()), useArrow=True)
-    frames = records.filter(F.col("kind") == "frame").select(
+    # (the client address is a key, not a first(): an aggregation whose buffers are all of fixed
+    # width runs as a hash aggregation, not a sort; a connection has one client address)
+    keys = (
         "conn",
-        "ts",
         "client",
         "dir",
         "command",
-        "body_len",
-        "error",
-        _header("destination").alias("destination"),
-        # the plan headers only: a frame's other headers (message ids, receipts, custom
-        # properties) are not needed past this point
-        F.expr(
-            "filter(headers, h -> h[0] IN ({}) OR h[0] LIKE 'x-%')".format(
-                ", ".join(f"'{h}'" for h in _PLAN_HEADERS)
-            )
-        ).alias("plan_headers"),
-        F.when(
-            (F.col("dir") == "in") | (F.col("command") == "CONNECTED"),
-            idioms_udf("dir", "command", "headers"),
-        ).alias("idioms"),
-        F.when(F.col("command").isin("CONNECT", "STOMP") & (F.col("dir") == "in"), _header("login")).alias(
-            "connect_login"
-        ),
-        F.when(
-            F.col("command").isin("CONNECT", "STOMP") & (F.col("dir") == "in"), _header("client-id")
-        ).alias("connect_client_id"),
-        F.when(F.col("command").isin("CONNECT", "STOMP") & (F.col("dir") == "in"), _header("host")).alias(
-            "connect_host"
-        ),
-        F.when(F.col("command") == "ERROR", _header("message")).alias("error_message"),
+        "destination",
+        "idiom_key",
+        "plan_headers",
+        "connect_login",
+        "connect_client_id",
+        "connect_host",
+        "error_message",
+        "bucket",
+    )
+    grouped = (
+        decoded.filter(F.col("kind") == "frame")
+        .withColumn("bucket", F.when(_is_message(), ((F.col("ts") - start) / width).cast("int")))
+        .groupBy(*keys)
+        .agg(
+            F.count(F.lit(1)).alias("frames"),
+            F.sum("body_len").alias("bytes"),
+            F.max("body_len").alias("max_size"),
+            F.min("ts").alias("first"),
+            F.max("ts").alias("last"),
+        )
     )
     # the application of each connection: its client host and its first CONNECT's login and
     # client-id (docs/recording-format.md)
-    connections = frames.groupBy("conn").agg(
+    connections = grouped.groupBy("conn").agg(
         F.regexp_replace(
             F.regexp_extract(F.first("client", ignorenulls=True), r"^(.*):[0-9]+$", 1), r"[\[\]]", ""
         ).alias("host"),
-        F.min_by("connect_login", F.when(F.col("connect_login").isNotNull(), F.col("ts"))).alias("login"),
+        F.min_by("connect_login", F.when(F.col("connect_login").isNotNull(), F.col("first"))).alias("login"),
         F.min_by(
             "connect_client_id",
-            F.when(F.col("connect_login").isNotNull() | F.col("connect_client_id").isNotNull(), F.col("ts")),
+            F.when(
+                F.col("connect_login").isNotNull() | F.col("connect_client_id").isNotNull(), F.col("first")
+            ),
         ).alias("client_id"),
-        F.min_by("connect_host", F.when(F.col("connect_host").isNotNull(), F.col("ts"))).alias("vhost"),
+        F.min_by("connect_host", F.when(F.col("connect_host").isNotNull(), F.col("first"))).alias("vhost"),
     )
-    return frames.join(connections, "conn", "left").drop("client", "connect_login", "connect_client_id")
+    idioms_udf = F.udf(frame_idioms, ArrayType(StringType()), useArrow=True)
+    idioms = (
+        grouped.filter(F.col("idiom_key").isNotNull())
+        .select("dir", "command", "idiom_key")
+        .distinct()
+        .withColumn("idioms", idioms_udf("dir", "command", "idiom_key"))
+    )
+    return (
+        grouped.join(connections, "conn", "left")
+        .join(F.broadcast(idioms), ["dir", "command", "idiom_key"], "left")
+        .drop("client", "connect_login", "connect_client_id", "connect_host", "idiom_key")
+    )
 
 
-def distinct_plans(frames: DataFrame) -> DataFrame:
-    """What the topology and the refusals are planned from (``frames``: ``frames_of``): the
+def distinct_plans(groups: DataFrame) -> DataFrame:
+    """What the topology and the refusals are planned from (``groups``: ``frame_groups``): the
     distinct client SENDs, SUBSCRIBEs and NACKs by application, destination, the headers
     their plan depends on and their idioms.
 
@@ -173,7 +290,7 @@ def distinct_plans(frames: DataFrame) -> DataFrame:
 
     delay_udf = F.udf(delay_plan, StringType(), useArrow=True)
     return (
-        frames.filter((F.col("dir") == "in") & F.col("command").isin("SEND", "SUBSCRIBE", "NACK"))
+        groups.filter((F.col("dir") == "in") & F.col("command").isin("SEND", "SUBSCRIBE", "NACK"))
         .select(
             *_APP,
             "command",
@@ -189,34 +306,20 @@ def distinct_plans(frames: DataFrame) -> DataFrame:
     )
 
 
-def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, path: str) -> dict[str, Any]:
+def _aggregate(
+    groups: DataFrame, *, total: Any, start: float, end: float, width: int, path: str
+) -> dict[str, Any]:
+    """The report's aggregates, each a small ``collect`` over ``groups`` (``frame_groups``): a
+    group's ``frames`` is summed where the report counts frames or messages."""
     from pyspark.sql import functions as F
 
-    # -- totals and the recording's span (one row)
-    total = records.agg(
-        F.count(F.lit(1)).alias("records"),
-        F.sum(F.when(F.col("kind") == "frame", 1).otherwise(0)).alias("frames"),
-        F.countDistinct("conn").alias("connections"),
-        F.min("ts").alias("start"),
-        F.max("ts").alias("end"),
-        F.sum(F.when(F.col("kind") == "dropped", F.col("count")).otherwise(0)).alias("dropped"),
-        F.sum(F.when((F.col("kind") == "frame") & F.col("command").isNull(), 1).otherwise(0)).alias(
-            "unparsable"
-        ),
-    ).collect()[0]
-    start = float(total["start"] or 0.0)
-    end = float(total["end"] or start)
-    width = _bucket_width(max(end - start, 1.0))
     buckets = int((end - start) // width) + 1
-
-    messages = enriched.filter(
-        ((F.col("dir") == "in") & (F.col("command") == "SEND"))
-        | ((F.col("dir") == "out") & (F.col("command") == "MESSAGE"))
-    ).select(
+    messages = groups.filter(_is_message()).select(
         *_APP,
-        "conn",
-        "ts",
-        "body_len",
+        "bucket",
+        "frames",
+        "bytes",
+        "max_size",
         F.when(F.col("command") == "SEND", "sent").otherwise("delivered").alias("flow"),
         # a composite SEND publishes to each of its destinations
         F.explode(
@@ -226,77 +329,61 @@ def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, pat
         ).alias("destination"),
     )
 
-    # -- idioms: per idiom, and per application and idiom
-    used = enriched.select(*_APP, "conn", "command", F.explode("idioms").alias("idiom"))
-    per_idiom = (
-        used.groupBy("idiom")
-        .agg(F.countDistinct("conn").alias("connections"), F.count(F.lit(1)).alias("frames"))
-        .collect()
-    )
-    per_idiom_command = used.groupBy("idiom", "command").count().collect()
+    # -- idioms per application and idiom, and per idiom and command; per idiom is their sum
+    #    (a connection is of one application)
+    used = groups.select(*_APP, "conn", "command", "frames", F.explode("idioms").alias("idiom"))
     per_app_idiom = (
         used.groupBy(*_APP, "idiom")
-        .agg(F.countDistinct("conn").alias("connections"), F.count(F.lit(1)).alias("frames"))
+        .agg(F.countDistinct("conn").alias("connections"), F.sum("frames").alias("frames"))
         .collect()
     )
+    per_idiom_command = used.groupBy("idiom", "command").agg(F.sum("frames").alias("count")).collect()
 
     # -- applications
     per_app = (
-        enriched.groupBy(*_APP)
+        groups.groupBy(*_APP)
         .agg(
             F.countDistinct("conn").alias("connections"),
-            F.count(F.lit(1)).alias("frames"),
-            F.min("ts").alias("first"),
-            F.max("ts").alias("last"),
+            F.sum("frames").alias("frames"),
+            F.min("first").alias("first"),
+            F.max("last").alias("last"),
             F.collect_set("vhost").alias("vhosts"),
         )
         .collect()
     )
     errors = (
-        enriched.filter(F.col("error_message").isNotNull()).groupBy(*_APP, "error_message").count().collect()
+        groups.filter(F.col("error_message").isNotNull())
+        .groupBy(*_APP, "error_message")
+        .agg(F.sum("frames").alias("count"))
+        .collect()
     )
     app_destinations = (
         messages.groupBy(*_APP, "destination", "flow")
         .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.sum("body_len").alias("bytes"),
-            F.max("body_len").alias("max_size"),
+            F.sum("frames").alias("messages"),
+            F.sum("bytes").alias("bytes"),
+            F.max("max_size").alias("max_size"),
         )
         .collect()
     )
     subscriptions = (
-        enriched.filter((F.col("dir") == "in") & (F.col("command") == "SUBSCRIBE"))
+        groups.filter((F.col("dir") == "in") & (F.col("command") == "SUBSCRIBE"))
         .groupBy(*_APP, "destination")
-        .count()
+        .agg(F.sum("frames").alias("count"))
         .collect()
     )
-    app_rates = (
-        messages.select(*_APP, "flow", ((F.col("ts") - start) / width).cast("int").alias("bucket"))
-        .groupBy(*_APP, "flow", "bucket")
-        .count()
-        .collect()
-    )
+    app_rates = messages.groupBy(*_APP, "flow", "bucket").agg(F.sum("frames").alias("count")).collect()
 
-    # -- destinations: totals, then the rates of the busiest over time
-    destinations = (
-        messages.groupBy("destination", "flow")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.sum("body_len").alias("bytes"),
-            F.max("body_len").alias("max_size"),
-            F.countDistinct(F.struct(*_APP)).alias("applications"),
-        )
-        .collect()
-    )
+    # -- destinations: totals (from the applications' rows), then the rates of the busiest
+    destinations = _destination_totals(app_destinations)
     volume: dict[str, int] = defaultdict(int)
     for row in destinations:
         volume[row["destination"]] += row["messages"]
     top = sorted(volume, key=lambda d: (-volume[d], d))[:TOP_DESTINATIONS]
     rates = (
         messages.filter(F.col("destination").isin(top))
-        .select("destination", "flow", ((F.col("ts") - start) / width).cast("int").alias("bucket"))
         .groupBy("destination", "flow", "bucket")
-        .count()
+        .agg(F.sum("frames").alias("count"))
         .collect()
         if top
         else []
@@ -304,7 +391,7 @@ def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, pat
 
     # -- what the topology and the refusals are planned from: the distinct SENDs and SUBSCRIBEs
     #    (destination and the headers their plan depends on), one per delay bucket
-    plans = distinct_plans(enriched).collect()
+    plans = distinct_plans(groups).collect()
 
     return _assemble(
         path=path,
@@ -313,7 +400,7 @@ def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, pat
         end=end,
         width=width,
         buckets=buckets,
-        per_idiom=per_idiom,
+        per_idiom=_idiom_totals(per_app_idiom),
         per_idiom_command=per_idiom_command,
         per_app_idiom=per_app_idiom,
         per_app=per_app,
@@ -326,6 +413,44 @@ def _aggregate(spark: SparkSession, records: DataFrame, enriched: DataFrame, pat
         rates=rates,
         plans=plans,
     )
+
+
+def _idiom_totals(per_app_idiom: Iterable[Any]) -> list[dict[str, Any]]:
+    """Per idiom, its connections and frames: the sums over the applications (each connection
+    is of exactly one application, so its connections are counted once)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for row in per_app_idiom:
+        entry = totals.setdefault(row["idiom"], {"idiom": row["idiom"], "connections": 0, "frames": 0})
+        entry["connections"] += row["connections"]
+        entry["frames"] += row["frames"]
+    return list(totals.values())
+
+
+def _destination_totals(app_destinations: Iterable[Any]) -> list[dict[str, Any]]:
+    """Per destination and flow, the messages, bytes, largest body and applications: from the
+    rows per application, destination and flow (one row per application)."""
+    totals: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in app_destinations:
+        entry = totals.setdefault(
+            (row["destination"], row["flow"]),
+            {
+                "destination": row["destination"],
+                "flow": row["flow"],
+                "messages": 0,
+                "bytes": None,
+                "max_size": None,
+                "applications": 0,
+            },
+        )
+        entry["messages"] += row["messages"]
+        if row["bytes"] is not None:
+            entry["bytes"] = (entry["bytes"] or 0) + row["bytes"]
+        if row["max_size"] is not None:
+            entry["max_size"] = (
+                row["max_size"] if entry["max_size"] is None else max(entry["max_size"], row["max_size"])
+            )
+        entry["applications"] += 1
+    return list(totals.values())
 
 
 def _series(rows: Iterable[Any], buckets: int) -> list[int]:

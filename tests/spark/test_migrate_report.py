@@ -4,6 +4,7 @@ exactly the idioms each application uses, and nothing from the ``.part`` file be
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -15,8 +16,15 @@ import pytest
 
 from adapter.mapping.profile import durable_subscription_queue
 from adapter.mapping.scheduled import DELAY_NOW, DELAY_REFUSED, MAX_DELAY_MS, bucket, delay_queue
-from adapter.migrate.idioms import idiom
-from adapter.migrate.report import build_report, distinct_plans, frames_of, read_recording
+from adapter.migrate.idioms import idiom, idiom_headers
+from adapter.migrate.report import (
+    IDIOM_KEY_SQL,
+    build_report,
+    decode,
+    distinct_plans,
+    frame_groups,
+    read_recording,
+)
 from tests.recordings import Recording, fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +177,7 @@ def test_distinct_delays_reach_the_driver_as_one_row_per_delay_bucket(spark, tmp
     queue_buckets = {bucket(delay) for delay in queue_delays}
     topic_buckets = {bucket(delay) for delay in topic_delays}
     assert (len(queue_buckets), len(topic_buckets)) == (210, 4)
-    plans = distinct_plans(frames_of(read_recording(spark, str(directory)))).collect()
+    plans = distinct_plans(frame_groups(decode(read_recording(spark, str(directory))))).collect()
     by_destination: dict[str, list[str]] = {}
     for row in plans:
         assert row["command"] == "SEND"
@@ -191,3 +199,37 @@ def test_distinct_delays_reach_the_driver_as_one_row_per_delay_bucket(spark, tmp
     assert (refusal["destination"], refusal["message"]) == ("/queue/later", "Processing error")
     assert "AMQ_SCHEDULED_DELAY" in refusal["detail"]
     assert document["totals"]["frames"] == recording.frames
+
+
+@pytest.mark.timeout(300)
+def test_the_idiom_key_in_spark_sql_is_idiom_headers(spark, recorded, tmp_path) -> None:
+    """The report runs frame_idioms once per distinct direction, command and idiom key: the key
+    Spark computes is idioms.idiom_headers (checked there to change no frame's idioms) for
+    every frame of the fleet and for hostile headers (short, long, repeated, null values)."""
+    from pyspark.sql import functions as F
+
+    directory, _expected, _frames = recorded
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    headers = [
+        [["receipt"], ["receipt", "r1", "extra"], ["destination", "/queue/a"], ["selector", None]],
+        [["expires", None], ["expires", "5"], ["message-id", "m"], ["transaction", "t"], ["ack", "client"]],
+        [["version", "1.2"], ["heart-beat", "10,0"], ["JMSXGroupID", "g"], ["AMQ_SCHEDULED_CRON", "* *"]],
+        [["ack", "client"], [], ["browser", "true"]],
+        [],
+        None,
+    ]
+    with gzip.open(hostile / "tap-x-1-000001.jsonl.gz", "wt") as out:
+        for n, pairs in enumerate(headers):
+            record = {"v": 1, "ts": n, "conn": "c", "kind": "frame", "dir": "in", "command": "SEND"}
+            out.write(json.dumps({**record, "headers": pairs}) + "\n")
+    for path in (directory, hostile):
+        rows = (
+            read_recording(spark, str(path))
+            .filter("kind = 'frame'")
+            .select("headers", F.expr(IDIOM_KEY_SQL).alias("key"))
+            .collect()
+        )
+        assert rows
+        for row in rows:
+            assert row["key"] == idiom_headers(row["headers"]), row["headers"]

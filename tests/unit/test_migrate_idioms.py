@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from adapter.mapping.profile import durable_subscription_queue
-from adapter.migrate.idioms import IDIOM_NAMES, IDIOMS, destination_kind, frame_idioms, record_idioms
+from adapter.migrate.idioms import (
+    IDIOM_HEADERS,
+    IDIOM_NAMES,
+    IDIOMS,
+    destination_kind,
+    frame_idioms,
+    idiom_headers,
+    record_idioms,
+)
 from adapter.migrate.page import render
 from adapter.migrate.topology import plan_topology
 from tests.recordings import Recording, fleet
@@ -115,76 +123,76 @@ def H(**headers: str) -> list[list[str]]:
     return [[_name(name), value] for name, value in headers.items()]
 
 
-@pytest.mark.parametrize(
-    ("direction", "command", "headers", "idioms"),
-    [
-        ("out", "CONNECTED", H(version="1.1", session="s"), ["stomp-1.1"]),
-        ("out", "CONNECTED", H(session="s"), ["stomp-1.0"]),
-        ("in", "CONNECT", H(login="a", heart_beat="0,0"), []),
-        ("in", "CONNECT", H(login="a", heart_beat="10000,0", receipt="r"), ["heart-beat", "receipt"]),
-        ("in", "SEND", H(destination="/queue/a"), []),
-        (
-            "in",
-            "SEND",
-            H(destination="/queue/a", persistent="false", priority="9", expires="0"),
-            ["non-persistent-send", "priority"],
-        ),
-        ("in", "SEND", H(destination="/queue/a", expires="1764100000000"), ["expires"]),
-        ("in", "SEND", H(destination="/queue/a,/topic/b"), ["composite-destination"]),
-        ("in", "SEND", H(destination="/topic/VirtualTopic.orders"), ["virtual-topic"]),
-        ("in", "SUBSCRIBE", H(destination="/queue/Consumer.A.VirtualTopic.orders"), ["virtual-topic"]),
-        ("in", "SUBSCRIBE", H(destination="/queue/Consumer.A.orders"), []),
-        ("in", "SUBSCRIBE", H(destination="/topic/ActiveMQ.Advisory.Queue"), ["advisory-topic"]),
-        ("in", "SEND", H(destination="/queue/a", AMQ_SCHEDULED_DELAY="1000"), ["scheduled-delivery"]),
-        ("in", "SEND", H(destination="/queue/a", AMQ_SCHEDULED_CRON="* * * * *"), ["scheduled-delivery"]),
-        ("in", "SEND", H(destination="/queue/a", JMSXGroupID="g"), ["message-group"]),
-        ("in", "SEND", H(destination="/queue/a", reply_to="/temp-queue/r"), ["reply-to", "temp-queue"]),
-        ("in", "SEND", H(destination="/remote-temp-queue/ID:x:1"), ["temp-queue"]),
-        ("in", "SEND", H(destination="/queue/a", transaction="t"), ["transaction"]),
-        ("in", "SEND", H(destination="/queue/a", transformation="jms-map-json"), ["transformation"]),
-        ("in", "BEGIN", H(transaction="t"), ["transaction"]),
-        ("in", "NACK", H(id="1"), ["nack"]),
-        (
-            "in",
-            "SUBSCRIBE",
-            H(destination="/topic/a.*", selector="x > 1"),
-            ["selector-topic", "wildcard-topic"],
-        ),
-        ("in", "SUBSCRIBE", H(destination="/topic/a.>"), ["wildcard-topic"]),
-        ("in", "SUBSCRIBE", H(destination="/topic/a*b"), []),  # only a whole word is a wildcard
-        ("in", "SUBSCRIBE", H(destination="/queue/a", selector="x > 1"), ["selector-queue"]),
-        ("in", "SUBSCRIBE", H(destination="/temp-topic/t"), ["temp-topic"]),
-        (
-            "in",
-            "SUBSCRIBE",
-            H(destination="/topic/a", activemq_subscriptionName="s"),
-            ["durable-subscription"],
-        ),
-        ("in", "UNSUBSCRIBE", H(id="1", durable_subscription_name="s"), ["durable-subscription"]),
-        (
-            "in",
-            "SUBSCRIBE",
-            H(destination="/queue/a", ack="client", activemq_prefetchSize="5"),
-            ["ack-client", "prefetch-size"],
-        ),
-        ("in", "SUBSCRIBE", H(destination="/queue/a", ack="client-individual"), ["ack-client-individual"]),
-        (
-            "in",
-            "SUBSCRIBE",
-            H(destination="/queue/a", activemq_exclusive="true", browser="TRUE"),
-            ["browser", "exclusive-consumer"],
-        ),
-        ("in", "SUBSCRIBE", H(destination="/queue/a", activemq_exclusive="false", browser="false"), []),
-        (
-            "in",
-            "SUBSCRIBE",
-            H(destination="/topic/a", activemq_retroactive="true", activemq_noLocal="true"),
-            ["no-local", "retroactive"],
-        ),
-        ("out", "MESSAGE", H(destination="/queue/a", expires="0", priority="4"), []),  # ActiveMQ's defaults
-        ("in", None, [], []),  # a frame the tap could not parse
-    ],
-)
+ONE_FRAME = [
+    ("out", "CONNECTED", H(version="1.1", session="s"), ["stomp-1.1"]),
+    ("out", "CONNECTED", H(session="s"), ["stomp-1.0"]),
+    ("in", "CONNECT", H(login="a", heart_beat="0,0"), []),
+    ("in", "CONNECT", H(login="a", heart_beat="10000,0", receipt="r"), ["heart-beat", "receipt"]),
+    ("in", "SEND", H(destination="/queue/a"), []),
+    (
+        "in",
+        "SEND",
+        H(destination="/queue/a", persistent="false", priority="9", expires="0"),
+        ["non-persistent-send", "priority"],
+    ),
+    ("in", "SEND", H(destination="/queue/a", expires="1764100000000"), ["expires"]),
+    ("in", "SEND", H(destination="/queue/a,/topic/b"), ["composite-destination"]),
+    ("in", "SEND", H(destination="/topic/VirtualTopic.orders"), ["virtual-topic"]),
+    ("in", "SUBSCRIBE", H(destination="/queue/Consumer.A.VirtualTopic.orders"), ["virtual-topic"]),
+    ("in", "SUBSCRIBE", H(destination="/queue/Consumer.A.orders"), []),
+    ("in", "SUBSCRIBE", H(destination="/topic/ActiveMQ.Advisory.Queue"), ["advisory-topic"]),
+    ("in", "SEND", H(destination="/queue/a", AMQ_SCHEDULED_DELAY="1000"), ["scheduled-delivery"]),
+    ("in", "SEND", H(destination="/queue/a", AMQ_SCHEDULED_CRON="* * * * *"), ["scheduled-delivery"]),
+    ("in", "SEND", H(destination="/queue/a", JMSXGroupID="g"), ["message-group"]),
+    ("in", "SEND", H(destination="/queue/a", reply_to="/temp-queue/r"), ["reply-to", "temp-queue"]),
+    ("in", "SEND", H(destination="/remote-temp-queue/ID:x:1"), ["temp-queue"]),
+    ("in", "SEND", H(destination="/queue/a", transaction="t"), ["transaction"]),
+    ("in", "SEND", H(destination="/queue/a", transformation="jms-map-json"), ["transformation"]),
+    ("in", "BEGIN", H(transaction="t"), ["transaction"]),
+    ("in", "NACK", H(id="1"), ["nack"]),
+    (
+        "in",
+        "SUBSCRIBE",
+        H(destination="/topic/a.*", selector="x > 1"),
+        ["selector-topic", "wildcard-topic"],
+    ),
+    ("in", "SUBSCRIBE", H(destination="/topic/a.>"), ["wildcard-topic"]),
+    ("in", "SUBSCRIBE", H(destination="/topic/a*b"), []),  # only a whole word is a wildcard
+    ("in", "SUBSCRIBE", H(destination="/queue/a", selector="x > 1"), ["selector-queue"]),
+    ("in", "SUBSCRIBE", H(destination="/temp-topic/t"), ["temp-topic"]),
+    (
+        "in",
+        "SUBSCRIBE",
+        H(destination="/topic/a", activemq_subscriptionName="s"),
+        ["durable-subscription"],
+    ),
+    ("in", "UNSUBSCRIBE", H(id="1", durable_subscription_name="s"), ["durable-subscription"]),
+    (
+        "in",
+        "SUBSCRIBE",
+        H(destination="/queue/a", ack="client", activemq_prefetchSize="5"),
+        ["ack-client", "prefetch-size"],
+    ),
+    ("in", "SUBSCRIBE", H(destination="/queue/a", ack="client-individual"), ["ack-client-individual"]),
+    (
+        "in",
+        "SUBSCRIBE",
+        H(destination="/queue/a", activemq_exclusive="true", browser="TRUE"),
+        ["browser", "exclusive-consumer"],
+    ),
+    ("in", "SUBSCRIBE", H(destination="/queue/a", activemq_exclusive="false", browser="false"), []),
+    (
+        "in",
+        "SUBSCRIBE",
+        H(destination="/topic/a", activemq_retroactive="true", activemq_noLocal="true"),
+        ["no-local", "retroactive"],
+    ),
+    ("out", "MESSAGE", H(destination="/queue/a", expires="0", priority="4"), []),  # ActiveMQ's defaults
+    ("in", None, [], []),  # a frame the tap could not parse
+]
+
+
+@pytest.mark.parametrize(("direction", "command", "headers", "idioms"), ONE_FRAME)
 def test_the_idioms_of_one_frame(direction, command, headers, idioms) -> None:
     assert frame_idioms(direction, command, headers) == idioms
 
@@ -192,6 +200,47 @@ def test_the_idioms_of_one_frame(direction, command, headers, idioms) -> None:
 def test_the_first_of_repeated_headers_counts() -> None:
     headers = [["destination", "/queue/a"], ["persistent", "true"], ["persistent", "false"]]
     assert frame_idioms("in", "SEND", headers) == []
+
+
+def test_the_idioms_of_a_frame_depend_on_its_idiom_headers_only(tmp_path) -> None:
+    """The report runs frame_idioms once per distinct idiom_headers (and direction and
+    command): for every frame of the cases above and of the synthetic fleet, and for hostile
+    headers (repeated, too short, too long, null values), the reduction changes no idiom."""
+    recording = Recording(tmp_path, bodies=False)
+    fleet(recording)
+    recording.close()
+    frames = [(d, c, h) for d, c, h, _ in ONE_FRAME]
+    for path in sorted(tmp_path.glob("tap-*.jsonl.gz")):
+        with gzip.open(path, "rt") as lines:
+            records = [json.loads(line) for line in lines]
+        frames += [(r["dir"], r["command"], r["headers"]) for r in records if r["kind"] == "frame"]
+    hostile = [
+        [["receipt"], ["destination", "/queue/a"], ["persistent", "false", "extra"]],
+        [["destination", "/topic/a.*"], ["destination", "/queue/b"], ["selector", None]],
+        [
+            ["expires", None],
+            ["expires", "5"],
+            ["ack", "client"],
+            ["ack", "auto"],
+            ["reply-to", "/temp-queue/x"],
+        ],
+        [["heart-beat", "0,0"], ["heart-beat", "10,0"], ["version", "1.2"], [], ["activemq.noLocal", "TRUE"]],
+        None,
+    ]
+    frames += [
+        (d, c, h)
+        for h in hostile
+        for d in ("in", "out")
+        for c in ("SEND", "SUBSCRIBE", "CONNECT", "CONNECTED")
+    ]
+    for direction, command, headers in frames:
+        reduced = idiom_headers(headers)
+        assert all(pair[0] in IDIOM_HEADERS for pair in reduced)
+        assert frame_idioms(direction, command, reduced) == frame_idioms(direction, command, headers), headers
+    assert idiom_headers([["receipt", "r7"], ["message-id", "m"], ["destination", "/queue/a"]]) == [
+        ["receipt", ""],
+        ["destination", "/queue/a"],
+    ]
 
 
 def test_records_of_other_kinds_use_no_idiom() -> None:
