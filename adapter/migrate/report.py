@@ -379,7 +379,8 @@ def _aggregate(
     volume: dict[str, int] = defaultdict(int)
     for row in destinations:
         volume[row["destination"]] += row["messages"]
-    top = sorted(volume, key=lambda d: (-volume[d], d))[:TOP_DESTINATIONS]
+    # a frame may name no destination (None): ranked after the named ones of its volume
+    top = sorted(volume, key=lambda d: (-volume[d], d is None, d or ""))[:TOP_DESTINATIONS]
     rates = (
         messages.filter(F.col("destination").isin(top))
         .groupBy("destination", "flow", "bucket")
@@ -518,7 +519,8 @@ def _assemble(**parts: Any) -> dict[str, Any]:
             flow: _series(rate_rows[(name, flow)], buckets) for flow in ("sent", "delivered")
         }
     destinations = sorted(
-        by_destination.values(), key=lambda d: (-(d["sent"] + d["delivered"]), d["destination"])
+        by_destination.values(),
+        key=lambda d: (-(d["sent"] + d["delivered"]), d["destination"] is None, d["destination"] or ""),
     )
     for entry in destinations:
         sent = entry["sent"]

@@ -233,3 +233,23 @@ def test_the_idiom_key_in_spark_sql_is_idiom_headers(spark, recorded, tmp_path) 
         assert rows
         for row in rows:
             assert row["key"] == idiom_headers(row["headers"]), row["headers"]
+
+
+@pytest.mark.timeout(300)
+def test_a_send_without_destination_tied_with_a_named_one_is_reported(spark, tmp_path) -> None:
+    """A SEND that names no destination (the broker refuses it; a recording keeps it) as often as
+    a named one: the busiest destinations are ranked without comparing a missing name with a
+    present one, and the report is written."""
+    directory = tmp_path / "recording"
+    recording = Recording(directory, bodies=False)
+    conn = recording.connection("10.0.0.4").connect(login="careless")
+    for _ in range(3):
+        conn.send("SEND", [("destination", "/queue/named")], b"x")
+        conn.send("SEND", [("content-type", "text/plain")], b"x")
+    conn.send("DISCONNECT")
+    conn.close()
+    recording.close()
+    document = build_report(spark, str(directory))
+    names = [d["destination"] for d in document["destinations"]]
+    assert "/queue/named" in names
+    assert document["totals"]["frames"] == recording.frames
