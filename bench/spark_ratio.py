@@ -8,9 +8,9 @@ bare confirmed publisher, and the Spark sink writing as many rows.  Alternating 
 of load on the machine from favouring one side; the ratios are the medians of the per-round
 ratios.
 
-Then where a read's time goes, without Spark, on the same stream: the consumer alone, the
-consumer with the MESSAGE headers (``read_range``), and with the Arrow record batches
-(``arrow_batches``), in µs per row; and Spark's fixed cost per job (a read of an empty range).
+Then where a read's time goes, without Spark's JVM, on the same stream (``bench.spark_breakdown``
+measures both sides in more detail): the consumer alone and the data source's ``read()`` of the
+whole range in one task, in µs per row; and Spark's fixed cost per job (a read of an empty range).
 
 ``--master standalone`` starts a master and two workers on 127.0.0.1 (tests/spark/standalone.py)
 and gives the application two one-core executors; ``local[*]`` runs the executors' work in
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from adapter.spark.broker import BlockingBroker, parse_broker_url
-from adapter.spark.streams import OffsetRange, ReadSettings, read_range
 from bench.spark import BODY, bare_consume, bare_publish
+from bench.spark_breakdown import source_read, source_task
 
 PREFETCH = 1000
 
@@ -90,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(spark: Any, args: argparse.Namespace, url: str, count: int, partition_size: int) -> int:
     from adapter.spark import register
-    from adapter.spark.source import arrow_batches
 
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
@@ -141,13 +140,9 @@ def run(spark: Any, args: argparse.Namespace, url: str, count: int, partition_si
                 )
             )
 
-        settings = ReadSettings(parse_broker_url(url), PREFETCH, 30.0, True)
-        whole = OffsetRange(source, f"/amq/queue/{source}", 0, count)
+        task = source_task(url, source, count)
         consumer = min(timed(lambda: bare_consume(url, source, count, PREFETCH)) for _ in range(3))
-        headers = min(timed(lambda: sum(1 for _ in read_range(settings, whole))) for _ in range(3))
-        arrow = min(
-            timed(lambda: sum(1 for _ in arrow_batches(read_range(settings, whole)))) for _ in range(3)
-        )
+        reading = min(timed(lambda: source_read(task, count)) for _ in range(3))
         empty_job = min(timed(lambda: spark_read(0)) for _ in range(3))
     finally:
         with BlockingBroker(parse_broker_url(url), connection_name="bench cleanup") as broker:
@@ -177,7 +172,7 @@ def run(spark: Any, args: argparse.Namespace, url: str, count: int, partition_si
     per_row = 1e6 / count
     print(
         f"per row without Spark (one task, best of 3): consumer {consumer * per_row:.1f} µs, "
-        f"+ headers {(headers - consumer) * per_row:.1f} µs, + Arrow {(arrow - headers) * per_row:.1f} µs; "
+        f"read() {reading * per_row:.1f} µs; "
         f"Spark's cost of an empty read job {empty_job:.2f} s"
     )
     return 0

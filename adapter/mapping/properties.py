@@ -160,7 +160,10 @@ def _message_headers_source() -> str:
         "    if table:",
         "        for name, value in table.items():",
         '            if name != "content-length":',
-        "                pairs.append((name, value if type(value) is str else field_value_text(value)))",
+        "                if type(value) is not str:",
+        # an integer (a stream's x-stream-offset on every delivery) without the call
+        "                    value = str(value) if type(value) is int else field_value_text(value)",
+        "                pairs.append((name, value))",
     ]
     for prop in _RENDERED:
         text = _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]

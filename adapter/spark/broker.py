@@ -49,6 +49,8 @@ from ..mapping.properties import MessageProperties
 from .tokens import TokenRefresher, TokenSource
 
 _counts = struct.Struct(">II")
+# mandatory basic.publish method frames kept per connection, one per (exchange, routing key)
+_METHODS_KEPT = 1024
 
 # start-ok's client properties (the connection name is added per connection)
 _CAPABILITIES = {
@@ -261,6 +263,9 @@ class BlockingBroker:
         # publisher confirms: the broker numbers publishes 1, 2, ... once confirm.select is on
         self._confirming = False
         self.published = 0
+        # (exchange, routing key) -> its mandatory basic.publish frame (the channel core keeps
+        # the others')
+        self._mandatory_methods: dict[tuple[str, str], bytes] = {}
         client_properties = wire.table(
             {
                 "product": "stomp-amqp-adapter (spark)",
@@ -508,6 +513,20 @@ class BlockingBroker:
                 return None
         return replies.deliveries.popleft()
 
+    def take_deliveries(self, deadline: float) -> list[Delivery]:
+        """Every delivery queued, in order, reading the socket until ``deadline`` (monotonic)
+        if none is; [] when the deadline passed first.  What one read of the socket brought
+        comes out at once, so a reader's loop runs once per read, not once per message."""
+        replies = self._replies
+        while not replies.deliveries:
+            if replies.closed_error is not None:
+                raise replies.closed_error
+            if not self._read(deadline):
+                return []
+        taken = list(replies.deliveries)
+        replies.deliveries.clear()
+        return taken
+
     # ----------------------------------------------------------------- publishing
     def confirm_select(self) -> None:
         """Publisher confirms on (once per connection; later calls do nothing)."""
@@ -531,7 +550,11 @@ class BlockingBroker:
         out = self._connection.out
         if mandatory:
             try:
-                method = wire.publish_method(CHANNEL, exchange, routing_key, mandatory=True)
+                method = self._mandatory_methods.get((exchange, routing_key))
+                if method is None:
+                    method = wire.publish_method(CHANNEL, exchange, routing_key, mandatory=True)
+                    if len(self._mandatory_methods) < _METHODS_KEPT:
+                        self._mandatory_methods[(exchange, routing_key)] = method
                 frames = wire.content_frames(CHANNEL, properties, body, self._connection.frame_max)
             except wire.EncodeError as error:
                 raise self._replies.encode_failed(error) from error

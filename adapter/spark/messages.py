@@ -2,10 +2,11 @@
 
 Owns two translations, neither of which needs Spark (tested in tests/unit/test_spark_messages.py):
 
-* a delivery from a stream becomes a row whose ``headers`` are exactly the headers a STOMP
-  subscriber gets on MESSAGE: they come from ``adapter.mapping.properties.message_headers``,
-  the function ``Session.on_delivery`` writes MESSAGE frames with, so the two cannot drift
-  apart (tests/unit/test_message_headers.py renders frames and compares);
+* a delivery from a stream becomes a row (added to ``RowColumns``, the columns one Arrow record
+  batch is built from) whose ``headers`` are exactly the headers a STOMP subscriber gets on
+  MESSAGE: they come from ``adapter.mapping.properties.message_headers``, the function
+  ``Session.on_delivery`` writes MESSAGE frames with, so the two cannot drift apart
+  (tests/unit/test_message_headers.py renders frames and compares);
 * a row to publish becomes the ``queue.declare`` and ``basic.publish`` a STOMP SEND with the
   same destination and headers would cause, through the mapping functions the session uses
   (``adapter.mapping.destinations`` and ``adapter.mapping.properties``), in the session's
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
 
 from ..errors import StompError
 from ..mapping.destinations import (
@@ -34,7 +35,7 @@ from ..mapping.destinations import (
     send_queue_declare,
 )
 from ..mapping.operations import Delivery
-from ..mapping.properties import MessageProperties, message_headers, properties_from_send
+from ..mapping.properties import PROPERTY_HEADERS, MessageProperties, message_headers, properties_from_send
 from ..stomp.codec import FrameLimits
 
 # The headers of a MESSAGE that describe the Spark side's own subscription, not the message: a
@@ -44,8 +45,16 @@ SUBSCRIPTION_HEADERS: Final = frozenset({"subscription", "message-id", "ack"})
 # The broker puts each message's stream offset in this header of every stream delivery.
 STREAM_OFFSET_HEADER: Final = "x-stream-offset"
 
+# The headers the session writes before the message's own, in the frame's order
+_SESSION_NAMES: Final = ("destination", "redelivered")
+# Names a headers table may hold that the MESSAGE frame also gets from elsewhere (the session,
+# a property): a row with one of them is rendered through a dict, the first value winning
+_NAMES_TAKEN: Final = frozenset({*_SESSION_NAMES, *SUBSCRIPTION_HEADERS, *PROPERTY_HEADERS})
+
 # (exchange, routing key) -> MESSAGE destination, kept for this many pairs per reader
 _DESTINATIONS_KEPT: Final = 1024
+# destinations parsed, and plans of rows without headers, kept for this many per writer task
+_PLANS_KEPT: Final = 1024
 
 
 class RowError(ValueError):
@@ -73,6 +82,49 @@ class StreamMessage:
         return (self.destination, self.headers, self.body, self.offset, self.timestamp, self.stream)
 
 
+@dataclass(slots=True)
+class RowColumns:
+    """Rows of the read schema (adapter/spark/source.py READ_SCHEMA) column by column, as one
+    Arrow record batch is built from them; every row is of ``stream``.
+
+    ``header_ends[i + 1]`` is where row i's headers end in ``header_names`` / ``header_values``
+    (the map column's offsets); ``timestamps`` are microseconds since the epoch (UTC), None
+    where the message has no time."""
+
+    stream: str
+    destinations: list[str] = field(default_factory=list)
+    header_ends: list[int] = field(default_factory=lambda: [0])
+    header_names: list[str] = field(default_factory=list)
+    header_values: list[str] = field(default_factory=list)
+    bodies: list[bytes] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int | None] = field(default_factory=list)
+    body_bytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def replace_invalid_text(self, first: int) -> None:
+        """Header text Spark's strings cannot hold (bytes that were not UTF-8, as surrogate
+        escapes) replaced in the rows from ``first`` on, each row's map rebuilt as ``_headers``
+        builds it.  Checked for all those rows at once: a row at a time costs more."""
+        start = self.header_ends[first]
+        names, values = self.header_names, self.header_values
+        if _valid_utf8("".join(names[start:])) and _valid_utf8("".join(values[start:])):
+            return
+        ends = self.header_ends
+        pieces = zip(ends[first:], ends[first + 1 :])  # noqa: B905 (one shorter: row bounds)
+        rows = [
+            {_valid_text(n): _valid_text(v) for n, v in zip(names[a:b], values[a:b], strict=True)}
+            for a, b in pieces
+        ]
+        del names[start:], values[start:], ends[first + 1 :]
+        for headers in rows:
+            names += headers
+            values += headers.values()
+            ends.append(len(names))
+
+
 class MessageRenderer:
     """Deliveries as rows whose headers are those of the MESSAGE a STOMP 1.2 subscriber
     (``ack:auto``) gets, without rendering a frame.
@@ -81,29 +133,71 @@ class MessageRenderer:
     (``adapter.mapping.properties.message_headers``), around it the headers the session adds,
     in the frame's order; a name that occurs twice keeps its first value, as a STOMP parser
     reads a repeated header (STOMP 1.2).  tests/unit checks the rows against frames the
-    session renders and the parser reads back."""
+    session renders and the parser reads back.
 
-    def __init__(self) -> None:
+    ``include_headers=False`` (option ``includeHeaders=false``): ``add_rows`` leaves every
+    row's headers map empty and renders no header but the destination."""
+
+    def __init__(self, *, include_headers: bool = True) -> None:
+        self.include_headers = include_headers
         self._destinations: dict[tuple[str, str], str] = {}
+
+    def _destination(self, exchange: str, routing_key: str) -> str:
+        key = (exchange, routing_key)
+        destination = self._destinations.get(key)
+        if destination is None:
+            destination = message_destination(exchange, routing_key)
+            if not destination.isascii():
+                destination = _valid_text(destination)
+            if len(self._destinations) < _DESTINATIONS_KEPT:
+                self._destinations[key] = destination
+        return destination
 
     def message_headers(self, delivery: Delivery) -> tuple[str, dict[str, str]]:
         """(destination, headers) of the MESSAGE a STOMP subscriber would get for ``delivery``."""
-        key = (delivery.exchange, delivery.routing_key)
-        destination = self._destinations.get(key)
-        if destination is None:
-            destination = message_destination(*key)
-            if len(self._destinations) < _DESTINATIONS_KEPT:
-                self._destinations[key] = destination
-        # the session's own headers first (subscription, message-id and ack are the subscriber's)
-        headers = {"destination": destination, "redelivered": "true" if delivery.redelivered else "false"}
-        for name, value in message_headers(delivery.properties):
-            if name not in headers and name not in SUBSCRIPTION_HEADERS:
-                headers[name] = value
-        if delivery.body:
-            headers["content-length"] = str(len(delivery.body))
-        if not ("".join(headers).isascii() and "".join(headers.values()).isascii()):
-            headers = {_valid_text(name): _valid_text(value) for name, value in headers.items()}
+        headers = _headers(delivery, message_destination(delivery.exchange, delivery.routing_key))
         return headers["destination"], headers
+
+    def add_rows(self, columns: RowColumns, deliveries: list[Delivery], offsets: list[int]) -> None:
+        """The rows of ``deliveries`` (the messages at ``offsets`` of ``columns.stream``) added
+        to ``columns``: a column at a time where the value needs no rendering."""
+        bodies = [delivery.body for delivery in deliveries]
+        columns.bodies += bodies
+        columns.body_bytes += sum(map(len, bodies))
+        columns.offsets += offsets
+        columns.timestamps += [_timestamp_micros(delivery.properties.timestamp) for delivery in deliveries]
+        destination_of = self._destinations.get
+        destinations = [
+            destination_of((delivery.exchange, delivery.routing_key))
+            or self._destination(delivery.exchange, delivery.routing_key)
+            for delivery in deliveries
+        ]
+        if not self.include_headers:
+            columns.destinations += destinations
+            columns.header_ends += [len(columns.header_names)] * len(deliveries)  # empty maps
+            return
+        names, values, ends = columns.header_names, columns.header_values, columns.header_ends
+        first = len(ends) - 1  # the first row added here
+        for delivery, destination in zip(deliveries, destinations, strict=True):
+            table = delivery.properties.headers
+            if table and not _NAMES_TAKEN.isdisjoint(table):
+                # a headers table naming a header the session or a property writes: the first
+                # value of a name wins, as _headers decides
+                headers = _headers(delivery, destination)
+                names += headers
+                values += headers.values()
+            else:  # every name once: the frame's order as it comes
+                names += _SESSION_NAMES
+                values += (destination, "true" if delivery.redelivered else "false")
+                for name, value in message_headers(delivery.properties):
+                    names.append(name)
+                    values.append(value)
+                if delivery.body:
+                    names.append("content-length")
+                    values.append(str(len(delivery.body)))
+            ends.append(len(names))
+        columns.destinations += destinations
+        columns.replace_invalid_text(first)
 
     def row(self, delivery: Delivery, stream: str, offset: int) -> Row:
         """The row of ``delivery``, the message at ``offset`` of ``stream``."""
@@ -113,18 +207,36 @@ class MessageRenderer:
     def row_without_headers(self, delivery: Delivery, stream: str, offset: int) -> Row:
         """The row of ``delivery`` with an empty ``headers`` map (option ``includeHeaders=false``):
         the destination alone, as the MESSAGE ``destination`` header would carry it."""
-        key = (delivery.exchange, delivery.routing_key)
-        destination = self._destinations.get(key)
-        if destination is None:
-            destination = message_destination(*key)
-            if len(self._destinations) < _DESTINATIONS_KEPT:
-                self._destinations[key] = destination
-        if not destination.isascii():
-            destination = _valid_text(destination)
+        destination = self._destination(delivery.exchange, delivery.routing_key)
         return (destination, {}, delivery.body, offset, _timestamp(delivery.properties), stream)
 
     def render(self, delivery: Delivery, stream: str) -> StreamMessage:
         return StreamMessage(*self.row(delivery, stream, stream_offset(delivery)))
+
+
+def _headers(delivery: Delivery, destination: str) -> dict[str, str]:
+    """The MESSAGE headers of ``delivery`` but the subscriber's own, in the frame's order;
+    text Spark's strings cannot hold (not UTF-8) replaced."""
+    # the session's own headers first (subscription, message-id and ack are the subscriber's)
+    headers = {"destination": destination, "redelivered": "true" if delivery.redelivered else "false"}
+    for name, value in message_headers(delivery.properties):
+        if name not in headers and name not in SUBSCRIPTION_HEADERS:
+            headers[name] = value
+    if delivery.body:
+        headers["content-length"] = str(len(delivery.body))
+    if not (_valid_utf8("".join(headers)) and _valid_utf8("".join(headers.values()))):
+        headers = {_valid_text(name): _valid_text(value) for name, value in headers.items()}
+    return headers
+
+
+def _valid_utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def stream_offset(delivery: Delivery) -> int:
@@ -138,15 +250,24 @@ def stream_offset(delivery: Delivery) -> int:
     return offset
 
 
+# The last second a timestamp column holds (9999-12-31 23:59:59 UTC, Python's and Spark's end)
+_LAST_SECOND: Final = 253_402_300_799
+
+
 def _timestamp(properties: MessageProperties) -> datetime.datetime | None:
     # RabbitMQ 3.10 does not pass a stream chunk's time to AMQP 0-9-1 consumers; the AMQP
     # timestamp property (the STOMP 'timestamp' header of a SEND) is the time there is.
-    if properties.timestamp is None:
+    micros = _timestamp_micros(properties.timestamp)
+    if micros is None:
         return None
-    try:
-        return datetime.datetime.fromtimestamp(properties.timestamp, datetime.UTC)
-    except (OverflowError, OSError, ValueError):
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=micros)
+
+
+def _timestamp_micros(seconds: int | None) -> int | None:
+    """An AMQP timestamp (whole seconds, unsigned) as microseconds; None beyond year 9999."""
+    if seconds is None or seconds > _LAST_SECOND:
         return None
+    return seconds * 1_000_000
 
 
 def _valid_text(value: str) -> str:
@@ -160,10 +281,9 @@ def _valid_text(value: str) -> str:
 
 
 # --------------------------------------------------------------------------------- writing
-@dataclass(frozen=True, slots=True)
-class PublishPlan:
-    """What publishing one row takes: a declare first (a ``/queue/`` not yet declared on this
-    connection), then one publish.
+class PublishPlan(NamedTuple):
+    """What publishing one row takes besides its body: a declare first (a ``/queue/`` not yet
+    declared on this connection), then one publish.
 
     ``mandatory``: the row names one existing queue (``/amq/queue/``, ``/reply-queue/``), so a
     message the broker cannot route means the queue is missing.  A STOMP SEND there is dropped
@@ -173,7 +293,6 @@ class PublishPlan:
     exchange: str
     routing_key: str
     properties: MessageProperties
-    body: bytes
     mandatory: bool
 
 
@@ -191,16 +310,28 @@ class PublishPlanner:
         self.default_topic_exchange = default_topic_exchange
         self._destinations: dict[str, Destination] = {}
         self._declared: set[str] = set()
+        # destination -> the plan of a row without headers to it (body b""), the declare done
+        self._headerless: dict[str, PublishPlan] = {}
 
     def plan(
         self, destination: str | None, headers: Mapping[str, str] | None, body: bytes | bytearray | str | None
-    ) -> PublishPlan:
-        """Raises RowError, with the ERROR message and text the adapter would send a STOMP
-        client for the same SEND (or the size limit it would apply to the frame)."""
+    ) -> tuple[PublishPlan, bytes]:
+        """The row's plan and its body as bytes.  Raises RowError, with the ERROR message and
+        text the adapter would send a STOMP client for the same SEND (or the size limit it
+        would apply to the frame)."""
+        data = _body_bytes(body)
+        if not headers and destination is not None and len(data) <= self.max_body_size:
+            # rows without headers to one destination differ by their body alone: planned once
+            known = self._headerless.get(destination)
+            if known is not None:
+                return known, data
         try:
-            return self._plan(destination, dict(headers or {}), _body_bytes(body))
+            plan = self._plan(destination, dict(headers or {}), data)
         except StompError as error:
             raise RowError(f"{error.message}: {error.detail.strip()}") from None
+        if not headers and destination is not None and len(self._headerless) < _PLANS_KEPT:
+            self._headerless[destination] = plan._replace(declare=None)
+        return plan, data
 
     def _plan(self, raw: str | None, headers: dict[str, str], body: bytes) -> PublishPlan:
         if raw is None:
@@ -218,7 +349,8 @@ class PublishPlanner:
         dest = self._destinations.get(raw)
         if dest is None:
             dest = parse_destination(raw)
-            self._destinations[raw] = dest
+            if len(self._destinations) < _PLANS_KEPT:
+                self._destinations[raw] = dest
         params = send_queue_declare(dest, headers, self._declared)
         declare = None
         if params is not None:
@@ -238,10 +370,12 @@ class PublishPlanner:
         # every row is published persistent, as a SEND with persistent:true
         properties.delivery_mode = 2
         mandatory = dest.kind in (DestinationKind.AMQ_QUEUE, DestinationKind.REPLY_QUEUE)
-        return PublishPlan(declare, exchange, routing_key, properties, body, mandatory)
+        return PublishPlan(declare, exchange, routing_key, properties, mandatory)
 
 
 def _body_bytes(body: bytes | bytearray | str | None) -> bytes:
+    if type(body) is bytes:
+        return body
     if body is None:
         return b""
     if isinstance(body, str):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -31,7 +31,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from .broker import BlockingBroker, BrokerUrl
-from .messages import Row
+from .messages import MessageRenderer, RowColumns
 from .options import (
     DEFAULT_TIMEOUT,
     broker_url,
@@ -50,7 +50,7 @@ from .streams import (
     offset_at,
     offset_within_bytes,
     prepare_streams,
-    read_range,
+    read_deliveries,
     split_range,
     stream_refs,
 )
@@ -74,7 +74,10 @@ ARROW_SCHEMA: Final = pa.schema(
         ("stream", pa.string()),
     ]
 )
-# A record batch ends after this many rows, or once its bodies reach this many bytes.
+_HEADERS_TYPE: Final = ARROW_SCHEMA.field("headers").type
+_TIMESTAMP_TYPE: Final = ARROW_SCHEMA.field("timestamp").type
+# A record batch ends after this many rows, or once its bodies reach this many bytes (with what
+# the socket read that reached them: at most one read, or one message, more).
 ARROW_BATCH_ROWS: Final = 4096
 ARROW_BATCH_BYTES: Final = 16 * 1024 * 1024
 
@@ -279,68 +282,51 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, RangePartition):
         # a batch read with nothing to read: PySpark plans one InputPartition(None) instead of none
         return iter(())
-    return arrow_batches(read_range(partition.settings, partition.offsets))
+    return record_batches(partition.settings, partition.offsets)
 
 
-def arrow_batches(rows: Iterable[Row]) -> Iterator[pa.RecordBatch]:
-    """``rows`` as Arrow record batches of ``ARROW_SCHEMA``, built column by column.
+def record_batches(settings: ReadSettings, offsets: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The messages of ``offsets`` as Arrow record batches of ``ARROW_SCHEMA``, built a column
+    at a time from what each read of the socket brought.
 
     Spark takes record batches from ``read()`` as they are, where tuples would go through
-    PySpark's per-value converters (a map column among them): this is about 3 µs a row
-    cheaper (docs/performance.md, "Spark")."""
-    destinations: list[str] = []
-    ends = [0]  # where each row's headers end in names / values: the map column's offsets
-    names: list[str] = []
-    values: list[str] = []
-    bodies: list[bytes] = []
-    offsets: list[int] = []
-    timestamps: list[Any] = []
-    streams: list[str] = []
-    size = 0
-    for destination, headers, body, offset, timestamp, stream in rows:
-        destinations.append(destination)
-        names += headers
-        values += headers.values()
-        ends.append(len(names))
-        bodies.append(body)
-        offsets.append(offset)
-        timestamps.append(timestamp)
-        streams.append(stream)
-        size += len(body)
-        if len(offsets) >= ARROW_BATCH_ROWS or size >= ARROW_BATCH_BYTES:
-            yield _batch(destinations, ends, names, values, bodies, offsets, timestamps, streams)
-            destinations, ends, names, values = [], [0], [], []
-            bodies, offsets, timestamps, streams = [], [], [], []
-            size = 0
-    if offsets:
-        yield _batch(destinations, ends, names, values, bodies, offsets, timestamps, streams)
+    PySpark's per-value converters (a map column among them); and a column built from a list
+    in one call costs less than a row appended at a time (docs/performance.md, "Spark")."""
+    renderer = MessageRenderer(include_headers=settings.include_headers)
+    columns = RowColumns(offsets.queue)
+    for deliveries, numbers in read_deliveries(settings, offsets):
+        while deliveries:
+            room = ARROW_BATCH_ROWS - len(columns)
+            if len(deliveries) > room:
+                renderer.add_rows(columns, deliveries[:room], numbers[:room])
+                deliveries, numbers = deliveries[room:], numbers[room:]
+            else:
+                renderer.add_rows(columns, deliveries, numbers)
+                deliveries = []
+            if len(columns) >= ARROW_BATCH_ROWS or columns.body_bytes >= ARROW_BATCH_BYTES:
+                yield arrow_batch(columns)
+                columns = RowColumns(offsets.queue)
+    if len(columns):
+        yield arrow_batch(columns)
 
 
-def _batch(
-    destinations: list[str],
-    ends: list[int],
-    names: list[str],
-    values: list[str],
-    bodies: list[bytes],
-    offsets: list[int],
-    timestamps: list[Any],
-    streams: list[str],
-) -> pa.RecordBatch:
+def arrow_batch(columns: RowColumns) -> pa.RecordBatch:
+    """One record batch of ``ARROW_SCHEMA`` holding the rows of ``columns``."""
     headers = pa.MapArray.from_arrays(
-        pa.array(ends, pa.int32()),
-        pa.array(names, pa.string()),
-        pa.array(values, pa.string()),
-        type=ARROW_SCHEMA.field("headers").type,
+        pa.array(columns.header_ends, pa.int32()),
+        pa.array(columns.header_names, pa.string()),
+        pa.array(columns.header_values, pa.string()),
+        type=_HEADERS_TYPE,
     )
-    columns = [
-        pa.array(destinations, pa.string()),
+    arrays = [
+        pa.array(columns.destinations, pa.string()),
         headers,
-        pa.array(bodies, pa.binary()),
-        pa.array(offsets, pa.int64()),
-        pa.array(timestamps, ARROW_SCHEMA.field("timestamp").type),
-        pa.array(streams, pa.string()),
+        pa.array(columns.bodies, pa.binary()),
+        pa.array(columns.offsets, pa.int64()),
+        pa.array(columns.timestamps, _TIMESTAMP_TYPE),
+        pa.repeat(pa.scalar(columns.stream, pa.string()), len(columns)),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 # ------------------------------------------------------------------------------------ readers

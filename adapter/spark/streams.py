@@ -30,7 +30,7 @@ from ..mapping.destinations import (
 )
 from ..mapping.operations import Delivery
 from .broker import BlockingBroker, BrokerError, BrokerUrl
-from .messages import MessageRenderer, Row, stream_offset
+from .messages import STREAM_OFFSET_HEADER, stream_offset
 
 # How long a probe waits for the first delivery: only an empty stream makes it wait this long
 # ("first" and "last" deliver at once on a stream holding anything).
@@ -40,7 +40,8 @@ PROBE_QUIET: Final = 0.2
 # The end probe's whole budget from its first delivery: a stream that keeps growing never goes
 # quiet for PROBE_QUIET, and the probe then ends here with the newest offset it has seen.
 PROBE_LIMIT: Final = 1.0
-# Deliveries acknowledged together (a stream consumer needs acks to get more credit).
+# Deliveries acknowledged together (a stream consumer needs acks to get more credit); half the
+# prefetch when that is less.
 ACK_EVERY: Final = 256
 
 _tags = count(1)
@@ -146,6 +147,9 @@ class _Consumer:
         self.broker = broker
         self.tag = f"spark-{next(_tags)}"
         self._unacked = 0
+        # acknowledged before the prefetch runs out: the broker sends a stream consumer no more
+        # than ``prefetch`` unacknowledged messages
+        self._ack_every = min(ACK_EVERY, max(1, prefetch // 2))
         self._last_tag = 0
         broker.basic_qos(prefetch)
         try:
@@ -158,9 +162,19 @@ class _Consumer:
         if delivery is not None:
             self._last_tag = delivery.delivery_tag
             self._unacked += 1
-            if self._unacked >= ACK_EVERY:
+            if self._unacked >= self._ack_every:
                 self.ack()
         return delivery
+
+    def take(self, deadline: float) -> list[Delivery]:
+        """Every delivery queued (at least one, unless ``deadline`` passed first: [])."""
+        taken = self.broker.take_deliveries(deadline)
+        if taken:
+            self._last_tag = taken[-1].delivery_tag
+            self._unacked += len(taken)
+            if self._unacked >= self._ack_every:
+                self.ack()
+        return taken
 
     def ack(self) -> None:
         if self._unacked:
@@ -279,41 +293,52 @@ def split_range(queue: str, destination: str, start: int, end: int, size: int) -
     return [OffsetRange(queue, destination, low, min(low + size, end)) for low in range(start, end, size)]
 
 
-def read_range(settings: ReadSettings, offsets: OffsetRange) -> Iterator[Row]:
-    """Every message of the range, in offset order, rendered as a STOMP subscriber sees it.
+def read_deliveries(
+    settings: ReadSettings, offsets: OffsetRange
+) -> Iterator[tuple[list[Delivery], list[int]]]:
+    """Every message of the range, in offset order, as pieces ``(deliveries, their offsets)``:
+    the range's part of what one read of the socket brought, so that the caller works on
+    lists (adapter/spark/source.py builds Arrow columns of them).
 
-    Fails (BrokerError) rather than return fewer rows: when the stream no longer holds the
+    Fails (BrokerError) rather than return fewer messages: when the stream no longer holds the
     start (retention removed it; unless fail_on_data_loss is off) or stops delivering before the
     end for ``settings.timeout`` seconds."""
     if offsets.start >= offsets.end:
         return
-    renderer = MessageRenderer()
+    end = offsets.end
     with BlockingBroker(
         settings.url, connection_name=f"spark reader {offsets.queue}", timeout=settings.timeout
     ) as broker:
         consumer = _Consumer(broker, offsets.queue, ("long", offsets.start), settings.prefetch)
         expected = offsets.start
-        while expected < offsets.end:
+        while expected < end:
             broker.refresh_token()  # options token / tokenFile: a long read outlives its token
-            delivery = consumer.next(time.monotonic() + settings.timeout)
-            if delivery is None:
+            taken = consumer.take(time.monotonic() + settings.timeout)
+            if not taken:
                 raise BrokerError(
                     f"stream {offsets.queue!r} delivered nothing after offset {expected - 1} within "
-                    f"{settings.timeout:g} s, but this batch reads up to offset {offsets.end - 1}"
+                    f"{settings.timeout:g} s, but this batch reads up to offset {end - 1}"
                 )
-            offset = stream_offset(delivery)
-            if offset < expected:
-                continue  # the broker starts at the chunk holding the start offset
-            if offset > expected and settings.fail_on_data_loss:
-                raise BrokerError(
-                    f"stream {offsets.queue!r} no longer holds offsets {expected} to {offset - 1} "
-                    "(removed by retention?); set failOnDataLoss=false to skip them"
-                )
-            if offset >= offsets.end:
-                break
-            if settings.include_headers:
-                yield renderer.row(delivery, offsets.queue, offset)
-            else:
-                yield renderer.row_without_headers(delivery, offsets.queue, offset)
-            expected = offset + 1
+            kept: list[Delivery] = []
+            numbers: list[int] = []
+            for delivery in taken:
+                headers = delivery.properties.headers
+                offset = headers.get(STREAM_OFFSET_HEADER) if headers else None
+                if type(offset) is not int:
+                    offset = stream_offset(delivery)  # raises, naming what is wrong
+                if offset < expected:
+                    continue  # the broker starts at the chunk holding the start offset
+                if offset > expected and settings.fail_on_data_loss:
+                    raise BrokerError(
+                        f"stream {offsets.queue!r} no longer holds offsets {expected} to {offset - 1} "
+                        "(removed by retention?); set failOnDataLoss=false to skip them"
+                    )
+                if offset >= end:
+                    expected = end
+                    break
+                kept.append(delivery)
+                numbers.append(offset)
+                expected = offset + 1
+            if kept:
+                yield kept, numbers
         consumer.close()

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from adapter.spark.broker import BlockingBroker
-from adapter.spark.streams import next_offset
+from adapter.spark.broker import BlockingBroker, parse_broker_url
+from adapter.spark.streams import OffsetRange, ReadSettings, next_offset, read_deliveries
 from tests.spark.conftest import SteadyPublisher, publish
 from tests.spark.test_spark import failure_text, read_stream, write_rows
 from tests.spark.test_spark_positions import run_available_now
@@ -257,3 +257,13 @@ def test_a_query_from_latest_killed_before_its_first_commit_loses_nothing(spark,
     written = offsets(spark.read.parquet(str(output)).collect())
     start_offset = first_batch[0] if first_batch else first_end
     assert written == list(range(start_offset, published))
+
+
+def test_a_prefetch_below_the_ack_batch_still_reads_the_whole_range(amqp_url, queues, broker: BlockingBroker):
+    """Option prefetch=10: the reader acknowledges before the broker stops sending (it acked
+    every 256 deliveries, and a stream consumer gets no more than the prefetch unacknowledged)."""
+    stream = queues("spark-prefetch")
+    publish(broker, stream, [b"m%d" % i for i in range(600)])
+    settings = ReadSettings(parse_broker_url(amqp_url), prefetch=10, timeout=10.0)
+    pieces = read_deliveries(settings, OffsetRange(stream, f"/amq/queue/{stream}", 0, 600))
+    assert [offset for _, offsets in pieces for offset in offsets] == list(range(600))
