@@ -694,10 +694,24 @@ def expect_receipt(client: StompClient, receipt_id: str, timeout: float = 5.0) -
 class TcpRelay:
     """A TCP relay on 127.0.0.1:<free port> to (host, port), run by its own event loop in a
     thread: it stands for a broker node that a test can take away (``stop`` closes the listener
-    and every relayed connection, as a node that goes down does)."""
+    and every relayed connection, as a node that goes down does).  ``sip``, ``pause`` and
+    ``receive_buffer`` make it a slow reader of what its clients send (reads of ``sip`` bytes
+    ``pause`` seconds apart, a small kernel receive buffer), so a client's transport keeps what
+    it could not send; the other way goes at full speed."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        sip: int = 65536,
+        pause: float = 0.0,
+        receive_buffer: int | None = None,
+    ) -> None:
         self.target = (host, port)
+        self.sip = sip
+        self.pause = pause
+        self.receive_buffer = receive_buffer
         self.port = 0
         self.connections = 0
         self._loop = asyncio.new_event_loop()
@@ -706,11 +720,15 @@ class TcpRelay:
         self._writers: set[asyncio.StreamWriter] = set()
 
     def start(self) -> None:
+        listener = socket.socket()
+        if self.receive_buffer is not None:  # inherited by the accepted sockets
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+        listener.bind(("127.0.0.1", 0))
+        self.port = listener.getsockname()[1]
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._relay, "127.0.0.1", 0), self._loop
+            asyncio.start_server(self._relay, sock=listener, limit=self.sip), self._loop
         ).result(10)
-        self.port = self._server.sockets[0].getsockname()[1]
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -721,17 +739,21 @@ class TcpRelay:
             return
         self._writers |= {writer, up_writer}
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, sip: int, pause: float) -> None:
             try:
-                while data := await src.read(65536):
+                while data := await src.read(sip):
                     dst.write(data)
                     await dst.drain()
+                    if pause:
+                        await asyncio.sleep(pause)
             except (OSError, asyncio.CancelledError):
                 pass
             finally:
                 dst.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(
+            pipe(reader, up_writer, self.sip, self.pause), pipe(up_reader, writer, 1 << 20, 0.0)
+        )
         self._writers -= {writer, up_writer}
 
     def stop(self) -> None:

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 import uvloop
 
-from tests.support import AdapterProcess, RawSession, unique
+from tests.support import AdapterProcess, RawSession, TcpRelay, unique
 
 pytestmark = pytest.mark.integration
 
@@ -38,75 +38,14 @@ def body_of(number: int, size: int) -> bytes:
     return random.Random(number).randbytes(size)
 
 
-class SlowRelay:
-    """A relay to the broker that reads what the adapter sends it in small sips through a small
-    receive buffer (so the adapter's AMQP transport keeps what it could not send); what the
-    broker sends goes back at full speed.  Runs on an event loop in a thread of its own."""
-
-    def __init__(self, host: str, port: int, sip: int = 8192, pause: float = 0.002) -> None:
-        self.target = (host, port)
-        self.sip = sip
-        self.pause = pause
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="slow-relay", daemon=True)
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    def start(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by accepted sockets
-        listener.bind(("127.0.0.1", 0))
-        self.port = listener.getsockname()[1]
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._relay, sock=listener, limit=self.sip), self._loop
-        ).result(10)
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self._writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, sip: int, pause: float) -> None:
-            try:
-                while data := await src.read(sip):
-                    dst.write(data)
-                    await dst.drain()
-                    if pause:
-                        await asyncio.sleep(pause)
-            except (OSError, asyncio.CancelledError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(
-            pipe(reader, up_writer, self.sip, self.pause), pipe(up_reader, writer, 1 << 20, 0.0)
-        )
-        self._writers -= {writer, up_writer}
-
-    def stop(self) -> None:
-        async def shutdown() -> None:
-            if self._server is not None:
-                self._server.close()
-            for writer in list(self._writers):
-                writer.transport.abort()
-            await asyncio.sleep(0.05)
-
-        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-
 @pytest.fixture
 def slow_broker(amqp_url: str) -> Iterator[str]:
-    """The broker's URL through a ``SlowRelay``."""
+    """The broker's URL through a relay that reads what the adapter sends it in small sips through
+    a small receive buffer (the adapter's AMQP transport keeps what it could not send)."""
     parts = urlsplit(amqp_url)
-    relay = SlowRelay(parts.hostname or "127.0.0.1", parts.port or 5672)
+    relay = TcpRelay(
+        parts.hostname or "127.0.0.1", parts.port or 5672, sip=8192, pause=0.002, receive_buffer=4096
+    )
     relay.start()
     credentials = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
     yield f"{parts.scheme}://{credentials}127.0.0.1:{relay.port}{parts.path}"
