@@ -43,9 +43,10 @@ def bare_consume(url: str, queue: str, count: int, prefetch: int = 1000) -> None
         broker.basic_consume(queue, "bench", {"x-stream-offset": ("longstr", "first")})
         received = 0
         while received < count:
-            delivery = broker.next_delivery(time.monotonic() + 30)
-            if delivery is None:
+            taken = broker.take_deliveries(time.monotonic() + 30, at_most=1)
+            if not taken:
                 raise SystemExit(f"bare consumer: only {received} of {count} messages")
+            delivery = taken[0]
             received += 1
             if received % 256 == 0:
                 broker.ack(delivery.delivery_tag, True)

@@ -253,7 +253,7 @@ class BlockingBroker:
     """One AMQP connection with channel 1, driven by blocking calls: the blocking shell over
     the sans-IO connection and channel cores (adapter/amqp/client.py, adapter/amqp/channel.py).
 
-    Deliveries are queued as they are read and handed out by ``next_delivery``; confirms are
+    Deliveries are queued as they are read and handed out by ``take_deliveries``; confirms are
     counted as they arrive.  A channel or connection close from the broker raises BrokerError
     from whichever call is running, with the broker's reply code and text."""
 
@@ -503,28 +503,22 @@ class BlockingBroker:
         self._channel.ack(delivery_tag, multiple)
         self._flush()
 
-    def next_delivery(self, deadline: float) -> Delivery | None:
-        """The next delivery, reading the socket until ``deadline`` (monotonic) if none is queued."""
+    def take_deliveries(self, deadline: float, at_most: int = 0) -> list[Delivery]:
+        """The deliveries queued, in order (``at_most`` of them, 0: all), reading the socket until
+        ``deadline`` (monotonic) if none is; [] when the deadline passed first.  What one read of
+        the socket brought comes out at once, so a reader's loop runs once per read, not once
+        per message."""
         replies = self._replies
-        while not replies.deliveries:
-            if replies.closed_error is not None:
-                raise replies.closed_error
-            if not self._read(deadline):
-                return None
-        return replies.deliveries.popleft()
-
-    def take_deliveries(self, deadline: float) -> list[Delivery]:
-        """Every delivery queued, in order, reading the socket until ``deadline`` (monotonic)
-        if none is; [] when the deadline passed first.  What one read of the socket brought
-        comes out at once, so a reader's loop runs once per read, not once per message."""
-        replies = self._replies
-        while not replies.deliveries:
+        queued = replies.deliveries
+        while not queued:
             if replies.closed_error is not None:
                 raise replies.closed_error
             if not self._read(deadline):
                 return []
-        taken = list(replies.deliveries)
-        replies.deliveries.clear()
+        if at_most and at_most < len(queued):
+            return [queued.popleft() for _ in range(at_most)]
+        taken = list(queued)
+        queued.clear()
         return taken
 
     # ----------------------------------------------------------------- publishing

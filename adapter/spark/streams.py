@@ -158,7 +158,8 @@ class _Consumer:
             raise BrokerError(f"cannot consume from stream {queue!r}: {error}") from None
 
     def next(self, deadline: float) -> Delivery | None:
-        delivery = self.broker.next_delivery(deadline)
+        taken = self.broker.take_deliveries(deadline, at_most=1)
+        delivery = taken[0] if taken else None
         if delivery is not None:
             self._last_tag = delivery.delivery_tag
             self._unacked += 1
