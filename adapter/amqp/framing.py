@@ -95,16 +95,18 @@ class FrameReader:
         self._more.clear()
         self._held = self._needed = 0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, read: bytes | bytearray | memoryview) -> None:
         """Hand every complete frame in ``partial + data`` to its callback, in order; keep the rest.
 
         Payloads are slices of the bytes read (one copy each), large body payloads views of
         them (no copy), in pieces when the frame spans reads; heart-beat frames are consumed
-        here (the caller counts reads).  ``data`` must be ``bytes``: views of it are kept."""
+        here (the caller counts reads).  Views of a ``bytes`` read are kept; any other buffer
+        is copied first."""
         if self._stopped:
             return
-        if type(data) is not bytes:  # a view of a buffer its owner may reuse: own a copy
-            data = bytes(data)
+        # a view of a buffer its owner may reuse: own a copy (a new name, so that a compiled
+        # build keeps ``data`` a bytes variable)
+        data = read if type(read) is bytes else bytes(read)
         offset = 0
         if self._partial:
             self._held += len(data)

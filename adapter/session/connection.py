@@ -340,8 +340,8 @@ class StompConnection(Generic[Link]):
                                 clocks.time_publish(session.publish_seq)
                             if self.destinations is not None:
                                 self.destinations.count_published(publish.destination)
-                        except ProcessingError as error:  # a value AMQP cannot carry
-                            self.processing_error(error)
+                        except ProcessingError as refused:  # a value AMQP cannot carry
+                            self.processing_error(refused)
                             return
                         self.frame = None
                         continue
@@ -368,9 +368,10 @@ class StompConnection(Generic[Link]):
                     for data in held:
                         self.write(data)
                 continue
-            except ProcessingError as error:
-                # a value AMQP cannot carry (a name over 255 bytes, an integer out of range ...)
-                self.processing_error(error)
+            except ProcessingError as refused:
+                # a value AMQP cannot carry (a name over 255 bytes, an integer out of range ...);
+                # not named ``error``: a compiled build gives a name one type per function
+                self.processing_error(refused)
                 return
 
     def execute(self, op: ops.Operation, in_frame: bool = True) -> object:

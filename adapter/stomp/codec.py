@@ -195,9 +195,10 @@ class FrameParser:
         out at the end of ``next_frame``)."""
         return len(self._buf) + self._pinned
 
-    def feed(self, data: bytes) -> None:
-        if type(data) is not bytes:  # a view of a buffer its owner may reuse: own a copy
-            data = bytes(data)
+    def feed(self, read: bytes | bytearray | memoryview) -> None:
+        # a view of a buffer its owner may reuse: own a copy (a new name, so that a compiled
+        # build keeps ``data`` a bytes variable)
+        data = read if type(read) is bytes else bytes(read)
         if not data:
             return
         pieces = self._pieces
