@@ -452,6 +452,7 @@ class ConnectionCore:
         self.phase = after
         if after is Phase.CLOSED:
             self.reader.stop()  # nothing the broker sends after the end is read
+            self._only = None  # nor carried to the channel (which refers back to this core)
         return before
 
     def fail(self, error: AmqpError) -> None:
