@@ -230,7 +230,7 @@ class ClientConnection(asyncio.Protocol):
                 held = stomp.parser.buffered
                 if held > _MAX_BUFFERED_INPUT and stomp.busy:
                     self.flow.pause("input")
-                else:
+                elif "input" in self._pause_reasons:  # the usual read skips the call
                     self.flow.resume("input")
                 guard = self._guard
                 if held or guard.held:  # the common case, every byte read a whole frame, skips it
@@ -310,8 +310,9 @@ class ClientConnection(asyncio.Protocol):
         batch goes out without waiting for the next loop iteration (latency); ``flush_soon``
         still covers writes made outside a read (timers, tasks), one loop turn later."""
         self._flush_handle = None  # a flush already scheduled finds nothing left, or what came since
-        if self.transport is not None:
-            self.stomp.flush_output()  # hands it to write_output
+        stomp = self.stomp
+        if stomp.out and self.transport is not None:
+            stomp.flush_output()  # hands it to write_output
 
     def write_output(self, out: list[bytes], large: bool) -> None:
         """The STOMP connection's output, handed over (``StompConnection.flush_output``): to the
@@ -361,15 +362,17 @@ class ClientConnection(asyncio.Protocol):
         self.close("server shutdown")
 
     def _finish(self) -> None:
+        """Closed by either side: everything the connection holds goes, once (a close that
+        lingers finishes at once; its socket's end later finds it finished)."""
         stomp = self.stomp
+        if stomp.finished:
+            return
         self.timers.stop()
         self._guard.release()
         self.session.on_closed()  # activemq profile: frees its client-id
         if stomp.steps is not None:
             stomp.steps.close()
             stomp.steps = None
-        if stomp.finished:
-            return
         stomp.enter(Lifecycle.FINISHED)
         self.flow.stop_clocks()
         self._server.add_finished(self)
