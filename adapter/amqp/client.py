@@ -463,7 +463,8 @@ class ConnectionCore:
     def lost(self) -> None:
         """The socket ended."""
         self.advance(Input.LOST)
-        self._secret_not_taken(AmqpError(0, "the AMQP connection was lost"))
+        if self.secret_waiters:  # the error is made only for someone to tell
+            self._secret_not_taken(AmqpError(0, "the AMQP connection was lost"))
 
     # ----------------------------------------------------------------- connection.update-secret
     def update_secret(self, secret: bytes, reason: str, answered: Callable[[AmqpError | None], None]) -> None:
