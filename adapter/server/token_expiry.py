@@ -58,7 +58,9 @@ class TokenExpiryGuard:
     def close(self) -> None:
         """The connection is closed: cancel, and let go of its callback (it refers back to
         the connection: dropped, the closed connection is freed by reference counting)."""
-        self.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._expired = _closed
 
 
