@@ -89,6 +89,8 @@ class HeartBeats:
         host = self._host
         if self.liveness.send_tick(host.heartbeat_output_pending()):
             host.write_heartbeat()
+            if self._host is not host:  # the write closed the connection: no timer re-armed
+                return
         self._send_timer = self._loop.call_later(interval, self.send_tick, interval)
 
     def receive_tick(self, interval: float) -> None:

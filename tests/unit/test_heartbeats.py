@@ -124,3 +124,19 @@ async def test_a_negotiated_receive_interval_takes_precedence_over_the_idle_time
     beats.start(0, 1.5, idle=10.0)
     beats.receive_tick(1.5)
     assert host.timed_out == [1.5]
+
+
+async def test_a_heartbeat_write_that_closes_the_connection_leaves_no_timer_armed() -> None:
+    """A write that fails closes the connection at once (the timers are closed meanwhile): the
+    tick must not re-arm itself on a closed connection, which would keep it alive for ever."""
+    beats, host = make()
+
+    def write_and_close() -> None:
+        host.beats += 1
+        beats.close()
+
+    host.write_heartbeat = write_and_close  # type: ignore[method-assign]
+    beats.start(0.5, 0)
+    beats.send_tick(0.5)
+    assert host.beats == 1
+    assert not beats.running
