@@ -117,6 +117,12 @@ def main() -> int:
         metavar="NAME=ARGS",
         help="more arguments for the tap NAME ('tap' is this checkout's), e.g. tap='--tcp-nodelay true'",
     )
+    parser.add_argument(
+        "--first-port",
+        type=int,
+        default=0,
+        help="the proxies listen on this port and the next ones (default: ports the kernel picks)",
+    )
     parser.add_argument("--no-relay", action="store_true", help="no relay (the ratios to direct only)")
     parser.add_argument(
         "--nagle-relay", action="store_true", help="also the relay with --nagle, as 'relay-nagle'"
@@ -125,13 +131,18 @@ def main() -> int:
     upstream = f"127.0.0.1:{args.plugin_port}"
     work = Path(tempfile.mkdtemp(prefix="tapcompare-"))
     proxies: list[Proxy] = []
+    ports = iter(range(args.first_port, args.first_port + 100)) if args.first_port else None
+
+    def next_port() -> int:
+        return next(ports) if ports is not None else free_port()
+
     try:
         trees = [("tap", ROOT)]
         for given in args.other_tap:
             name, _, tree = given.partition("=")
             trees.append((name, Path(tree).resolve()))
         for name, tree in trees:
-            port = free_port()
+            port = next_port()
             command = [sys.executable, "-m", "adapter", "tap", "--listen", f"127.0.0.1:{port}"]
             command += ["--upstream", upstream, "--record", str(work / f"rec-{name}")]
             command += [
@@ -145,7 +156,7 @@ def main() -> int:
         if args.nagle_relay:
             relays.append(("relay-nagle", ["--nagle"]))
         for name, extra in relays:
-            port = free_port()
+            port = next_port()
             command = [sys.executable, "-m", "bench.relay", "--listen", f"127.0.0.1:{port}"]
             command += ["--upstream", upstream, *extra]
             proxies.append(_start(name, command, ROOT, port, work / f"{name}.log"))

@@ -1,6 +1,6 @@
 """``python -m bench.tapmicro``: the recording tap's CPU per message, in one process, no sockets.
 
-The real ``Tap`` and ``Link`` (adapter/tap/proxy.py) with sink transports: each message is one
+The real ``Tap`` and ``TappedConnection`` (adapter/tap/proxy.py) with sink transports: each message is one
 1 KiB SEND read from the client and one MESSAGE read from the upstream, ``--per-read`` frames per
 read, recorded without bodies; ``--mode`` ``none`` (no recorder), ``noop`` (records made, then
 thrown away) or ``write`` (the real writer thread, gzip files in a temporary directory).  It
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from adapter.tap.proxy import Link, Tap, TapSettings
+from adapter.tap.proxy import Tap, TappedConnection, TapSettings
 from adapter.tap.writer import RecordWriter
 
 from .sinks import Sink
@@ -48,7 +48,7 @@ async def run(per_read: int, messages: int, mode: str) -> str:
         writer.start()
         emit = {"write": writer.offer, "noop": lambda conn, lines, count: None, "none": None}[mode]
         tap = Tap(TapSettings(listeners=[], upstream=("127.0.0.1", 1)), emit)
-        link = Link(tap, Sink(), "127.0.0.1:1")  # type: ignore[arg-type]
+        link = TappedConnection(tap, Sink(), "127.0.0.1:1")  # type: ignore[arg-type]
         assert link._connecting is not None
         link._connecting.cancel()  # connected at once, to a sink
         link._connecting, link.upstream, link._early = None, Sink(), None  # type: ignore[assignment]

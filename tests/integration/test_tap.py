@@ -364,6 +364,63 @@ def test_one_huge_connect_of_control_characters_costs_the_tap_its_size_and_the_o
     assert tap.log().count("WARNING") == 0
 
 
+def test_a_client_that_never_reads_holds_its_upstream_back_and_the_tap_stays_small(tmp_path, plugin, taps):
+    """A client subscribed through the tap stops reading while 64 MiB are published to it: the
+    tap stops reading from the upstream once what it has for the client passes its write
+    buffer's high-water mark, so the rest stays in the broker, not in the tap (its peak RSS
+    grows by far less than the flood), and a bystander through the same tap is served."""
+    flood, size = 64 << 20, 64 << 10
+    tap = taps(plugin, tmp_path / "rec")
+    topic = f"/topic/{unique('tap-stalled')}"
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)  # before connect: a small window
+    stalled.settimeout(30)
+    stalled.connect(("127.0.0.1", tap.port))
+    publisher = bystander = None
+    try:
+        stalled.sendall(b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0")
+        stalled.sendall(b"SUBSCRIBE\nid:0\ndestination:" + topic.encode() + b"\nreceipt:sub\n\n\0")
+        got = b""
+        while b"receipt-id:sub" not in got:
+            chunk = stalled.recv(4096)
+            assert chunk, "the tap closed the stalled client before its RECEIPT"
+            got += chunk
+        # from here on the stalled client reads nothing
+        before = _peak_rss(tap.process.pid)
+        publisher = StompClient(int(plugin.rpartition(":")[2]))
+        body = b"x" * size
+        for n in range(flood // size):
+            publisher.conn.send(topic, body, headers={"receipt": "all"} if n == flood // size - 1 else {})
+        assert publisher.next("RECEIPT", timeout=60).headers["receipt-id"] == "all"
+        forwarded = -1.0
+        deadline = time.monotonic() + 30
+        while (now := tap.metric("bytes_total", '{dir="out"}')) != forwarded:  # until it stops
+            assert time.monotonic() < deadline, "the tap kept forwarding to a client that reads nothing"
+            forwarded = now
+            time.sleep(1.0)
+        growth = _peak_rss(tap.process.pid) - before
+        bystander = StompClient(tap.port)
+        queue = f"/queue/{unique('tap-bystander')}"
+        bystander.conn.subscribe(queue, id="s1", headers={"receipt": "sub"})
+        bystander.next("RECEIPT")
+        bystander.conn.send(queue, "still served")
+        assert str(bystander.next("MESSAGE", timeout=10).body) == "still served"
+        assert forwarded < flood / 4, (
+            f"the tap forwarded {int(forwarded) >> 20} MiB to a client that reads nothing"
+        )
+        assert growth < flood / 8, (
+            f"the tap's peak RSS grew by {growth >> 20} MiB holding a {flood >> 20} MiB flood"
+        )
+    finally:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        stalled.close()  # a reset: the broker drops the subscription's queue and what it holds
+        for client in (publisher, bystander):
+            if client is not None:
+                client.close()
+    assert tap.stop() == 0
+    assert not [r for r in tap.records() if r["kind"] == "dropped"]
+
+
 def test_a_passcode_line_with_a_bare_cr_reaches_no_recording_even_quoted_back_by_the_upstream(tmp_path, taps):
     """Issue 33 item 6: a passcode line holding a bare CR and a quote, which the scanner
     refuses, and an upstream that quotes the whole line back in its ERROR (in a header and in
