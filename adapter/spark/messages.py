@@ -6,7 +6,9 @@ Owns two translations, neither of which needs Spark (tested in tests/unit/test_s
   batch is built from) whose ``headers`` are exactly the headers a STOMP subscriber gets on
   MESSAGE: they come from ``adapter.mapping.properties.message_headers``, the function
   ``Session.on_delivery`` writes MESSAGE frames with, so the two cannot drift apart
-  (tests/unit/test_message_headers.py renders frames and compares);
+  (tests/unit/test_message_headers.py renders frames and compares), or, for deliveries whose
+  headers have the same names, from ``message_header_columns``, the same a column at a time
+  (tests/unit/test_message_header_columns.py compares the two);
 * a row to publish becomes the ``queue.declare`` and ``basic.publish`` a STOMP SEND with the
   same destination and headers would cause, through the mapping functions the session uses
   (``adapter.mapping.destinations`` and ``adapter.mapping.properties``), in the session's
@@ -35,7 +37,13 @@ from ..mapping.destinations import (
     send_queue_declare,
 )
 from ..mapping.operations import Delivery
-from ..mapping.properties import PROPERTY_HEADERS, MessageProperties, message_headers, properties_from_send
+from ..mapping.properties import (
+    PROPERTY_HEADERS,
+    MessageProperties,
+    message_header_columns,
+    message_headers,
+    properties_from_send,
+)
 from ..stomp.codec import FrameLimits
 
 # The headers of a MESSAGE that describe the Spark side's own subscription, not the message: a
@@ -104,6 +112,19 @@ class RowColumns:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def add_header_columns(self, columns: list[tuple[str, list[str]]]) -> None:
+        """Rows whose headers are ``columns`` ((name, value of each row) pairs, in the order
+        of each row's map) added to the map column's offsets, names and values."""
+        if not columns:
+            return
+        width, count = len(columns), len(columns[0][1])
+        names, values, start = self.header_names, self.header_values, len(self.header_names)
+        names += [name for name, _ in columns] * count
+        values += names[start:]  # the length they take, filled in a column at a time
+        for place, (_, column) in enumerate(columns, start):
+            values[place::width] = column
+        self.header_ends += range(start + width, start + width * count + 1, width)
+
     def replace_invalid_text(self, first: int) -> None:
         """Header text Spark's strings cannot hold (bytes that were not UTF-8, as surrogate
         escapes) replaced in the rows from ``first`` on, each row's map rebuilt as ``_headers``
@@ -160,7 +181,8 @@ class MessageRenderer:
 
     def add_rows(self, columns: RowColumns, deliveries: list[Delivery], offsets: list[int]) -> None:
         """The rows of ``deliveries`` (the messages at ``offsets`` of ``columns.stream``) added
-        to ``columns``: a column at a time where the value needs no rendering."""
+        to ``columns`` a column at a time, the headers too where every row's have the same
+        names (``message_header_columns``), else a row's headers at a time."""
         bodies = [delivery.body for delivery in deliveries]
         columns.bodies += bodies
         columns.body_bytes += sum(map(len, bodies))
@@ -176,26 +198,12 @@ class MessageRenderer:
             columns.destinations += destinations
             columns.header_ends += [len(columns.header_names)] * len(deliveries)  # empty maps
             return
-        names, values, ends = columns.header_names, columns.header_values, columns.header_ends
-        first = len(ends) - 1  # the first row added here
-        for delivery, destination in zip(deliveries, destinations, strict=True):
-            table = delivery.properties.headers
-            if table and not _NAMES_TAKEN.isdisjoint(table):
-                # a headers table naming a header the session or a property writes: the first
-                # value of a name wins, as _headers decides
-                headers = _headers(delivery, destination)
-                names += headers
-                values += headers.values()
-            else:  # every name once: the frame's order as it comes
-                names += _SESSION_NAMES
-                values += (destination, "true" if delivery.redelivered else "false")
-                for name, value in message_headers(delivery.properties):
-                    names.append(name)
-                    values.append(value)
-                if delivery.body:
-                    names.append("content-length")
-                    values.append(str(len(delivery.body)))
-            ends.append(len(names))
+        first = len(columns.header_ends) - 1  # the first row added here
+        shared = _shared_header_columns(deliveries, destinations, bodies)
+        if shared is None:
+            _add_header_rows(columns, deliveries, destinations)
+        else:  # every row's headers have the same names: added a column at a time
+            columns.add_header_columns(shared)
         columns.destinations += destinations
         columns.replace_invalid_text(first)
 
@@ -212,6 +220,63 @@ class MessageRenderer:
 
     def render(self, delivery: Delivery, stream: str) -> StreamMessage:
         return StreamMessage(*self.row(delivery, stream, stream_offset(delivery)))
+
+
+def _add_header_rows(columns: RowColumns, deliveries: list[Delivery], destinations: list[str]) -> None:
+    """The headers of ``deliveries`` added to ``columns`` a row at a time."""
+    names, values, ends = columns.header_names, columns.header_values, columns.header_ends
+    for delivery, destination in zip(deliveries, destinations, strict=True):
+        table = delivery.properties.headers
+        if table and not _NAMES_TAKEN.isdisjoint(table):
+            # a headers table naming a header the session or a property writes: the first
+            # value of a name wins, as _headers decides
+            headers = _headers(delivery, destination)
+            names += headers
+            values += headers.values()
+        else:  # every name once: the frame's order as it comes
+            names += _SESSION_NAMES
+            values += (destination, "true" if delivery.redelivered else "false")
+            for name, value in message_headers(delivery.properties):
+                names.append(name)
+                values.append(value)
+            if delivery.body:
+                names.append("content-length")
+                values.append(str(len(delivery.body)))
+        ends.append(len(names))
+
+
+def _shared_header_columns(
+    deliveries: list[Delivery], destinations: list[str], bodies: list[bytes]
+) -> list[tuple[str, list[str]]] | None:
+    """The headers of ``deliveries`` a column at a time, as ``_add_header_rows`` would add them
+    row by row, where every row has the same header names in the same order, each once; else
+    None.  The messages of one stream typically do: the same publisher, the same properties."""
+    if not deliveries:
+        return []
+    properties = [delivery.properties for delivery in deliveries]
+    table = properties[0].headers
+    if table and not _NAMES_TAKEN.isdisjoint(table):
+        return None  # a name written twice: the first value wins, row by row
+    columns = message_header_columns(properties)
+    if columns is None:
+        return None
+    count = len(deliveries)
+    lengths = list(map(len, bodies))
+    empty = lengths.count(0)
+    if empty and empty != count:
+        return None  # content-length on some rows only
+    redelivered = [delivery.redelivered for delivery in deliveries]
+    again = redelivered.count(True)
+    if again in (0, count):
+        flags = ["true" if again else "false"] * count
+    else:
+        flags = ["true" if flag else "false" for flag in redelivered]
+    shared = [("destination", destinations), ("redelivered", flags), *columns]
+    if not empty:
+        length = lengths[0]
+        same = lengths.count(length) == count
+        shared.append(("content-length", [str(length)] * count if same else list(map(str, lengths))))
+    return shared
 
 
 def _headers(delivery: Delivery, destination: str) -> dict[str, str]:
