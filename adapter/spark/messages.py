@@ -187,19 +187,20 @@ class MessageRenderer:
         columns.bodies += bodies
         columns.body_bytes += sum(map(len, bodies))
         columns.offsets += offsets
-        columns.timestamps += [_timestamp_micros(delivery.properties.timestamp) for delivery in deliveries]
-        destination_of = self._destinations.get
-        destinations = [
-            destination_of((delivery.exchange, delivery.routing_key))
-            or self._destination(delivery.exchange, delivery.routing_key)
-            for delivery in deliveries
-        ]
+        properties = [delivery.properties for delivery in deliveries]
+        columns.timestamps += _timestamps_micros([p.timestamp for p in properties])
+        routes = [(delivery.exchange, delivery.routing_key) for delivery in deliveries]
+        if routes and routes.count(routes[0]) == len(routes):  # one stream's own messages
+            destinations = [self._destination(*routes[0])] * len(routes)
+        else:
+            destination_of = self._destinations.get
+            destinations = [destination_of(route) or self._destination(*route) for route in routes]
         if not self.include_headers:
             columns.destinations += destinations
             columns.header_ends += [len(columns.header_names)] * len(deliveries)  # empty maps
             return
         first = len(columns.header_ends) - 1  # the first row added here
-        shared = _shared_header_columns(deliveries, destinations, bodies)
+        shared = _shared_header_columns(deliveries, properties, destinations, bodies)
         if shared is None:
             _add_header_rows(columns, deliveries, destinations)
         else:  # every row's headers have the same names: added a column at a time
@@ -246,14 +247,16 @@ def _add_header_rows(columns: RowColumns, deliveries: list[Delivery], destinatio
 
 
 def _shared_header_columns(
-    deliveries: list[Delivery], destinations: list[str], bodies: list[bytes]
+    deliveries: list[Delivery],
+    properties: list[MessageProperties],
+    destinations: list[str],
+    bodies: list[bytes],
 ) -> list[tuple[str, list[str]]] | None:
     """The headers of ``deliveries`` a column at a time, as ``_add_header_rows`` would add them
     row by row, where every row has the same header names in the same order, each once; else
     None.  The messages of one stream typically do: the same publisher, the same properties."""
     if not deliveries:
         return []
-    properties = [delivery.properties for delivery in deliveries]
     table = properties[0].headers
     if table and not _NAMES_TAKEN.isdisjoint(table):
         return None  # a name written twice: the first value wins, row by row
@@ -326,6 +329,13 @@ def _timestamp(properties: MessageProperties) -> datetime.datetime | None:
     if micros is None:
         return None
     return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=micros)
+
+
+def _timestamps_micros(seconds: list[int | None]) -> list[int | None]:
+    """``_timestamp_micros`` of each, at no cost per message where none has a time."""
+    if seconds.count(None) == len(seconds):
+        return seconds
+    return [_timestamp_micros(each) for each in seconds]
 
 
 def _timestamp_micros(seconds: int | None) -> int | None:
