@@ -12,9 +12,9 @@ import datetime
 import decimal
 import json
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, overload
 
 from ..codegen import generate_function
 from .destinations import ProcessingError, message_reply_to, plugin_integer
@@ -235,6 +235,35 @@ before; ``content-length`` after).  A ``content-length`` in the headers table is
 describe a frame that no longer exists."""
 
 
+class DecimalTexts(Sequence[str]):
+    """The decimal text of each of ``integers`` (``str(integer)``), made only where one is read:
+    a column of ``message_header_columns`` that its reader may render all at once (the Spark
+    reader has Arrow do it, adapter/spark/source.py), as a stream's ``x-stream-offset``."""
+
+    __slots__ = ("integers",)
+
+    def __init__(self, integers: list[int]) -> None:
+        self.integers = integers
+
+    def __len__(self) -> int:
+        return len(self.integers)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return list(map(str, self.integers[index]))
+        return str(self.integers[index])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(str, self.integers)
+
+    def __repr__(self) -> str:
+        return f"DecimalTexts({self.integers!r})"
+
+
 def _message_header_columns_source() -> str:
     # message_headers for a list of messages at once, a column at a time; the value rules are
     # message_headers' own (_RENDER_BY_*, the table's below), applied once to a value every
@@ -268,7 +297,7 @@ def _message_header_columns_source() -> str:
         "                    return None",
         "                kinds = set(map(type, values))",
         "                if kinds == _INT:",
-        "                    values = list(map(str, values))",
+        "                    values = DecimalTexts(values)",
         "                elif kinds != _STR:",
         f"                    values = [{table_text} for value in values]",
         "                columns.append((name, values))",
@@ -308,7 +337,7 @@ def _message_header_columns_source() -> str:
     return "\n".join(lines) + "\n"
 
 
-message_header_columns: Callable[[Sequence[MessageProperties]], list[tuple[str, list[str]]] | None] = (
+message_header_columns: Callable[[Sequence[MessageProperties]], list[tuple[str, Sequence[str]]] | None] = (
     generate_function(
         "message_header_columns",
         _message_header_columns_source(),
@@ -317,6 +346,7 @@ message_header_columns: Callable[[Sequence[MessageProperties]], list[tuple[str, 
             "message_reply_to": message_reply_to,
             "itemgetter": operator.itemgetter,
             "_PERSISTENT_TEXT": _PERSISTENT_TEXT,
+            "DecimalTexts": DecimalTexts,
             "_INT": frozenset({int}),
             "_STR": frozenset({str}),
         },
@@ -325,7 +355,9 @@ message_header_columns: Callable[[Sequence[MessageProperties]], list[tuple[str, 
 message_header_columns.__doc__ = """``message_headers`` of many messages whose headers have the same
 names in the same order (the messages of one stream, typically), column-wise: one (name, values)
 pair per header, in ``message_headers``' order, ``values[i]`` the header's value for message i, so
-that ``[(name, values[i]) for name, values in columns] == message_headers(ps[i])`` for every i.
+that ``[(name, values[i]) for name, values in columns] == message_headers(ps[i])`` for every i (a
+headers-table entry that is an integer in every message is a ``DecimalTexts``, each text made
+where it is read).
 None where the messages' headers differ in names or order (a property some have and some have
 not, headers tables with other names): ``message_headers`` one message at a time is the way then.
 

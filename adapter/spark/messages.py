@@ -18,7 +18,7 @@ Owns two translations, neither of which needs Spark (tested in tests/unit/test_s
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -39,6 +39,7 @@ from ..mapping.destinations import (
 from ..mapping.operations import Delivery
 from ..mapping.properties import (
     PROPERTY_HEADERS,
+    DecimalTexts,
     MessageProperties,
     message_header_columns,
     message_headers,
@@ -96,7 +97,8 @@ class RowColumns:
     Arrow record batch is built from them; every row is of ``stream``.
 
     ``header_ends[i + 1]`` is where row i's headers end in ``header_names`` / ``header_values``
-    (the map column's offsets); ``timestamps`` are microseconds since the epoch (UTC), None
+    (the map column's offsets), unless the rows' headers are still ``header_blocks``
+    (``flatten_headers`` makes them rows); ``timestamps`` are microseconds since the epoch (UTC), None
     where the message has no time."""
 
     stream: str
@@ -108,20 +110,47 @@ class RowColumns:
     offsets: list[int] = field(default_factory=list)
     timestamps: list[int | None] = field(default_factory=list)
     body_bytes: int = 0
+    # the headers of rows that came a column at a time, kept so while every row's did (Arrow
+    # interleaves them, adapter/spark/source.py): (names, each name's value in each row) of
+    # each piece; these rows are not in header_ends, header_names and header_values
+    header_blocks: list[tuple[tuple[str, ...], list[Sequence[str]]]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add_header_columns(self, columns: list[tuple[str, list[str]]]) -> None:
-        """Rows whose headers are ``columns`` ((name, value of each row) pairs, in the order
-        of each row's map) added to the map column's offsets, names and values."""
+    def add_header_columns(self, columns: list[tuple[str, Sequence[str]]]) -> None:
+        """The next rows' headers, ``columns`` ((name, its value in each row) pairs, in each
+        row's order): kept as columns (``header_blocks``) while every row's headers came so,
+        in text Spark's strings can hold; else added to the map's offsets, names and values."""
         if not columns:
             return
-        width, count = len(columns), len(columns[0][1])
-        names, values, start = self.header_names, self.header_values, len(self.header_names)
-        names += [name for name, _ in columns] * count
-        values += names[start:]  # the length they take, filled in a column at a time
-        for place, (_, column) in enumerate(columns, start):
+        names = tuple(name for name, _ in columns)
+        values = [column for _, column in columns]
+        if len(self.header_ends) == 1 and _valid_utf8("".join(names)) and all(map(_valid_column, values)):
+            blocks = self.header_blocks
+            if blocks and blocks[-1][0] == names:  # the same names as the rows before: one block
+                blocks[-1] = (names, list(map(_extended, blocks[-1][1], values)))
+            else:  # the block's own columns, which the next rows' extend
+                blocks.append((names, [_extended([], column) for column in values]))
+            return
+        self.flatten_headers()
+        first = len(self.header_ends) - 1
+        self._interleave(names, values)
+        self.replace_invalid_text(first)
+
+    def flatten_headers(self) -> None:
+        """The rows whose headers are kept as columns added to the map's offsets, names and
+        values, as any row after them is."""
+        blocks, self.header_blocks = self.header_blocks, []
+        for names, values in blocks:
+            self._interleave(names, values)
+
+    def _interleave(self, names: tuple[str, ...], columns: list[Sequence[str]]) -> None:
+        width, count = len(names), len(columns[0])
+        all_names, values, start = self.header_names, self.header_values, len(self.header_names)
+        all_names += names * count
+        values += all_names[start:]  # the length they take, filled in a column at a time
+        for place, column in enumerate(columns, start):
             values[place::width] = column
         self.header_ends += range(start + width, start + width * count + 1, width)
 
@@ -199,14 +228,15 @@ class MessageRenderer:
             columns.destinations += destinations
             columns.header_ends += [len(columns.header_names)] * len(deliveries)  # empty maps
             return
-        first = len(columns.header_ends) - 1  # the first row added here
         shared = _shared_header_columns(deliveries, properties, destinations, bodies)
         if shared is None:
+            columns.flatten_headers()
+            first = len(columns.header_ends) - 1  # the first row added here
             _add_header_rows(columns, deliveries, destinations)
+            columns.replace_invalid_text(first)
         else:  # every row's headers have the same names: added a column at a time
             columns.add_header_columns(shared)
         columns.destinations += destinations
-        columns.replace_invalid_text(first)
 
     def row(self, delivery: Delivery, stream: str, offset: int) -> Row:
         """The row of ``delivery``, the message at ``offset`` of ``stream``."""
@@ -251,7 +281,7 @@ def _shared_header_columns(
     properties: list[MessageProperties],
     destinations: list[str],
     bodies: list[bytes],
-) -> list[tuple[str, list[str]]] | None:
+) -> list[tuple[str, Sequence[str]]] | None:
     """The headers of ``deliveries`` a column at a time, as ``_add_header_rows`` would add them
     row by row, where every row has the same header names in the same order, each once; else
     None.  The messages of one stream typically do: the same publisher, the same properties."""
@@ -295,6 +325,26 @@ def _headers(delivery: Delivery, destination: str) -> dict[str, str]:
     if not (_valid_utf8("".join(headers)) and _valid_utf8("".join(headers.values()))):
         headers = {_valid_text(name): _valid_text(value) for name, value in headers.items()}
     return headers
+
+
+def _extended(column: Sequence[str], more: Sequence[str]) -> Sequence[str]:
+    """``column``, a block's own, with ``more`` after it: extended in place where it can be."""
+    if isinstance(more, DecimalTexts) and not column:
+        return DecimalTexts(list(more.integers))
+    if isinstance(column, DecimalTexts) and isinstance(more, DecimalTexts):
+        column.integers += more.integers
+        return column
+    texts: list[str] = column if isinstance(column, list) else list(column)
+    texts.extend(more)
+    return texts
+
+
+def _valid_column(values: Sequence[str]) -> bool:
+    if isinstance(values, DecimalTexts):
+        return True
+    if values.count(values[0]) == len(values):  # one value (the same object) in every row
+        return _valid_utf8(values[0])
+    return _valid_utf8("".join(values))
 
 
 def _valid_utf8(text: str) -> bool:

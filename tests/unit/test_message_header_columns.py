@@ -118,3 +118,40 @@ def test_rows_added_a_column_at_a_time_are_the_rows_rendered_one_at_a_time(messa
     assert [columns.header_names[a:b] for a, b in zip(ends, ends[1:], strict=False)] == [
         list(row[1]) for row in rows
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=one_shape(), body=bodies, data=st.data())
+def test_the_map_column_arrow_builds_from_header_columns_is_the_one_built_from_rows(messages, body, data):
+    from adapter.spark.source import arrow_batch
+
+    deliveries = [ops.Delivery("T", 1, False, "", "k", properties, body) for properties in messages]
+    columns = RowColumns("s")
+    renderer = MessageRenderer()
+    # in pieces, as reads of the socket bring them: column-wise, then row-wise, then column-wise
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(deliveries)), min_size=2, max_size=2)))
+    for start, end in zip([0, *cuts], [*cuts, len(deliveries)], strict=True):
+        renderer.add_rows(columns, deliveries[start:end], list(range(start, end)))
+    batch = arrow_batch(columns)
+    columns.flatten_headers()
+    assert not columns.header_blocks
+    assert batch.equals(arrow_batch(columns))
+    assert batch.column("headers").to_pylist() == [
+        list(renderer.row(delivery, "s", 0)[1].items()) for delivery in deliveries
+    ]
+
+
+def test_integer_header_values_are_python_s_decimal_text_in_arrow_too():
+    from adapter.spark.source import arrow_batch
+
+    integers = [0, -1, 7, -(2**63), 2**63 - 1]
+    for values in (integers, [*integers, 2**64 - 1]):  # beyond int64: Python renders them
+        deliveries = [
+            ops.Delivery("T", 1, False, "", "k", MessageProperties(headers={"n": value}), b"")
+            for value in values
+        ]
+        columns = RowColumns("s")
+        MessageRenderer().add_rows(columns, deliveries, list(range(len(deliveries))))
+        assert columns.header_blocks  # the column-wise path
+        headers = arrow_batch(columns).column("headers").to_pylist()
+        assert [dict(row)["n"] for row in headers] == [str(value) for value in values]
