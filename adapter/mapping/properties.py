@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, overload
 
 from ..codegen import generate_function
 from .destinations import ProcessingError, message_reply_to, plugin_integer
@@ -232,6 +233,137 @@ reader (adapter/spark/messages.py) puts them in its rows.  Not included: the hea
 adds around them (``subscription``, ``destination``, ``message-id``, ``redelivered``, ``ack``
 before; ``content-length`` after).  A ``content-length`` in the headers table is left out: it would
 describe a frame that no longer exists."""
+
+
+class DecimalTexts(Sequence[str]):
+    """The decimal text of each of ``integers`` (``str(integer)``), made only where one is read:
+    a column of ``message_header_columns`` that its reader may render all at once (the Spark
+    reader has Arrow do it, adapter/spark/source.py), as a stream's ``x-stream-offset``."""
+
+    __slots__ = ("integers",)
+
+    def __init__(self, integers: list[int]) -> None:
+        self.integers = integers
+
+    def __len__(self) -> int:
+        return len(self.integers)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return list(map(str, self.integers[index]))
+        return str(self.integers[index])
+
+    def __iter__(self) -> Iterator[str]:
+        return map(str, self.integers)
+
+    def __repr__(self) -> str:
+        return f"DecimalTexts({self.integers!r})"
+
+
+def _message_header_columns_source() -> str:
+    # message_headers for a list of messages at once, a column at a time; the value rules are
+    # message_headers' own (_RENDER_BY_*, the table's below), applied once to a value every
+    # message shares
+    table_text = (
+        "value if type(value) is str else str(value) if type(value) is int else field_value_text(value)"
+    )
+    lines = [
+        "def message_header_columns(ps):",
+        "    n = len(ps)",
+        "    columns = []",
+        "    if not n:",
+        "        return columns",
+        "    tables = [p.headers for p in ps]",
+        "    try:",
+        "        sizes = list(map(len, tables))",
+        "    except TypeError:  # a message without a headers table",
+        "        sizes = [len(table) if table else 0 for table in tables]",
+        "    size = sizes[0]",
+        "    if sizes.count(size) != n:",
+        "        return None",
+        "    if size:",
+        "        names = tuple(tables[0])",
+        "        if size > 1 and list(map(tuple, tables)).count(names) != n:",
+        "            return None  # other names, or the same in another order",
+        "        for name in names:",
+        '            if name != "content-length":',
+        "                try:",
+        "                    values = list(map(itemgetter(name), tables))",
+        "                except KeyError:",
+        "                    return None",
+        "                kinds = set(map(type, values))",
+        "                if kinds == _INT:",
+        "                    values = DecimalTexts(values)",
+        "                elif kinds != _STR:",
+        f"                    values = [{table_text} for value in values]",
+        "                columns.append((name, values))",
+        # the properties: first whether every message has the same values (one pass)
+        "    rows = [(" + ", ".join(f"p.{prop.attribute}" for prop in _RENDERED) + ") for p in ps]",
+        "    if rows.count(rows[0]) == n:",
+        "        p = ps[0]",
+    ]
+    for prop in _RENDERED:
+        text = _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]
+        lines += [
+            f"        value = p.{prop.attribute}",
+            "        if value is not None:",
+            f"            columns.append(({prop.header!r}, [{text}] * n))",
+        ]
+    lines.append("        return columns")
+    for prop in _RENDERED:
+        text = _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]
+        lines += [
+            f"    values = [p.{prop.attribute} for p in ps]",
+            "    absent = values.count(None)",
+            "    if absent != n:",
+            "        if absent:",
+            "            return None",
+        ]
+        if text == "value":
+            lines.append(f"        columns.append(({prop.header!r}, values))")
+        else:
+            lines += [
+                "        value = values[0]",
+                "        if values.count(value) == n:",
+                f"            columns.append(({prop.header!r}, [{text}] * n))",
+                "        else:",
+                f"            columns.append(({prop.header!r}, [{text} for value in values]))",
+            ]
+    lines.append("    return columns")
+    return "\n".join(lines) + "\n"
+
+
+message_header_columns: Callable[[Sequence[MessageProperties]], list[tuple[str, Sequence[str]]] | None] = (
+    generate_function(
+        "message_header_columns",
+        _message_header_columns_source(),
+        {
+            "field_value_text": field_value_text,
+            "message_reply_to": message_reply_to,
+            "itemgetter": operator.itemgetter,
+            "_PERSISTENT_TEXT": _PERSISTENT_TEXT,
+            "DecimalTexts": DecimalTexts,
+            "_INT": frozenset({int}),
+            "_STR": frozenset({str}),
+        },
+    )
+)
+message_header_columns.__doc__ = """``message_headers`` of many messages whose headers have the same
+names in the same order (the messages of one stream, typically), column-wise: one (name, values)
+pair per header, in ``message_headers``' order, ``values[i]`` the header's value for message i, so
+that ``[(name, values[i]) for name, values in columns] == message_headers(ps[i])`` for every i (a
+headers-table entry that is an integer in every message is a ``DecimalTexts``, each text made
+where it is read).
+None where the messages' headers differ in names or order (a property some have and some have
+not, headers tables with other names): ``message_headers`` one message at a time is the way then.
+
+A column at a time costs the Spark reader (adapter/spark/messages.py) a fraction of a call per
+message, and a value every message shares is rendered once (tests/unit/test_message_headers.py
+checks it against ``message_headers``)."""
 
 # ---------------------------------------------------------------------------------------------
 # Redelivery counts (docs/destinations.md#redelivery-counts)

@@ -6,7 +6,9 @@ Owns two translations, neither of which needs Spark (tested in tests/unit/test_s
   batch is built from) whose ``headers`` are exactly the headers a STOMP subscriber gets on
   MESSAGE: they come from ``adapter.mapping.properties.message_headers``, the function
   ``Session.on_delivery`` writes MESSAGE frames with, so the two cannot drift apart
-  (tests/unit/test_message_headers.py renders frames and compares);
+  (tests/unit/test_message_headers.py renders frames and compares), or, for deliveries whose
+  headers have the same names, from ``message_header_columns``, the same a column at a time
+  (tests/unit/test_message_header_columns.py compares the two);
 * a row to publish becomes the ``queue.declare`` and ``basic.publish`` a STOMP SEND with the
   same destination and headers would cause, through the mapping functions the session uses
   (``adapter.mapping.destinations`` and ``adapter.mapping.properties``), in the session's
@@ -16,7 +18,7 @@ Owns two translations, neither of which needs Spark (tested in tests/unit/test_s
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -35,7 +37,14 @@ from ..mapping.destinations import (
     send_queue_declare,
 )
 from ..mapping.operations import Delivery
-from ..mapping.properties import PROPERTY_HEADERS, MessageProperties, message_headers, properties_from_send
+from ..mapping.properties import (
+    PROPERTY_HEADERS,
+    DecimalTexts,
+    MessageProperties,
+    message_header_columns,
+    message_headers,
+    properties_from_send,
+)
 from ..stomp.codec import FrameLimits
 
 # The headers of a MESSAGE that describe the Spark side's own subscription, not the message: a
@@ -88,7 +97,8 @@ class RowColumns:
     Arrow record batch is built from them; every row is of ``stream``.
 
     ``header_ends[i + 1]`` is where row i's headers end in ``header_names`` / ``header_values``
-    (the map column's offsets); ``timestamps`` are microseconds since the epoch (UTC), None
+    (the map column's offsets), unless the rows' headers are still ``header_blocks``
+    (``flatten_headers`` makes them rows); ``timestamps`` are microseconds since the epoch (UTC), None
     where the message has no time."""
 
     stream: str
@@ -100,9 +110,49 @@ class RowColumns:
     offsets: list[int] = field(default_factory=list)
     timestamps: list[int | None] = field(default_factory=list)
     body_bytes: int = 0
+    # the headers of rows that came a column at a time, kept so while every row's did (Arrow
+    # interleaves them, adapter/spark/source.py): (names, each name's value in each row) of
+    # each piece; these rows are not in header_ends, header_names and header_values
+    header_blocks: list[tuple[tuple[str, ...], list[Sequence[str]]]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def add_header_columns(self, columns: list[tuple[str, Sequence[str]]]) -> None:
+        """The next rows' headers, ``columns`` ((name, its value in each row) pairs, in each
+        row's order): kept as columns (``header_blocks``) while every row's headers came so,
+        in text Spark's strings can hold; else added to the map's offsets, names and values."""
+        if not columns:
+            return
+        names = tuple(name for name, _ in columns)
+        values = [column for _, column in columns]
+        if len(self.header_ends) == 1 and _valid_utf8("".join(names)) and all(map(_valid_column, values)):
+            blocks = self.header_blocks
+            if blocks and blocks[-1][0] == names:  # the same names as the rows before: one block
+                blocks[-1] = (names, list(map(_extended, blocks[-1][1], values)))
+            else:  # the block's own columns, which the next rows' extend
+                blocks.append((names, [_extended([], column) for column in values]))
+            return
+        self.flatten_headers()
+        first = len(self.header_ends) - 1
+        self._interleave(names, values)
+        self.replace_invalid_text(first)
+
+    def flatten_headers(self) -> None:
+        """The rows whose headers are kept as columns added to the map's offsets, names and
+        values, as any row after them is."""
+        blocks, self.header_blocks = self.header_blocks, []
+        for names, values in blocks:
+            self._interleave(names, values)
+
+    def _interleave(self, names: tuple[str, ...], columns: list[Sequence[str]]) -> None:
+        width, count = len(names), len(columns[0])
+        all_names, values, start = self.header_names, self.header_values, len(self.header_names)
+        all_names += names * count
+        values += all_names[start:]  # the length they take, filled in a column at a time
+        for place, column in enumerate(columns, start):
+            values[place::width] = column
+        self.header_ends += range(start + width, start + width * count + 1, width)
 
     def replace_invalid_text(self, first: int) -> None:
         """Header text Spark's strings cannot hold (bytes that were not UTF-8, as surrogate
@@ -160,44 +210,33 @@ class MessageRenderer:
 
     def add_rows(self, columns: RowColumns, deliveries: list[Delivery], offsets: list[int]) -> None:
         """The rows of ``deliveries`` (the messages at ``offsets`` of ``columns.stream``) added
-        to ``columns``: a column at a time where the value needs no rendering."""
+        to ``columns`` a column at a time, the headers too where every row's have the same
+        names (``message_header_columns``), else a row's headers at a time."""
         bodies = [delivery.body for delivery in deliveries]
         columns.bodies += bodies
         columns.body_bytes += sum(map(len, bodies))
         columns.offsets += offsets
-        columns.timestamps += [_timestamp_micros(delivery.properties.timestamp) for delivery in deliveries]
-        destination_of = self._destinations.get
-        destinations = [
-            destination_of((delivery.exchange, delivery.routing_key))
-            or self._destination(delivery.exchange, delivery.routing_key)
-            for delivery in deliveries
-        ]
+        properties = [delivery.properties for delivery in deliveries]
+        columns.timestamps += _timestamps_micros([p.timestamp for p in properties])
+        routes = [(delivery.exchange, delivery.routing_key) for delivery in deliveries]
+        if routes and routes.count(routes[0]) == len(routes):  # one stream's own messages
+            destinations = [self._destination(*routes[0])] * len(routes)
+        else:
+            destination_of = self._destinations.get
+            destinations = [destination_of(route) or self._destination(*route) for route in routes]
         if not self.include_headers:
             columns.destinations += destinations
             columns.header_ends += [len(columns.header_names)] * len(deliveries)  # empty maps
             return
-        names, values, ends = columns.header_names, columns.header_values, columns.header_ends
-        first = len(ends) - 1  # the first row added here
-        for delivery, destination in zip(deliveries, destinations, strict=True):
-            table = delivery.properties.headers
-            if table and not _NAMES_TAKEN.isdisjoint(table):
-                # a headers table naming a header the session or a property writes: the first
-                # value of a name wins, as _headers decides
-                headers = _headers(delivery, destination)
-                names += headers
-                values += headers.values()
-            else:  # every name once: the frame's order as it comes
-                names += _SESSION_NAMES
-                values += (destination, "true" if delivery.redelivered else "false")
-                for name, value in message_headers(delivery.properties):
-                    names.append(name)
-                    values.append(value)
-                if delivery.body:
-                    names.append("content-length")
-                    values.append(str(len(delivery.body)))
-            ends.append(len(names))
+        shared = _shared_header_columns(deliveries, properties, destinations, bodies)
+        if shared is None:
+            columns.flatten_headers()
+            first = len(columns.header_ends) - 1  # the first row added here
+            _add_header_rows(columns, deliveries, destinations)
+            columns.replace_invalid_text(first)
+        else:  # every row's headers have the same names: added a column at a time
+            columns.add_header_columns(shared)
         columns.destinations += destinations
-        columns.replace_invalid_text(first)
 
     def row(self, delivery: Delivery, stream: str, offset: int) -> Row:
         """The row of ``delivery``, the message at ``offset`` of ``stream``."""
@@ -214,6 +253,65 @@ class MessageRenderer:
         return StreamMessage(*self.row(delivery, stream, stream_offset(delivery)))
 
 
+def _add_header_rows(columns: RowColumns, deliveries: list[Delivery], destinations: list[str]) -> None:
+    """The headers of ``deliveries`` added to ``columns`` a row at a time."""
+    names, values, ends = columns.header_names, columns.header_values, columns.header_ends
+    for delivery, destination in zip(deliveries, destinations, strict=True):
+        table = delivery.properties.headers
+        if table and not _NAMES_TAKEN.isdisjoint(table):
+            # a headers table naming a header the session or a property writes: the first
+            # value of a name wins, as _headers decides
+            headers = _headers(delivery, destination)
+            names += headers
+            values += headers.values()
+        else:  # every name once: the frame's order as it comes
+            names += _SESSION_NAMES
+            values += (destination, "true" if delivery.redelivered else "false")
+            for name, value in message_headers(delivery.properties):
+                names.append(name)
+                values.append(value)
+            if delivery.body:
+                names.append("content-length")
+                values.append(str(len(delivery.body)))
+        ends.append(len(names))
+
+
+def _shared_header_columns(
+    deliveries: list[Delivery],
+    properties: list[MessageProperties],
+    destinations: list[str],
+    bodies: list[bytes],
+) -> list[tuple[str, Sequence[str]]] | None:
+    """The headers of ``deliveries`` a column at a time, as ``_add_header_rows`` would add them
+    row by row, where every row has the same header names in the same order, each once; else
+    None.  The messages of one stream typically do: the same publisher, the same properties."""
+    if not deliveries:
+        return []
+    table = properties[0].headers
+    if table and not _NAMES_TAKEN.isdisjoint(table):
+        return None  # a name written twice: the first value wins, row by row
+    columns = message_header_columns(properties)
+    if columns is None:
+        return None
+    count = len(deliveries)
+    lengths = list(map(len, bodies))
+    empty = lengths.count(0)
+    if empty and empty != count:
+        return None  # content-length on some rows only
+    redelivered = [delivery.redelivered for delivery in deliveries]
+    again = redelivered.count(True)
+    if again in (0, count):
+        flags = ["true" if again else "false"] * count
+    else:
+        flags = ["true" if flag else "false" for flag in redelivered]
+    shared = [("destination", destinations), ("redelivered", flags), *columns]
+    if not empty:
+        length = lengths[0]
+        same = lengths.count(length) == count
+        shared.append(("content-length", [str(length)] * count if same else list(map(str, lengths))))
+    return shared
+
+
 def _headers(delivery: Delivery, destination: str) -> dict[str, str]:
     """The MESSAGE headers of ``delivery`` but the subscriber's own, in the frame's order;
     text Spark's strings cannot hold (not UTF-8) replaced."""
@@ -227,6 +325,26 @@ def _headers(delivery: Delivery, destination: str) -> dict[str, str]:
     if not (_valid_utf8("".join(headers)) and _valid_utf8("".join(headers.values()))):
         headers = {_valid_text(name): _valid_text(value) for name, value in headers.items()}
     return headers
+
+
+def _extended(column: Sequence[str], more: Sequence[str]) -> Sequence[str]:
+    """``column``, a block's own, with ``more`` after it: extended in place where it can be."""
+    if isinstance(more, DecimalTexts) and not column:
+        return DecimalTexts(list(more.integers))
+    if isinstance(column, DecimalTexts) and isinstance(more, DecimalTexts):
+        column.integers += more.integers
+        return column
+    texts: list[str] = column if isinstance(column, list) else list(column)
+    texts.extend(more)
+    return texts
+
+
+def _valid_column(values: Sequence[str]) -> bool:
+    if isinstance(values, DecimalTexts):
+        return True
+    if values.count(values[0]) == len(values):  # one value (the same object) in every row
+        return _valid_utf8(values[0])
+    return _valid_utf8("".join(values))
 
 
 def _valid_utf8(text: str) -> bool:
@@ -261,6 +379,13 @@ def _timestamp(properties: MessageProperties) -> datetime.datetime | None:
     if micros is None:
         return None
     return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=micros)
+
+
+def _timestamps_micros(seconds: list[int | None]) -> list[int | None]:
+    """``_timestamp_micros`` of each, at no cost per message where none has a time."""
+    if seconds.count(None) == len(seconds):
+        return seconds
+    return [_timestamp_micros(each) for each in seconds]
 
 
 def _timestamp_micros(seconds: int | None) -> int | None:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -30,6 +31,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from ..mapping.properties import DecimalTexts
 from .broker import BlockingBroker, BrokerUrl
 from .messages import MessageRenderer, RowColumns
 from .options import (
@@ -312,12 +314,15 @@ def record_batches(settings: ReadSettings, offsets: OffsetRange) -> Iterator[pa.
 
 def arrow_batch(columns: RowColumns) -> pa.RecordBatch:
     """One record batch of ``ARROW_SCHEMA`` holding the rows of ``columns``."""
-    headers = pa.MapArray.from_arrays(
-        pa.array(columns.header_ends, pa.int32()),
-        pa.array(columns.header_names, pa.string()),
-        pa.array(columns.header_values, pa.string()),
-        type=_HEADERS_TYPE,
-    )
+    if columns.header_blocks:
+        headers = _header_maps(columns.header_blocks)
+    else:
+        headers = pa.MapArray.from_arrays(
+            pa.array(columns.header_ends, pa.int32()),
+            pa.array(columns.header_names, pa.string()),
+            pa.array(columns.header_values, pa.string()),
+            type=_HEADERS_TYPE,
+        )
     arrays = [
         pa.array(columns.destinations, pa.string()),
         headers,
@@ -327,6 +332,38 @@ def arrow_batch(columns: RowColumns) -> pa.RecordBatch:
         pa.repeat(pa.scalar(columns.stream, pa.string()), len(columns)),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _header_maps(blocks: list[tuple[tuple[str, ...], list[Sequence[str]]]]) -> pa.MapArray:
+    """The map column of rows whose headers are ``blocks`` (``RowColumns.header_blocks``): each
+    block's names repeated and its value columns interleaved by Arrow, not a Python string a
+    map entry; a value every row of a block shares is converted once."""
+    ends, names, values, end = [np.zeros(1, np.int64)], [], [], 0
+    for block_names, columns in blocks:
+        width, count = len(block_names), len(columns[0])
+        ends.append(end + width * np.arange(1, count + 1, dtype=np.int64))
+        end += width * count
+        names.append(pa.array(block_names, pa.string()).take(np.tile(np.arange(width), count)))
+        # row i's value of column j is at j * count + i of the columns one after the other
+        order = (np.arange(count)[:, None] + np.arange(width)[None, :] * count).ravel()
+        values.append(pa.concat_arrays([_text_array(column) for column in columns]).take(order))
+    return pa.MapArray.from_arrays(
+        pa.array(np.concatenate(ends).astype(np.int32)),
+        pa.concat_arrays(names),
+        pa.concat_arrays(values),
+        type=_HEADERS_TYPE,
+    )
+
+
+def _text_array(column: Sequence[str]) -> pa.Array:
+    if isinstance(column, DecimalTexts):
+        try:  # Arrow's decimal text of an int64 is Python's
+            return pa.array(column.integers, pa.int64()).cast(pa.string())
+        except (OverflowError, pa.ArrowInvalid):  # beyond int64
+            return pa.array(list(column), pa.string())
+    if column.count(column[0]) == len(column):  # one value (the same object) in every row
+        return pa.repeat(pa.scalar(column[0], pa.string()), len(column))
+    return pa.array(column, pa.string())
 
 
 # ------------------------------------------------------------------------------------ readers

@@ -95,6 +95,7 @@ def varied_deliveries() -> list[Delivery]:
 
 def rows_of(columns: RowColumns) -> list[tuple[object, ...]]:
     """The columns as rows, the headers map rebuilt from its offsets, names and values."""
+    columns.flatten_headers()
     ends, names, values = columns.header_ends, columns.header_names, columns.header_values
     assert len(ends) == len(columns) + 1 and ends[0] == 0
     return [
