@@ -6,8 +6,10 @@ import logging
 import sys
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from adapter.logs import TEXT_FORMAT, TextFormatter, escape_controls
+from adapter.logs import _CONTROL, TEXT_FORMAT, TextFormatter, _escape, escape_controls
 
 
 @pytest.mark.parametrize(
@@ -28,6 +30,34 @@ from adapter.logs import TEXT_FORMAT, TextFormatter, escape_controls
 def test_escape_controls(raw, shown):
     assert escape_controls(raw) == shown
     assert len(escape_controls(raw).splitlines()) <= 1
+
+
+def _escape_controls_as_it_was(text: str) -> str:
+    """escape_controls before its ASCII check became a bytes.translate: ``isascii`` and
+    ``isprintable`` as the fast path, else the regular expression."""
+    if text.isascii() and text.isprintable():
+        return text
+    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+
+
+# ASCII text mostly (the fast path), with every code point allowed, surrogates included
+_TEXT = st.one_of(
+    st.text(st.characters(max_codepoint=0x7F)),
+    st.text(st.characters(max_codepoint=0xFF)),
+    st.text(st.characters(codec=None, exclude_categories=())),
+)
+
+
+@given(_TEXT)
+@example("\x7f")
+@example("\x1f")
+@example("a\x00")
+@example("\x80")
+@example("\ud800")
+@example("\u2028")
+@example("")
+def test_escape_controls_escapes_exactly_what_it_did_before(text: str) -> None:
+    assert escape_controls(text) == _escape_controls_as_it_was(text)
 
 
 def record(message: str, *args: object, exc_info: object = None) -> logging.LogRecord:
