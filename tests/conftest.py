@@ -43,7 +43,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Directories whose tests start private services (Spark JVMs, RabbitMQ nodes, ActiveMQ, Chromium):
+# with pytest-xdist (scripts/test runs the whole suite on two workers) they run one after another in
+# one worker, so that two of them never compete for the machine's two cores at once.
+_SERIAL_DIRECTORIES = ("spark", "cluster", "oauth2", "activemq", "legacy", "browser")
+
+
+def _xdist_groups(items: list[pytest.Item]) -> None:
+    """One xdist group per test file (its module fixtures start once), one for the service suites."""
+    for item in items:
+        path = item.path.relative_to(item.config.rootpath)
+        directory = path.parts[1] if len(path.parts) > 2 else ""
+        group = "services" if directory in _SERIAL_DIRECTORIES else str(path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        _xdist_groups(items)
     if config.getoption("--amqp-sessions-per-connection") is None:
         return
     kept = [item for item in items if item.get_closest_marker("own_amqp_connection") is None]
