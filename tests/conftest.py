@@ -47,6 +47,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # with pytest-xdist (scripts/test runs the whole suite on two workers) they run one after another in
 # one worker, so that two of them never compete for the machine's two cores at once.
 _SERIAL_DIRECTORIES = ("spark", "cluster", "oauth2", "activemq", "legacy", "browser")
+# Files elsewhere that share a broker-wide name with those suites, so they run in the same group:
+# the replays of tests/recordings.py NACK into and read the activemq profile's one dead-letter
+# queue, ActiveMQ.DLQ, as tests/activemq and tests/spark/test_tap_on_activemq.py do (run at the
+# same time, one took the other's dead letter).
+_SERIAL_FILES = ("tests/integration/test_migrate_replay.py", "tests/integration/test_migrate_replay_fleet.py")
 
 
 def _xdist_groups(items: list[pytest.Item]) -> None:
@@ -54,7 +59,8 @@ def _xdist_groups(items: list[pytest.Item]) -> None:
     for item in items:
         path = item.path.relative_to(item.config.rootpath)
         directory = path.parts[1] if len(path.parts) > 2 else ""
-        group = "services" if directory in _SERIAL_DIRECTORIES else str(path)
+        serial = directory in _SERIAL_DIRECTORIES or path.as_posix() in _SERIAL_FILES
+        group = "services" if serial else str(path)
         item.add_marker(pytest.mark.xdist_group(group))
 
 
