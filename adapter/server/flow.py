@@ -69,6 +69,5 @@ class FlowControl:
 
     def stop_clocks(self) -> None:
         """The connection finished: every running pause ends now."""
-        if self.paused_since:
-            for reason in list(self.paused_since):
-                self.stop_clock(reason)
+        for reason in list(self.paused_since):
+            self.stop_clock(reason)
