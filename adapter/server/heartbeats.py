@@ -82,7 +82,7 @@ class HeartBeats:
         host = self._host
         if self.liveness.send_tick(host.heartbeat_output_pending()):
             host.write_heartbeat()
-            if self._host is not host:  # the write closed the connection: no timer re-armed
+            if self._send_timer is None:  # the write closed the connection (stop): no re-arming
                 return
         self._send_timer = self._loop.call_later(interval, self.send_tick, interval)
 

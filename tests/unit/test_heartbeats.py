@@ -133,7 +133,7 @@ async def test_a_heartbeat_write_that_closes_the_connection_leaves_no_timer_arme
 
     def write_and_close() -> None:
         host.beats += 1
-        beats.close()
+        beats.stop()
 
     host.write_heartbeat = write_and_close  # type: ignore[method-assign]
     beats.start(0.5, 0)
