@@ -153,6 +153,11 @@ _RENDER_BY_ATTRIBUTE: Final = {
 _RENDER_BY_WIRE_TYPE: Final = {"shortstr": "value", "octet": "str(value)", "timestamp": "str(value)"}
 
 
+def _render_text(prop: BasicProperty) -> str:
+    """The expression (over ``value``) that renders one property as header text."""
+    return _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]
+
+
 def _message_headers_source() -> str:
     lines = [
         "def message_headers(p):",
@@ -167,7 +172,7 @@ def _message_headers_source() -> str:
         "                pairs.append((name, value))",
     ]
     for prop in _RENDERED:
-        text = _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]
+        text = _render_text(prop)
         lines += [
             f"    value = p.{prop.attribute}",
             "    if value is not None:",
@@ -307,7 +312,7 @@ def _message_header_columns_source() -> str:
         "        p = ps[0]",
     ]
     for prop in _RENDERED:
-        text = _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]
+        text = _render_text(prop)
         lines += [
             f"        value = p.{prop.attribute}",
             "        if value is not None:",
@@ -315,7 +320,7 @@ def _message_header_columns_source() -> str:
         ]
     lines.append("        return columns")
     for prop in _RENDERED:
-        text = _RENDER_BY_ATTRIBUTE.get(prop.attribute) or _RENDER_BY_WIRE_TYPE[prop.wire_type]
+        text = _render_text(prop)
         lines += [
             f"    values = [p.{prop.attribute} for p in ps]",
             "    absent = values.count(None)",
