@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -310,6 +311,25 @@ class RawSession:
         got = self.send("DISCONNECT\nreceipt:bye\n\n")
         assert got[-1][0] == "RECEIPT", got
         self.sock.close()
+
+
+def peak_allocated(work: Callable[[], object]) -> tuple[int, object]:
+    """tracemalloc's peak (bytes) while ``work`` runs, and its result; what existed before does
+    not count.  tracemalloc counts every thread's allocations, so the other threads of the test
+    process (pytest-xdist's channel to its controller, a background adapter) are kept from
+    running meanwhile: ``work`` must not wait on them (pure code, no I/O).  The interpreter
+    only hands the GIL to another thread after the switch interval, or at a blocking call."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        result = work()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        sys.setswitchinterval(interval)
+    return peak, result
 
 
 def wait_until(condition: Callable[[], bool], timeout: float) -> bool:

@@ -11,7 +11,6 @@ overwrite later (a ``bytearray``, a ``memoryview``) is never kept as it is."""
 from __future__ import annotations
 
 import random
-import tracemalloc
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -24,7 +23,7 @@ from adapter.mapping.properties import MessageProperties
 from adapter.stomp.codec import FrameParser
 from adapter.stomp.frame import Frame
 from adapter.stomp.output import MESSAGE_FRAMES, STREAM_FRAMES
-from tests.support import FrameCallbacks
+from tests.support import FrameCallbacks, peak_allocated
 from tests.unit.test_amqp_client import opened
 from tests.unit.test_stomp_connection import CONNECT, LARGE, delivery, feed, make, subscribe
 
@@ -39,18 +38,6 @@ def body_of(size: int, seed: int = 0) -> bytes:
 
 def in_reads(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)]
-
-
-def peak_of(work: Callable[[], object]) -> tuple[int, object]:
-    """tracemalloc's peak while ``work`` runs (what existed before does not count)."""
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        result = work()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return peak, result
 
 
 def send_frame(body: bytes, destination: str = "/queue/a") -> bytes:
@@ -73,7 +60,7 @@ def test_the_parser_copies_a_large_body_once(size: int, read: int) -> None:
                 frames.append(got)
         return frames
 
-    peak, frames = peak_of(parse)
+    peak, frames = peak_allocated(parse)
     assert frames == [
         Frame("SEND", {"destination": "/queue/a", "content-length": str(size)}, body),
         Frame("SEND", {"destination": "/queue/a", "content-length": "4"}, b"next"),
@@ -99,7 +86,7 @@ def test_a_body_trickled_byte_by_byte_costs_no_object_per_byte() -> None:
                 assert parser.buffered <= size + 100
         return got
 
-    peak, got = peak_of(parse)
+    peak, got = peak_allocated(parse)
     assert got is not None and got.body == body  # type: ignore[attr-defined]
     assert peak < 2 * size + SLACK, f"{peak} bytes allocated for a body of {size} read byte by byte"
 
@@ -233,7 +220,7 @@ def test_a_delivery_is_assembled_with_one_copy(size: int, read: int) -> None:
             client.feed(data)
         return client.log[-1][1]
 
-    peak, got = peak_of(deliver)
+    peak, got = peak_allocated(deliver)
     assert got.body == body  # type: ignore[attr-defined]
     assert type(got.body) is bytes  # type: ignore[attr-defined]
     assert peak < size + SLACK, f"{peak} bytes allocated for a body of {size}: more than one copy"

@@ -8,7 +8,6 @@ come out untouched after the frames under test).
 from __future__ import annotations
 
 import sys
-import tracemalloc
 import types
 from collections.abc import Iterable, Sequence
 
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 
 from adapter.stomp.codec import FrameError, FrameLimits, FrameParser, encode_frame, escape
 from adapter.stomp.frame import Frame
+from tests.support import peak_allocated
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -987,12 +987,8 @@ def test_heart_beat_runs_cost_the_same_python_steps_whatever_their_length(eol: b
 def test_skipping_heart_beats_allocates_nothing_in_proportion_to_them(eol: bytes) -> None:
     parser = FrameParser()
     parser.feed(eol * 1_000_000 + b"SEND\n\nx\0")
-    tracemalloc.start()
-    try:
-        assert parser.next_frame() == Frame("SEND", {}, b"x")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    peak, frame = peak_allocated(parser.next_frame)
+    assert frame == Frame("SEND", {}, b"x")
     assert peak < 64 * 1024, f"{peak} bytes allocated to skip {len(eol) * 1_000_000} bytes of heart-beats"
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import random
-import tracemalloc
 
 from adapter.stomp.codec import FrameLimits
 from adapter.tap.recorder import Batches, ConnectionRecorder, DirectionRecorder, ParseBudget, headers_json
+from tests.support import peak_allocated
 
 CONNECT = b"CONNECT\naccept-version:1.2\nlogin:app\npasscode:s3cret\nclient-id:legacy-7\n\n\0"
 SEND = b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\0\n"
@@ -374,14 +374,13 @@ def test_a_head_too_big_to_record_is_never_made_into_json():
         max_record_bytes=1024 * 1024,
     )
     reads = [head[i : i + 65536] for i in range(0, len(head), 65536)]
-    tracemalloc.start()
-    try:
+
+    def record() -> None:
         for n, read in enumerate(reads):
             recorder.feed(read, 1_795_650_000_000_000_000 + n)
         recorder.flush()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+
+    peak, _ = peak_allocated(record)
     [frame] = sink.frames()
     assert frame["command"] == "CONNECT" and frame["headers"] == [] and frame["omitted"] == ["headers"]
     assert frame["body_len"] == 0
