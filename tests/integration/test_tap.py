@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import StompClient, free_port, unique
+from tests.support import StompClient, unique
 from tests.tap_support import ScriptedUpstream, TapProcess, can_mount_tmpfs, recv_all
 
 PLUGIN_PORT = int(os.environ.get("STOMP_PLUGIN_PORT", "61613"))
@@ -193,15 +193,22 @@ def test_bodies_are_recorded_only_with_record_bodies(tmp_path, taps):
 
 
 def test_an_upstream_that_is_down_is_refused_to_the_client(tmp_path, taps):
-    tap = taps(f"127.0.0.1:{free_port()}", tmp_path / "rec")
-    for _ in range(2):
-        with socket.create_connection(("127.0.0.1", tap.port), timeout=30) as client:
-            client.settimeout(30)
-            with pytest.raises(ConnectionResetError):
+    # a port held bound but not listening refuses connections, and no other test (another
+    # pytest-xdist worker) can take it meanwhile, as it could take a port merely found free
+    with socket.socket() as down:
+        down.bind(("127.0.0.1", 0))
+        tap = taps(f"127.0.0.1:{down.getsockname()[1]}", tmp_path / "rec")
+        for _ in range(2):
+            # the reset can come before the client's connect has read its own outcome (a connect
+            # with a timeout polls, then reads SO_ERROR): then the connect itself raises it
+            with (
+                pytest.raises(ConnectionResetError),
+                socket.create_connection(("127.0.0.1", tap.port), timeout=30) as client,
+            ):
                 client.recv(100)
-    assert tap.metric("upstream_failures_total") == 2
-    assert tap.get("/healthz").startswith("ok")
-    assert tap.stop() == 0
+        assert tap.metric("upstream_failures_total") == 2
+        assert tap.get("/healthz").startswith("ok")
+        assert tap.stop() == 0
     records = tap.records()
     assert [r["kind"] for r in records] == ["open", "close"] * 2
     assert records[1]["by"] == "upstream" and "upstream connect failed" in records[1]["reason"]
