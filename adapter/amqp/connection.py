@@ -63,6 +63,7 @@ __all__ = [
     "BrokerCall",
     "BrokerEvents",
     "HandshakeTimeout",
+    "NotAmqp",
     "Phase",
     "SessionLink",
     "client_properties_table",
@@ -88,6 +89,15 @@ class HandshakeTimeout(TimeoutError):
         super().__init__(what)
         self.connected = connected
         self.step = step
+
+
+class NotAmqp(ConnectionError):
+    """The node's first bytes were not AMQP 0-9-1: another server listens on the port (a STOMP
+    or HTTP one given by mistake, an AMQP 1.0-only broker).  A failure of the node, as a reset
+    is, so the login tries the next one; the text shows what it answered."""
+
+    def __init__(self, first_bytes: bytes) -> None:
+        super().__init__(f"the node answered in another protocol than AMQP 0-9-1, starting {first_bytes!r}")
 
 
 class SocketOwner(Protocol):
@@ -211,6 +221,12 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
         except UnexpectedMethod as error:
             self._refuse_input(503, f"unexpected method from the broker: {error}")
         except wire.DecodeError as error:
+            if self.core.handshake_step == Phase.CONNECT and not self._handshake.done():
+                # not one AMQP frame yet: no broker at all answers (no connection.close to send)
+                self.core.had_error = True
+                self._handshake.set_exception(NotAmqp(bytes(data[:24])))
+                self.abort()
+                return
             # the broker sent bytes we cannot read: bad input, not a bug, so no traceback
             self._refuse_input(501, f"undecodable frame from the broker: {error}")
         except Exception as error:  # a bug: report it, but end only this client's link

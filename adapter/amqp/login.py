@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from ..mapping import operations as ops
 from ..mapping.tokens import read_claims
 from .admission import Gate, turn
-from .connection import AmqpConnection, AmqpError, HandshakeTimeout, SessionLink
+from .connection import AmqpConnection, AmqpError, HandshakeTimeout, NotAmqp, SessionLink
 from .probe_runtime import ProbeLogin, Unheard
 from .shared import ChannelLink, SharedConnection
 
@@ -320,7 +320,8 @@ def node_failure(error: OSError | TimeoutError) -> tuple[str, str]:
     (``stomp_adapter_amqp_connection_failures_total{reason}``): an operator must tell a broker
     that is down (nothing listens: refused) from one that is up but out of sockets or file
     descriptors (it resets or closes the connection during the handshake, or accepts and never
-    answers) and from a network that drops the packets (no TCP connection in time)."""
+    answers) and from a network that drops the packets (no TCP connection in time), and a port
+    where no AMQP broker listens at all (another protocol answered)."""
     text = str(error) or type(error).__name__
     if isinstance(error, HandshakeTimeout) and error.connected:
         return "timeout", (
@@ -334,6 +335,10 @@ def node_failure(error: OSError | TimeoutError) -> tuple[str, str]:
         )
     if isinstance(error, TimeoutError):
         return "timeout", f"timed out: {text}"
+    if isinstance(error, NotAmqp):
+        return "unreachable", (
+            f"is not an AMQP 0-9-1 broker: {text} (is the URL's port the broker's AMQP port?)"
+        )
     if isinstance(error, ConnectionRefusedError):
         return "unreachable", (
             f"refused the connection (nothing listens on the port: is the broker down or starting?): {text}"

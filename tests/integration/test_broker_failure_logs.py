@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -53,6 +56,31 @@ class ForcedClose(Hook):
             )
             return []
         return [frame]
+
+
+@contextmanager
+def another_protocol(answer: bytes) -> Iterator[str]:
+    """A port where something other than an AMQP broker listens (a STOMP server, an HTTP one, an
+    AMQP 1.0 broker ...): it answers every connection with ``answer`` and hangs up.  Yields an
+    ``amqp://`` URL to it."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            with conn:
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"amqp://guest:guest@127.0.0.1:{listener.getsockname()[1]}/"
+    finally:
+        listener.close()
+        thread.join(5)
 
 
 def login_fails(port: int) -> None:
@@ -114,3 +142,41 @@ def test_a_failing_node_leaves_the_next_one_serving(amqp_url, start_adapter, bro
         assert "reset the connection during the AMQP handshake" in caplog.text
     finally:
         proxy.__exit__(None, None, None)
+
+
+# what the node answered, as a STOMP server (the plugin) or an HTTP one (the management API) does
+# on a port given by mistake, and as an AMQP 1.0-only broker does (its protocol header)
+OTHER_PROTOCOLS = {
+    "stomp": b"ERROR\nmessage:Processing error\ncontent-type:text/plain\n\nbad frame\0",
+    "http": b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n",
+    "amqp-1.0": b"AMQP\x00\x01\x00\x00",
+}
+
+
+@pytest.mark.parametrize("protocol", list(OTHER_PROTOCOLS))
+def test_a_node_that_speaks_another_protocol_is_named_so_and_the_next_node_serves(
+    protocol, amqp_url, start_adapter, broker, caplog
+):
+    """A URL whose port is another server's (a STOMP plugin, a management API): its first bytes
+    are not AMQP.  Before, "ERROR\nm" read as a frame of 1.3 GB ended the login with the plugin's
+    "Processing error" and no other node was tried; now the node is skipped as a failed one,
+    the log names what it answered, and a client goes on to the next node."""
+    answer = OTHER_PROTOCOLS[protocol]
+    with another_protocol(answer) as url:
+        alone = start_adapter(amqp_url=url, amqp_connect_timeout=1)
+        with caplog.at_level(logging.WARNING, "adapter.connection"):
+            login_fails(alone.port)
+        lines = [r.getMessage() for r in caplog.records if ": broker node " in r.getMessage()]
+        assert lines, caplog.text
+        assert "answered in another protocol than AMQP 0-9-1" in lines[0], lines
+        assert repr(answer[:8])[2:-1] in lines[0], lines
+        caplog.clear()
+
+        both = start_adapter(amqp_url=f"{url},{amqp_url}", amqp_connect_timeout=1)
+        queue = unique("not-amqp")
+        broker.track_queue(queue)
+        client = StompClient(both.port)
+        client.conn.send(f"/queue/{queue}", "kept", headers={"receipt": "r"})
+        assert client.next("RECEIPT").headers["receipt-id"] == "r"
+        client.close()
+        assert broker.wait_depth(queue, 1) == 1
