@@ -13,12 +13,24 @@ $stdout.sync = true
 port, scenario, name = ARGV
 port = Integer(port)
 
+# ActiveMQ ends a DISCONNECTed connection in the background: for a moment its client-id is still
+# taken and a CONNECT with it is refused ("already connected"), so an application that comes
+# back at once with the same client-id tries again, as real ones do
 def connect_stomp(port, headers = {})
-  Stomp::Connection.new(
-    hosts: [{ login: 'guest', passcode: 'guest', host: '127.0.0.1', port: port }],
-    reliable: false,
-    connect_headers: { 'accept-version' => '1.2', 'host' => '/' }.merge(headers)
-  )
+  tries = headers.key?('client-id') ? 50 : 1
+  (1..tries).each do |try|
+    conn = Stomp::Connection.new(
+      hosts: [{ login: 'guest', passcode: 'guest', host: '127.0.0.1', port: port }],
+      reliable: false,
+      connect_headers: { 'accept-version' => '1.2', 'host' => '/' }.merge(headers)
+    )
+    frame = conn.connection_frame
+    return conn unless frame && frame.command == 'ERROR'
+    message = frame.headers['message'].to_s
+    conn.disconnect rescue nil
+    raise "CONNECT refused: #{message}" if try == tries || message !~ /already connected|InvalidClientID/i
+    sleep 0.1
+  end
 end
 
 def receive(conn, count, ack)
