@@ -123,7 +123,7 @@ class ClientFeatures:
 
     async def join_shared(self, op: ops.JoinShared) -> bool:
         assert self.shared is not None
-        return await self.shared.join(op)
+        return await self.shared.join_group(op)
 
     def leave_shared(self, op: ops.LeaveShared) -> None:
         if self.shared is not None:
