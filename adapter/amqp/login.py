@@ -192,7 +192,7 @@ class BrokerLogin:
         labels = (node.label for node in self._services.nodes.nodes)
         mux = self._services.amqp_mux
         if mux is not None:
-            return mux.join(labels, op.user, op.vhost, op.password, events)
+            return mux.admit(labels, op.user, op.vhost, op.password, events)
         reuse = self._services.amqp_reuse
         if reuse is None:
             return None

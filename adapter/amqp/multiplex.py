@@ -74,7 +74,7 @@ class SharedConnections(Generic[Connection]):
         return self._entries.get(id(connection))
 
     # ------------------------------------------------------------------ logins
-    def join(self, key: PoolKey, passcode_digest: bytes, now: float) -> Connection | None:
+    def admit(self, key: PoolKey, passcode_digest: bytes, now: float) -> Connection | None:
         """A connection of ``key`` logged in with this passcode that has room for one more
         session, with that session counted; None: log in afresh (the broker decides).  Every
         entry of the key is compared, so the time taken does not tell which one matched.  An

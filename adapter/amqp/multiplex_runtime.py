@@ -114,7 +114,7 @@ class AmqpMultiplex:
         self.opened = 0  # logins that opened one
 
     # ------------------------------------------------------------------ logins
-    def join(
+    def admit(
         self, labels: Iterable[str], user: str, vhost: str, passcode: str, events: BrokerEvents
     ) -> ChannelLink | None:
         """A channel on a shared connection of this user, vhost and passcode with room (in the
@@ -124,7 +124,7 @@ class AmqpMultiplex:
         digest = self.passcodes.digest(passcode)
         now = self._clock()
         for label in labels:
-            connection = self.shared.join((label, vhost, user), digest, now)
+            connection = self.shared.admit((label, vhost, user), digest, now)
             if connection is None:
                 continue
             try:

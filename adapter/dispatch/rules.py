@@ -175,7 +175,7 @@ class QueueDispatcher:
         return bool(self._members)
 
     # ------------------------------------------------------------------ membership
-    def join(
+    def add_member(
         self,
         owner: Owner,
         consumer_tag: str,

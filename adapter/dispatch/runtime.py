@@ -109,7 +109,7 @@ class DispatchMembership:
         self.outstanding: set[int] = set()
         self.pending_acks: list[int] = []
         # the last message number of each consumer tag that left: a later subscription with the
-        # same tag numbers its messages after it (QueueDispatcher.join)
+        # same tag numbers its messages after it (QueueDispatcher.add_member)
         self._last_numbers: dict[str, int] = {}
 
     def execute(self, op: ops.DispatchOp) -> None:
@@ -134,7 +134,7 @@ class DispatchMembership:
         elif isinstance(op, ops.JoinDispatch):
             # not a target yet: the broker may still refuse the consume (ActivateDispatch)
             dispatcher = self._dispatchers.get(self._vhost, op.queue)
-            member = dispatcher.join(
+            member = dispatcher.add_member(
                 self._owner,
                 op.consumer_tag,
                 op.matches,

@@ -5,8 +5,8 @@ subscriptions (adapter.shared_subscriptions, ``sharing.runtime.SharedMembership`
 of the activemq profile (``dispatch.runtime.DispatchGlue``).  ``ClientFeatures`` is the one object
 they talk to (the ``SharedMembershipHost`` and the dispatcher's ``Owner``), so neither the shell nor the
 STOMP connection carries their methods: their MESSAGEs go to the STOMP connection's sources
-(``deliver_shared``, ``deliver_dispatched``, adapter/session/connection.py), which feed its one
-delivery entry point.  Each runtime's part is made on first use (``None`` until then).
+(``deliver_shared``, ``deliver_dispatched``, adapter/session/connection.py), which hold them behind
+a RECEIPT or add them to the client's output.  Each runtime's part is made on first use (``None`` until then).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class ClientFeatures:
 
     async def join_shared(self, op: ops.JoinShared) -> bool:
         assert self.shared is not None
-        return await self.shared.join(op)
+        return await self.shared.join_group(op)
 
     def leave_shared(self, op: ops.LeaveShared) -> None:
         if self.shared is not None:

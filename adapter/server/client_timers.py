@@ -140,7 +140,7 @@ class ClientTimers:
 
     # the HeartBeatHost side (adapter/server/heartbeats.py)
     def heartbeat_output_pending(self) -> bool:
-        return bool(self._stomp.out)
+        return bool(self._stomp.output.out)
 
     def write_heartbeat(self) -> None:
         self._shell.write_heartbeat()

@@ -2,10 +2,12 @@
 
 ``ClientConnection`` holds the client's sans-IO STOMP connection (``StompConnection``,
 adapter/session/connection.py: the pump, the quick paths, the operation interpreter, the
-output buffer, the one delivery entry point and the RECEIPT-before-MESSAGE order) and keeps
-only what needs a socket or a loop: it feeds the socket's bytes in, writes the connection's
-output out (through the transport's ``FrameOutput``, adapter/stomp/output.py), and carries out
-the operations that need the shell.  The rest is an object of its own, which the shell holds:
+sources of MESSAGEs and the RECEIPT-before-MESSAGE order) and keeps only what needs a socket or
+a loop: it feeds the socket's bytes in, builds the client's output (``ClientOutput``,
+adapter/stomp/output.py: the bytes for the client and the transport they are written to, as
+the transport takes frames), binds it to the transport while the client can be written to,
+flushes it at the end of every read and counts what it wrote, and carries out the operations
+that need the shell.  The rest is an object of its own, which the shell holds:
 
 * ``client_link.ClientLink``: the login, the broker calls of the frame being handled, the
   link's events and release (over ``LinkGlue``, adapter/amqp/link_lifecycle.py);
@@ -40,7 +42,7 @@ from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..session import Session, SessionSettings, new_session_id
 from ..session.connection import INTERPRETER, ConnectionCounters, Lifecycle, StompConnection
-from ..stomp.output import STREAM_FRAMES, FrameOutput
+from ..stomp.output import STREAM_FRAMES, ClientOutput, FrameOutput
 from . import connection_log
 from .client_features import ClientFeatures
 from .client_link import ClientLink
@@ -99,7 +101,6 @@ class ClientConnection(asyncio.Protocol):
         self._proxy = ProxyPrelude(server.stats) if expect_proxy else None
         self.label = label  # the transport's name in the log
         self.listener = listener
-        self._frames = frames
         self._loop = loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -119,15 +120,16 @@ class ClientConnection(asyncio.Protocol):
         # (tests/cluster/test_resource_alarm.py)
         self._pause_reasons = self.flow.reasons
         self.link = ClientLink(self, server, loop)
+        # the bytes for the client, bound to the transport from connection_made
+        self.output = ClientOutput(frames, wire.ZERO_COPY_MIN)
         self.stomp: StompConnection[SessionLink] = StompConnection(
             session,
             self,
             self.link,
-            frames,
+            self.output,
             clocks,
             server.stats.destinations,
             self.counters,
-            wire.ZERO_COPY_MIN,
         )
         self.features = ClientFeatures(self, self.stomp, server, loop)
         self.timers = ClientTimers(self, self.stomp, self.flow, server, loop)
@@ -153,6 +155,7 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ socket events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = self.flow.transport = transport  # type: ignore[assignment]  # uvloop's are not asyncio.Transport
+        self.output.transport = self.transport
         server = self._server
         server.open_sockets.add(self)
         peername = transport.get_extra_info("peername")
@@ -254,7 +257,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.open_sockets.discard(self)
-        self.transport = self.flow.transport = None
+        self.transport = self.flow.transport = self.output.transport = None
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -305,22 +308,15 @@ class ClientConnection(asyncio.Protocol):
             self._flush_handle = self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Write what is buffered now.  Called at the end of every read from either socket, so a
-        batch goes out without waiting for the next loop iteration (latency); ``flush_soon``
-        still covers writes made outside a read (timers, tasks), one loop turn later."""
+        """Write what is buffered now (``ClientOutput.flush``: to the transport, as it takes
+        frames).  Called at the end of every read from either socket, so a batch goes out
+        without waiting for the next loop iteration (latency); ``flush_soon`` still covers
+        writes made outside a read (timers, tasks), one loop turn later."""
         self._flush_handle = None  # a flush already scheduled finds nothing left, or what came since
-        if self.transport is not None:
-            self.stomp.flush_output()  # hands it to write_output
-
-    def write_output(self, out: list[bytes], large: bool) -> None:
-        """The STOMP connection's output, handed over (``StompConnection.flush_output``): to the
-        transport, as it takes frames (one write for a byte stream; large MESSAGEs are not
-        copied again into one write)."""
-        transport = self.transport
-        if transport is None or self._linger is not None:
-            return  # after our half-close (see close) nothing more goes to the client
-        self._liveness.wrote = True
-        self.counters.bytes_sent += self._frames.write_frames(transport, out, large)
+        sent = self.output.flush()
+        if sent:
+            self._liveness.wrote = True
+            self.counters.bytes_sent += sent
 
     def write_heartbeat(self) -> None:
         if self.stomp.closed or self.transport is None:
@@ -340,6 +336,7 @@ class ClientConnection(asyncio.Protocol):
         if transport is not None:
             if transport.can_write_eof():
                 self._linger = HalfClose(self._loop, transport)  # adapter/server/half_close.py
+                self.output.transport = None  # after our half-close nothing more goes to the client
             else:
                 transport.close()  # sends buffered bytes first
         self._finish()

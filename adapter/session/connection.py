@@ -10,14 +10,17 @@ bytes and recording fakes).  ``StompConnection`` owns, for one client:
   the quick path are held in ``acks`` (``AckCoalescing``, ack_coalescing.py) until the next
   other frame or the end of the pump, and written as one multiple ack where that is exactly
   equivalent;
-* the output buffer (``out``, handed to the shell's ``write_output`` by ``flush_output``) and
-  the MESSAGEs held behind the RECEIPT of the frame being handled (``held``);
-* ONE entry point for a MESSAGE, ``deliver``, fed by three sources: the connection's own
-  consumers (``on_deliver``, a broker event), the shared subscriptions (``deliver_shared``) and
-  the queue dispatchers (``deliver_dispatched``);
+* the MESSAGEs held behind the RECEIPT of the frame being handled (``held``), and the decision,
+  for every MESSAGE, whether it waits there or goes to the client's output now;
+* the three sources of MESSAGEs: the connection's own consumers (``on_deliver``, a broker
+  event), the shared subscriptions (``deliver_shared``) and the queue dispatchers
+  (``deliver_dispatched``), each handing its MESSAGE to the output (``ClientOutput.add_message``,
+  ``add_pieces``, ``add``) or to ``held``;
 * the connection's lifecycle (``Lifecycle``, checked by ``enter``) and its counters.
 
-What it does not own, and asks for through ``Shell``: the transport, timers, flow control, the
+What it does not own: the bytes for the client once added (``ClientOutput``,
+adapter/stomp/output.py: the buffer and the transport it is written to, bound by the shell,
+written at the end of every read), and, asked for through ``Shell``: timers, flow control, the
 login and the close.  Commands for the AMQP side are plain calls on ``AmqpCommands`` (the
 session's AMQP link, which only buffers them), not event objects: one object made per message
 would cost an allocation on the path every message takes.  A broker call that needs an answer
@@ -41,7 +44,7 @@ from ..mapping.destinations import ProcessingError
 from ..sharing.rules import Member
 from ..stomp.codec import FrameError, FrameParser
 from ..stomp.frame import Frame
-from ..stomp.output import FrameOutput
+from ..stomp.output import ClientOutput
 from .ack_coalescing import AckCoalescing
 from .core import Session
 from .frames import Frames
@@ -97,7 +100,7 @@ Link = TypeVar("Link", bound=AmqpCommands)
 
 
 class Shell(Protocol):
-    """What the connection asks of the asyncio shell around it: output, close, the operations
+    """What the connection asks of the asyncio shell around it: a flush, close, the operations
     that need the shell (login, timers, the feature runtimes)."""
 
     peer: str
@@ -105,9 +108,8 @@ class Shell(Protocol):
     # goes back into the frame's generator
     performed: dict[type, Callable[[Any, Any, bool], object]]
 
-    def write_output(self, out: list[bytes], large: bool) -> None:
-        """Write ``out`` (not empty; ``large``: it holds a large MESSAGE, not to be joined)
-        to the client's transport: ``flush_output`` hands it over."""
+    def flush(self) -> None:
+        """Write the client's output now (``ClientOutput.flush``, counted by the shell)."""
         ...
 
     def flush_soon(self) -> None: ...  # output was added outside a read: write it one turn later
@@ -190,15 +192,14 @@ class StompConnection(Generic[Link]):
         session: Session,
         shell: Shell,
         broker: Broker,
-        output: FrameOutput,
+        output: ClientOutput,
         clocks: Clocks,
         destinations: DestinationCounts | None,
         counters: ConnectionCounters,
-        large_body: int,
     ) -> None:
-        """``output``: how the transport takes frames given in pieces; ``destinations``: None
-        when per-destination series are off (the message path then pays one comparison);
-        ``large_body``: a MESSAGE whose body has at least this many bytes is written unjoined."""
+        """``output``: the client's output, bound to its transport by the shell;
+        ``destinations``: None when per-destination series are off (the message path then pays
+        one comparison)."""
         self.session = session
         # the session's parts the delivery path asks by name: the MESSAGE renderer, and the
         # subscriptions (what a withheld delivery becomes, the destination a MESSAGE counts for)
@@ -213,10 +214,7 @@ class StompConnection(Generic[Link]):
         self.clocks = clocks
         self.destinations = destinations
         self.counters = counters
-        self._output = output
-        self._large_body = large_body
-        self.out: list[bytes] = []  # for the client, taken by the shell (take_output)
-        self.large = False  # out holds a large MESSAGE: written unjoined
+        self.output = output  # the bytes for the client, until the shell's flush writes them
         self.held: list[bytes] = []  # MESSAGEs waiting for the frame being handled to finish
         # the frame being handled, its operation generator, and the last broker call's answer
         self.frame: Frame | None = None
@@ -246,26 +244,10 @@ class StompConnection(Generic[Link]):
         """Bytes from the client; ``pump`` handles the frames they complete."""
         self.parser.feed(data)
 
-    def take_output(self) -> list[bytes]:
-        """The bytes for the client buffered since the last call (the shell writes them)."""
-        out = self.out
-        self.out = []
-        return out
-
-    def flush_output(self) -> None:
-        """Hand the bytes buffered for the client to the shell, which writes them to its
-        transport (``Shell.write_output``): at the end of a read from either socket, at a close,
-        and one loop turn after output added outside a read."""
-        out = self.out
-        if out:
-            self.out = []
-            large, self.large = self.large, False
-            self.shell.write_output(out, large)
-
     def write(self, data: bytes) -> None:
         if not data:
             return
-        self.out.append(data)
+        self.output.add(data)
         # inside a pump or a broker read the shell writes at its end; elsewhere (timers, close)
         # one loop turn later
         if not self.in_read:
@@ -400,21 +382,11 @@ class StompConnection(Generic[Link]):
         self.busy = False
 
     # ------------------------------------------------------------------ MESSAGEs
-    def deliver(self, data: bytes, large: bool, behind_receipt: bool) -> None:
-        """THE entry point of a MESSAGE for the client, whatever its source.
-
-        While a frame is being handled (a SUBSCRIBE waiting for its bind ...), a MESSAGE its
-        consume may have let through waits for that frame's RECEIPT, as with the plugin, which
-        finishes a frame before it handles deliveries (``behind_receipt``: the source says
-        whether the frame being handled can have let it through)."""
-        if behind_receipt and self.steps is not None:
-            self.held.append(data)
-            return
-        # called within a read of a broker socket, whose end writes: no scheduling
-        self.out.append(data)
-        if large:
-            self.large = True
-
+    # Each source decides where its MESSAGE goes.  While a frame is being handled (a SUBSCRIBE
+    # waiting for its bind ...), a MESSAGE its consume may have let through waits for that
+    # frame's RECEIPT (``held``, written when the frame's generator ends), as with the plugin,
+    # which finishes a frame before it handles deliveries; else it goes to the client's output
+    # (``ClientOutput``), written at the end of the read of the broker socket that brought it.
     def on_deliver(self, delivery: ops.Delivery) -> None:
         """Source 1, a broker event: a message for one of this connection's own consumers."""
         if self.closed:
@@ -439,12 +411,10 @@ class StompConnection(Generic[Link]):
             self.acks.delivered(delivery.consumer_tag, delivery.delivery_tag)
         if self.destinations is not None:
             _count_delivered(self, delivery.consumer_tag)
-        large = len(body) >= self._large_body
-        if large and self.steps is None:  # not held (deliver): the body is not copied into a frame
-            if self._output.buffer_message(self.out, head, body, trailer):
-                self.large = True
+        if self.steps is None:  # not held: a large body is not copied into a frame
+            self.output.add_message(head, body, trailer)
             return
-        self.deliver(b"".join((head, body, trailer)), large, True)
+        self.held.append(b"".join((head, body, trailer)))  # behind the frame's RECEIPT
 
     def deliver_shared(self, member: Member, pieces: tuple[bytes, ...]) -> None:
         """Source 2: one MESSAGE of a shared group (adapter/sharing/runtime.py), rendered once
@@ -456,10 +426,9 @@ class StompConnection(Generic[Link]):
             _count_delivered(self, member.consumer_tag)
         if self.steps is not None:
             # the member joined during the frame being handled: its RECEIPT goes first
-            data = b"".join((member.head, pieces[0], member.id_prefix, *pieces[1:]))
-            self.deliver(data, False, True)
-        elif self._output.buffer_pieces(self.out, member.head, pieces, member.id_prefix):
-            self.large = True  # a large body: written unjoined
+            self.held.append(b"".join((member.head, pieces[0], member.id_prefix, *pieces[1:])))
+        else:
+            self.output.add_pieces(member.head, pieces, member.id_prefix)
 
     def deliver_dispatched(self, delivery: ops.Delivery) -> None:
         """Source 3: the queue's dispatcher gives this client a message
@@ -480,7 +449,7 @@ class StompConnection(Generic[Link]):
         # acknowledged at its origin as it is sent: held, it would be lost if the frame being
         # handled ends the connection
         if data:
-            self.deliver(data, False, False)
+            self.output.add(data)
             if not self.in_read:
                 self.shell.flush_soon()
 
@@ -494,7 +463,7 @@ class StompConnection(Generic[Link]):
         frames = session.on_confirm(delivery_tag, multiple, ack)
         clocks.confirm_clock = 0.0
         if frames:
-            self.out += frames  # one item per frame; written at the end of the broker read
+            self.output.add_frames(frames)  # one item per frame; written at the end of the broker read
             if not ack:
                 self.shell.close("the broker refused a message (basic.nack)")
         if self.awaiting_confirms and not session.confirms_outstanding:
@@ -512,7 +481,7 @@ class StompConnection(Generic[Link]):
             _by_shell(self, ops.LeaveDispatch(consumer_tag), False)
 
     def on_read_done(self) -> None:
-        self.flush_output()  # the end of a broker read: its MESSAGEs and RECEIPTs go out
+        self.shell.flush()  # the end of a broker read: its MESSAGEs and RECEIPTs go out
 
     def on_amqp_closed(self, error: Any) -> None:
         self.broker.amqp_closed(error)

@@ -104,7 +104,7 @@ class SharedGroup:
     # every member written to since the shell last measured them (one batch of deliveries)
     touched: bool = False
 
-    def join(self, member: Member) -> None:
+    def add_member(self, member: Member) -> None:
         member.group = self
         self.members[member] = None
 

@@ -410,17 +410,17 @@ class SharedMembership:
             return None
         return cls(registry, services, loop, host, op.user, op.password, op.vhost)
 
-    async def join(self, op: ops.JoinShared) -> bool:
+    async def join_group(self, op: ops.JoinShared) -> bool:
         """Join (opening the group if it is new); False: a new group would pass the bounds
         (adapter/sharing/rules.py).  The group's error is answered as a plain SUBSCRIBE's
         broker call would be (ERROR with the frame's receipt, then close) and raised."""
         try:
-            return await self._join(op)
+            return await self._join_group(op)
         except AmqpError as error:
             self._host.broker_failed(error, of_frame=True)
             raise
 
-    async def _join(self, op: ops.JoinShared) -> bool:
+    async def _join_group(self, op: ops.JoinShared) -> bool:
         registry = self._registry
         opened = self._opened = [hub for hub in self._opened if not hub.closed]
         group, new = registry.group((self._vhost, self._user, self._digest, op.destination), len(opened))
@@ -445,9 +445,9 @@ class SharedMembership:
                 hub.close()
             return True  # nothing more happens on this connection
         if hub.closed:  # ended without an error of its own (its members all left): a new one
-            return await self._join(op)
+            return await self._join_group(op)
         member = Member(self, op.consumer_tag, op.head, op.id_prefix)
-        group.join(member)
+        group.add_member(member)
         self._members[op.consumer_tag] = member
         return True
 

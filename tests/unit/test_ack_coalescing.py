@@ -147,7 +147,7 @@ def subscribed(*modes: AckMode) -> StompConnection[Link]:
     for index, mode in enumerate(modes):
         feed(stomp, f"SUBSCRIBE\ndestination:/queue/q{index}\nid:{index}\nack:{mode}\n\n\0".encode())
         answer(stomp, broker)
-    stomp.take_output()
+    stomp.output.take()
     assert stomp.amqp is not None
     stomp.amqp.commands.clear()  # the subscriptions' declares
     return stomp
@@ -312,7 +312,7 @@ def test_coalesced_acks_settle_what_the_acks_one_by_one_settle(events: list[Any]
     coalesced, one_by_one = replay(events, True), replay(events, False)
     assert coalesced.amqp is not None and one_by_one.amqp is not None
     assert ChannelModel().run(coalesced.amqp.commands) == ChannelModel().run(one_by_one.amqp.commands)
-    assert b"".join(coalesced.take_output()) == b"".join(one_by_one.take_output())
+    assert b"".join(coalesced.output.take()) == b"".join(one_by_one.output.take())
     assert coalesced.counters.acks == one_by_one.counters.acks
 
 

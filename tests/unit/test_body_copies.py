@@ -273,11 +273,11 @@ def test_a_large_message_goes_to_the_transport_as_the_delivery_s_own_body() -> N
     stomp, _shell, broker = make(STREAM_FRAMES)  # a large body: LARGE bytes and more
     feed(stomp, CONNECT)
     subscribe(stomp, broker)
-    stomp.take_output()
+    stomp.output.take()
     body = body_of(LARGE).replace(b"\0", b"0")
     stomp.on_deliver(delivery(1, body))
-    assert stomp.large and any(item is body for item in stomp.out)  # not copied into a frame
-    (message,) = messages_of(stomp.out)
+    assert stomp.output.large and any(item is body for item in stomp.output.out)  # not copied into a frame
+    (message,) = messages_of(stomp.output.out)
     assert message.startswith(b"MESSAGE\n") and message.endswith(b"\n\n" + body)
 
 
@@ -285,10 +285,10 @@ def test_a_large_message_over_websocket_is_one_item() -> None:
     stomp, _shell, broker = make(MESSAGE_FRAMES)
     feed(stomp, CONNECT)
     subscribe(stomp, broker)
-    stomp.take_output()
+    stomp.output.take()
     body = b"y" * LARGE
     stomp.on_deliver(delivery(1, body))
-    (item,) = stomp.out
+    (item,) = stomp.output.out
     assert item.startswith(b"MESSAGE\n") and item.endswith(b"\n\n" + body + b"\0\n")
 
 
@@ -298,7 +298,7 @@ def test_a_large_message_behind_a_receipt_is_held_whole() -> None:
     subscribe(stomp, broker)
     feed(stomp, b"SUBSCRIBE\ndestination:/queue/b\nid:1\nreceipt:r\n\n\0")  # waits for the broker
     assert stomp.busy
-    stomp.take_output()
+    stomp.output.take()
     body = b"z" * LARGE
     stomp.on_deliver(delivery(1, body))
-    assert stomp.out == [] and len(stomp.held) == 1 and stomp.held[0].endswith(body + b"\0\n")
+    assert stomp.output.out == [] and len(stomp.held) == 1 and stomp.held[0].endswith(body + b"\0\n")

@@ -58,7 +58,9 @@ def join(
 ) -> tuple[Member, Channel]:
     """Join and activate (the broker accepted the consume)."""
     channel = Channel(colour)
-    member = dispatcher.join(channel, f"T_{colour}", colour_is(colour), auto_ack=auto_ack, credit=credit)
+    member = dispatcher.add_member(
+        channel, f"T_{colour}", colour_is(colour), auto_ack=auto_ack, credit=credit
+    )
     execute(dispatcher.activate(member))
     return member, channel
 
@@ -231,7 +233,7 @@ def test_an_unconfirmed_member_takes_nothing_and_a_refused_one_leaves_having_set
     red, red_channel = join(dispatcher, "red")
     execute(dispatcher.offer(red, message(1, "blue"), now=0))
     blue_channel = Channel("blue")
-    blue = dispatcher.join(blue_channel, "T_blue", colour_is("blue"), auto_ack=True, credit=None)
+    blue = dispatcher.add_member(blue_channel, "T_blue", colour_is("blue"), auto_ack=True, credit=None)
     execute(dispatcher.offer(red, message(2, "blue"), now=0))
     assert blue_channel.rendered == [] and red_channel.settled == []
     assert list(red.parked) == [1, 2]
@@ -246,7 +248,7 @@ def test_an_unconfirmed_members_own_deliveries_wait_for_it_and_activation_gives_
     # the broker may deliver between consume-ok and the activation: an origin, not a target
     dispatcher = QueueDispatcher()
     red_channel = Channel("red")
-    red = dispatcher.join(red_channel, "T_red", colour_is("red"), auto_ack=True, credit=None)
+    red = dispatcher.add_member(red_channel, "T_red", colour_is("red"), auto_ack=True, credit=None)
     execute(dispatcher.offer(red, message(1, "red"), now=0))
     assert red_channel.rendered == [] and list(red.parked) == [1]
     execute(dispatcher.activate(red))
@@ -261,7 +263,7 @@ def test_a_plain_member_takes_what_selector_members_hold_as_soon_as_it_is_confir
     for tag, colour in enumerate(("green", "blue", "green"), start=1):
         execute(dispatcher.offer(red, message(tag, colour), now=0))
     plain_channel = Channel("plain")
-    plain = dispatcher.join(plain_channel, "T_plain", lambda _p: True, auto_ack=False, credit=None)
+    plain = dispatcher.add_member(plain_channel, "T_plain", lambda _p: True, auto_ack=False, credit=None)
     assert plain_channel.rendered == []
     execute(dispatcher.activate(plain))
     assert [d.consumer_tag for d in plain_channel.rendered] == ["T_plain"] * 3
@@ -282,7 +284,7 @@ def test_a_selector_that_raises_during_a_release_leaves_the_message_parked() -> 
         calls[0] += 1
         raise ValueError("a bug in the evaluation")
 
-    dispatcher.join(Channel("x"), "T_x", flaky, auto_ack=False, credit=None)  # confirmed below
+    dispatcher.add_member(Channel("x"), "T_x", flaky, auto_ack=False, credit=None)  # confirmed below
     execute(dispatcher.offer(red, message(1, "green"), now=0))
     dispatcher.members[-1].confirmed = True  # so that only the release asks it
     with pytest.raises(ValueError):
@@ -333,7 +335,9 @@ def test_the_release_timer_survives_an_exception_and_comes_back_a_hold_time_late
             raise ValueError("a bug in the evaluation")
         return False
 
-    execute(dispatcher.activate(dispatcher.join(Channel("x"), "T_x", flaky, auto_ack=False, credit=None)))
+    execute(
+        dispatcher.activate(dispatcher.add_member(Channel("x"), "T_x", flaky, auto_ack=False, credit=None))
+    )
     execute(dispatcher.offer(red, message(1, "green"), now=0))
     failing[0] = True
     # it said no at the offer; a selector's "no" is remembered, so forget it to be asked again
@@ -355,7 +359,7 @@ def test_registry_keys_by_vhost_and_queue_and_forgets_empty_dispatchers() -> Non
     first = dispatchers.get("/", "q")
     assert dispatchers.get("/", "q") is first
     assert dispatchers.get("other", "q") is not first
-    member = first.join(Channel("x"), "T_x", colour_is("x"), auto_ack=True, credit=None)
+    member = first.add_member(Channel("x"), "T_x", colour_is("x"), auto_ack=True, credit=None)
     dispatchers.forget_if_empty("/", "q")
     assert len(dispatchers) == 2
     first.leave(member, channel_open=False)
@@ -409,7 +413,9 @@ def test_no_message_is_lost_or_misdelivered(
 
     def join_member(index: int, colour: str, auto_ack: bool, credit: int | None) -> None:
         matches = (lambda _p: True) if colour == PLAIN else colour_is(colour)
-        member = dispatcher.join(joined[index][1], f"T_{index}", matches, auto_ack=auto_ack, credit=credit)
+        member = dispatcher.add_member(
+            joined[index][1], f"T_{index}", matches, auto_ack=auto_ack, credit=credit
+        )
         joined[index] = (member, joined[index][1])
 
     for colour, auto_ack, credit, confirmed, at_once in members:

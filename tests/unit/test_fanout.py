@@ -117,7 +117,7 @@ def members(registry: Registry, count: int, key: str = "/topic/a") -> list[Membe
     group, _new = registry.group(("/", "guest", b"d", key))
     made = [Member(object(), f"T_{i}", b"", b"") for i in range(count)]
     for member in made:
-        group.join(member)
+        group.add_member(member)
     return made
 
 

@@ -217,8 +217,8 @@ class _Sharing:
     def acquire(self, *args: Any) -> None:
         self.asked.append("acquire")
 
-    def join(self, *args: Any) -> None:
-        self.asked.append("join")
+    def admit(self, *args: Any) -> None:
+        self.asked.append("admit")
 
     def logged_in(self, *args: Any) -> Any:
         self.asked.append("logged_in")
@@ -240,4 +240,4 @@ async def test_a_token_login_is_never_shared_nor_pooled() -> None:
         assert sharing.asked == []
         # a password login still shares as configured
         login.pooled(LOGIN, object())  # type: ignore[arg-type]
-        assert sharing.asked == ["acquire" if setting == "amqp_reuse" else "join"]
+        assert sharing.asked == ["acquire" if setting == "amqp_reuse" else "admit"]

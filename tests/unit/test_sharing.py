@@ -111,7 +111,7 @@ def open_hub(registry: Registry, members: list[Subscriber]) -> SharedHub:
     hub = SharedHub(group, registry, Services(), asyncio.get_running_loop())  # type: ignore[arg-type]
     hub.ready.set_result(None)
     for i, subscriber in enumerate(members):
-        group.join(
+        group.add_member(
             Member(subscriber, f"T_{i}", f"MESSAGE\nsubscription:{i}\n".encode(), f"T_{i}@@s@@".encode())
         )
     return hub
@@ -173,7 +173,7 @@ async def test_links_of_one_key_share_one_group_and_only_the_first_opens_it() ->
         "/topic/news", "T_s", b"MESSAGE\n", b"T_s@@x@@", ops.QueueDeclare("q"), "amq.topic", "news"
     )
     first = SharedMembership(registry, services, loop, Host(), "guest", "pw", "/")  # type: ignore[arg-type]
-    join = asyncio.ensure_future(first.join(op))
+    join = asyncio.ensure_future(first.join_group(op))
     await asyncio.sleep(0)
     assert len(services.spawned) == 1  # the open
     (group,) = registry.groups.values()
@@ -184,11 +184,11 @@ async def test_links_of_one_key_share_one_group_and_only_the_first_opens_it() ->
     assert await join is True
     assert hub.rights.checks == 0  # the first member's join is the open itself
     second = SharedMembership(registry, services, loop, Host(), "guest", "pw", "/")  # type: ignore[arg-type]
-    assert await second.join(op) is True
+    assert await second.join_group(op) is True
     assert len(services.spawned) == 1 and len(group.members) == 2
     assert hub.rights.checks == 1  # a later member's join asks the broker (its own credentials)
     other = SharedMembership(registry, services, loop, Host(), "guest", "other", "/")  # type: ignore[arg-type]
-    asyncio.ensure_future(other.join(op))
+    asyncio.ensure_future(other.join_group(op))
     await asyncio.sleep(0)
     assert len(registry.groups) == 2  # another passcode: a group of its own
     first.leave_all()
@@ -203,10 +203,10 @@ async def test_a_connection_that_opened_its_share_of_groups_gets_plain_subscript
     link = SharedMembership(registry, services, asyncio.get_running_loop(), Host(), "guest", "pw", "/")  # type: ignore[arg-type]
     for n in range(MAX_OPENED_PER_CONNECTION):
         op = ops.JoinShared(f"/topic/{n}", f"T_{n}", b"", b"", ops.QueueDeclare("q"), "amq.topic", str(n))
-        asyncio.ensure_future(link.join(op))
+        asyncio.ensure_future(link.join_group(op))
     await asyncio.sleep(0)
     op = ops.JoinShared("/topic/more", "T_more", b"", b"", ops.QueueDeclare("q"), "amq.topic", "more")
-    assert await link.join(op) is False
+    assert await link.join_group(op) is False
     assert len(services.spawned) == MAX_OPENED_PER_CONNECTION
 
 
@@ -228,7 +228,7 @@ async def joined(
     """A link of ``host`` that joined (and opened) the group of ``op``, its hub ready."""
     link = SharedMembership(registry, Services(), asyncio.get_running_loop(), host, "guest", "pw", "/")  # type: ignore[arg-type]
     host.link = link
-    join = asyncio.ensure_future(link.join(op))
+    join = asyncio.ensure_future(link.join_group(op))
     await asyncio.sleep(0)
     hub = registry.groups[("/", "guest", link._digest, op.destination)].link  # noqa: SLF001
     assert isinstance(hub, SharedHub)
@@ -281,7 +281,7 @@ async def test_a_join_the_broker_refuses_is_answered_as_the_frames_and_raised() 
     registry = Registry(max_lag=100, lag_budget=10**6)
     host = Host()
     link = SharedMembership(registry, Services(), asyncio.get_running_loop(), host, "guest", "pw", "/")  # type: ignore[arg-type]
-    join = asyncio.ensure_future(link.join(NEWS))
+    join = asyncio.ensure_future(link.join_group(NEWS))
     await asyncio.sleep(0)
     (group,) = registry.groups.values()
     hub = group.link

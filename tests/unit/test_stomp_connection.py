@@ -23,7 +23,7 @@ from adapter.session import Session, SessionSettings
 from adapter.session.connection import ConnectionCounters, Lifecycle, StompConnection
 from adapter.sharing.rules import Member
 from adapter.stomp.frame import Frame
-from adapter.stomp.output import MESSAGE_FRAMES, STREAM_FRAMES, FrameOutput
+from adapter.stomp.output import MESSAGE_FRAMES, STREAM_FRAMES, ClientOutput, FrameOutput
 from tests.unit.test_session import SEND_HEADERS
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:/\nlogin:guest\npasscode:guest\n\n\0"
@@ -69,7 +69,6 @@ class Shell:
         self.ops: list[Any] = []
         self.closed: list[str] = []
         self.flushes = 0
-        self.written: list[bytes] = []  # what flush_output handed over
         self.soon = 0
         self.over: list[tuple[BudgetExceeded, bool]] = []
 
@@ -83,9 +82,8 @@ class Shell:
             self.close(op.reason)
         return None
 
-    def write_output(self, out: list[bytes], large: bool) -> None:
+    def flush(self) -> None:
         self.flushes += 1
-        self.written += out
 
     def flush_soon(self) -> None:
         self.soon += 1
@@ -137,7 +135,7 @@ def make(output: FrameOutput = STREAM_FRAMES) -> tuple[StompConnection[Link], Sh
     shell, broker = Shell(), Broker()
     session = Session(SessionSettings(), session_id="sess-1", peer_is_loopback=True)
     stomp: StompConnection[Link] = StompConnection(
-        session, shell, broker, output, Clocks(), None, ConnectionCounters(0.0), LARGE
+        session, shell, broker, ClientOutput(output, LARGE), Clocks(), None, ConnectionCounters(0.0)
     )
     shell.stomp = stomp
     stomp.enter(Lifecycle.OPEN)
@@ -161,7 +159,7 @@ def answer(stomp: StompConnection[Link], broker: Broker) -> None:
 
 
 def frames(stomp: StompConnection[Link]) -> list[bytes]:
-    data = b"".join(stomp.take_output())
+    data = b"".join(stomp.output.take())
     return [frame.lstrip(b"\n") for frame in data.split(b"\0")[:-1]]
 
 
@@ -241,7 +239,7 @@ def test_a_message_waits_behind_the_receipt_of_the_frame_that_let_it_through() -
         stomp.call_returned("a")
         feed(stomp, b"")
     stomp.on_deliver(delivery(1, b"early"))  # the consume let it through: the frame is not done
-    assert stomp.out == [] and stomp.held
+    assert stomp.output.out == [] and stomp.held
     answer(stomp, broker)
     receipt, message = frames(stomp)
     assert receipt.startswith(b"RECEIPT\nreceipt-id:sub\n")
@@ -255,7 +253,7 @@ def test_a_dispatched_message_does_not_wait_behind_a_receipt() -> None:
     assert stomp.busy
     stomp.in_read = False  # from the dispatcher's turn of the loop, not a read
     stomp.deliver_dispatched(delivery(2, b"routed"))
-    assert stomp.held == [] and b"routed" in b"".join(stomp.out) and shell.soon == 1
+    assert stomp.held == [] and b"routed" in b"".join(stomp.output.out) and shell.soon == 1
 
 
 @pytest.mark.parametrize(
@@ -266,11 +264,11 @@ def test_a_dispatched_message_does_not_wait_behind_a_receipt() -> None:
 def test_a_shared_message_is_buffered_as_the_transport_takes_frames(output: FrameOutput, items: int) -> None:
     stomp, _shell, broker = make(output)
     feed(stomp, CONNECT)
-    stomp.take_output()
+    stomp.output.take()
     member = Member(None, "T_0", b"MESSAGE\nsubscription:sub-0\n", b"message-id:")
     stomp.deliver_shared(member, (b"destination:/topic/t\n", b"T_0@@1\n\nbo", b"dy\0"))
-    assert len(stomp.out) == items and stomp.large is (items == 5)
-    assert b"".join(stomp.out) == (
+    assert len(stomp.output.out) == items and stomp.output.large is (items == 5)
+    assert b"".join(stomp.output.out) == (
         b"MESSAGE\nsubscription:sub-0\ndestination:/topic/t\nmessage-id:T_0@@1\n\nbody\0"
     )
     assert stomp.counters.shared_messages == 1
@@ -281,7 +279,7 @@ def test_a_large_body_is_marked_for_an_unjoined_write() -> None:
     stomp, _shell, broker = connected()
     subscribe(stomp, broker)
     stomp.on_deliver(delivery(1, b"x" * LARGE))
-    assert stomp.large
+    assert stomp.output.large
 
 
 def test_a_bad_frame_answers_error_and_closes() -> None:
@@ -299,7 +297,7 @@ def test_nothing_is_handled_or_written_once_closed() -> None:
     stomp.on_deliver(delivery(1))
     stomp.on_confirm(1, False, True)
     stomp.on_server_cancel("T_0")
-    assert stomp.out == [] and stomp.amqp is not None and stomp.amqp.published == []
+    assert stomp.output.out == [] and stomp.amqp is not None and stomp.amqp.published == []
 
 
 def test_a_confirm_releases_the_receipt_and_ends_disconnects_wait() -> None:
@@ -335,7 +333,7 @@ def run_frames(stomp: StompConnection[Link], broker: Broker, data: list[bytes]) 
         feed(stomp, frame)
         answer(stomp, broker)
     assert stomp.amqp is not None
-    sent = b"".join(stomp.take_output())
+    sent = b"".join(stomp.output.take())
     confirmed = [stomp.session.on_confirm(tag, False, True) for tag in range(1, 12)]
     return stomp.amqp.commands, [type(op) for op in broker.calls], sent, confirmed, stomp.lifecycle
 
@@ -367,5 +365,5 @@ def test_the_pump_with_its_quick_paths_does_what_the_general_path_does(
     for stomp in (quick, general):
         assert stomp.amqp is not None
         stomp.on_deliver(delivery(1))  # nothing subscribed yet: dropped alike; a tag to ACK later
-        stomp.take_output()
+        stomp.output.take()
     assert run_frames(quick, quick_broker, data) == run_frames(general, general_broker, data)
