@@ -121,6 +121,10 @@ class ClientLink:
         result = await self.glue.login.open(op, stomp, self._shell.peer, lambda: stomp.closed)
         if isinstance(result, ops.LoginResult):
             return result
+        if stomp.closed:  # by the login timeout or a server shutdown, while the broker answered
+            # given back in this task: a shutdown waits for it, and so for the link's close
+            await self.glue.give_back_late(result, session_failed=bool(stomp.session.errors_sent))
+            return ops.LoginResult(False, "other", "closed")
         return self._logged_in(result)
 
     def _logged_in(self, amqp: SessionLink) -> ops.LoginResult:
