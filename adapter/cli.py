@@ -539,9 +539,10 @@ def tune_gc() -> None:
     What start-up made (modules, settings, the server's tables) lives as long as the process:
     ``gc.freeze`` takes it out of every later collection.  The youngest generation is collected
     after 10,000 allocations instead of 700, so the objects a connection or a message holds for
-    a moment are traced less often.  Measured: about 1 % of a connect cycle; what is left of the
-    collector's share is each closed connection's objects, which refer to each other
-    (docs/performance.md, "Measured design choices")."""
+    a moment are traced less often.  Measured: about 1 % of a connect cycle (docs/performance.md,
+    "Measured design choices").  A closed connection's objects no longer refer to each other
+    (docs/architecture.md, "The shell's parts"): reference counting frees them, not a
+    collection."""
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
 

@@ -452,6 +452,7 @@ class ConnectionCore:
         self.phase = after
         if after is Phase.CLOSED:
             self.reader.stop()  # nothing the broker sends after the end is read
+            self._only = None  # nor carried to the channel (which refers back to this core)
         return before
 
     def fail(self, error: AmqpError) -> None:
@@ -462,7 +463,8 @@ class ConnectionCore:
     def lost(self) -> None:
         """The socket ended."""
         self.advance(Input.LOST)
-        self._secret_not_taken(AmqpError(0, "the AMQP connection was lost"))
+        if self.secret_waiters:  # the error is made only for someone to tell
+            self._secret_not_taken(AmqpError(0, "the AMQP connection was lost"))
 
     # ----------------------------------------------------------------- connection.update-secret
     def update_secret(self, secret: bytes, reason: str, answered: Callable[[AmqpError | None], None]) -> None:

@@ -112,8 +112,40 @@ class SocketOwner(Protocol):
     def backpressure(self, paused: bool) -> None:
         """The broker blocked the connection, or its socket is full (or neither any more)."""
 
+    def socket_ended(self) -> None:
+        """The socket has ended and told everything it had to tell: nothing more comes from
+        it (the owner lets go of what refers back to it)."""
+
 
 Owner = TypeVar("Owner", bound=SocketOwner)
+
+
+class _Ended:
+    """The owner and the core's hooks of a socket that has ended: nothing more is told."""
+
+    def read_done(self) -> None:
+        pass
+
+    def connection_failed(self, error: AmqpError) -> None:
+        pass
+
+    def backpressure(self, paused: bool) -> None:
+        pass
+
+    def socket_ended(self) -> None:
+        pass
+
+    def handshake_done(self) -> None:
+        pass
+
+    def close_ok_received(self) -> None:
+        pass
+
+    def blocked_changed(self) -> None:
+        pass
+
+
+_ENDED = _Ended()
 
 
 class AmqpSocket(asyncio.Protocol, Generic[Owner]):
@@ -349,6 +381,12 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
             self.core.fail(AmqpError(0, reason, phase=step))
         if not self._closed.done():
             self._closed.set_result(None)
+        # all is told: the core and this socket let go of whom they told (they refer back to
+        # them: dropped, the ended connection is freed by reference counting)
+        owner = self.owner
+        self.core.hooks = _ENDED
+        self.owner = cast(Owner, _ENDED)
+        owner.socket_ended()
 
     # --------------------------------------------------------------------- closing
     def abort(self) -> None:
@@ -490,6 +528,9 @@ class AmqpConnection:
     # --------------------------------------------------------------------- the socket's owner
     def backpressure(self, paused: bool) -> None:
         self._core.events.on_broker_backpressure(paused)
+
+    def socket_ended(self) -> None:
+        self._channel.detach()  # nothing more comes on the channel
 
     def _connected(self) -> bool:
         return self.socket.transport is not None

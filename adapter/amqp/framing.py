@@ -86,9 +86,12 @@ class FrameReader:
         return self._held
 
     def stop(self) -> None:
-        """Hand out no more frames (the connection is gone)."""
+        """Hand out no more frames (the connection is gone), and let go of the handler (it
+        refers back to the connection: dropped, a closed connection is freed by reference
+        counting)."""
         self._stopped = True
         self._drop()
+        self.handler = _STOPPED
 
     def _drop(self) -> None:
         self._partial = b""
@@ -198,3 +201,19 @@ class FrameReader:
                 if self._stopped:
                     break
         return in_data
+
+
+class _Stopped:
+    """The handler of a stopped reader: it hands out no frames."""
+
+    def on_method(self, channel: int, payload: bytes) -> None:
+        pass
+
+    def on_content_header(self, payload: bytes) -> None:
+        pass
+
+    def on_body(self, payload: bytes | memoryview) -> None:
+        pass
+
+
+_STOPPED: FrameHandler = _Stopped()

@@ -228,3 +228,47 @@ class AsyncChannel:
         self.core.call_replies = None
         if rpc is not None and not rpc.done():
             rpc.set_exception(error)
+
+    def detach(self) -> None:
+        """The channel is over (its socket ended, or the session left its channel on a shared
+        connection): let go of the link's callables and have the core let go of this owner
+        (they refer back: dropped, the finished link is freed by reference counting).  A late
+        call finds no connection; a late failure or reply is heard by nobody."""
+        self._flush_now = _nothing
+        self._connected = _not_connected
+        self._failed = _unheard
+        self.core.owner = _DETACHED
+
+
+def _nothing() -> None:
+    """A detached channel's flush: its link writes nothing more."""
+
+
+def _not_connected() -> bool:
+    return False
+
+
+def _unheard(error: AmqpError) -> None:
+    """A detached channel's failure: its link has ended already."""
+
+
+class _Detached:
+    """The owner of a detached channel core: what still comes for it is heard by nobody."""
+
+    def replied(self, method: tuple[int, int], payload: bytes) -> None:
+        pass
+
+    def got(self, delivery: Delivery) -> None:
+        pass
+
+    def channel_failed(self, error: AmqpError) -> None:
+        pass
+
+    def returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        pass
+
+    def encode_failed(self, error: wire.EncodeError) -> Exception:
+        return stomp_error(error)
+
+
+_DETACHED = _Detached()

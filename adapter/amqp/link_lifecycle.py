@@ -10,7 +10,8 @@ it for every message.  ``LinkGlue`` owns the steps around it, which the shell de
   by the shell as a ``LinkLogin``): a link without I/O when one is ready (a pooled
   connection, or a channel on a shared connection with room), else a login over the broker
   nodes in the frame's task; a link that arrives once the client is gone (the login timeout
-  closed it meanwhile) is given back at once (``came_too_late``);
+  closed it meanwhile) is given back at once (``came_too_late``; in the login's task, whose
+  end waits for the close: ``give_back_late``);
 * the subscription queues the session asks to delete before its link goes
   (``delete_on_close``: a SUBSCRIBE the broker refused after its queue was declared);
 * the release: at DISCONNECT (``release``, whose RECEIPT waits for it) or at the connection's
@@ -74,6 +75,17 @@ class LinkGlue(Generic[Login]):
             amqp.close_nowait()
         else:
             self._server.spawn(self.release(amqp, session_failed=session_failed))
+
+    async def give_back_late(self, amqp: SessionLink, *, session_failed: bool) -> None:
+        """``came_too_late`` in the login's own task: the link is given back and its close
+        waited for there, so a server shutdown, which waits for the login, finds no AMQP socket
+        of it still closing (an event loop closed with one frees it unclosed); cancelled (the
+        shutdown's deadline), drop it."""
+        try:
+            await self.release(amqp, session_failed=session_failed)
+        except asyncio.CancelledError:
+            amqp.drop()
+            raise
 
     async def release(self, amqp: SessionLink, *, session_failed: bool) -> None:
         """Give the link back now (pooled, its channel closed, or closed)."""

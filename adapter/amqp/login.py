@@ -184,18 +184,19 @@ class BrokerLogin:
         adapter.amqp_sessions_per_connection above 1, a channel on a shared connection of theirs
         with room, no I/O (adapter/amqp/multiplex_runtime.py); None: log in afresh, and the broker
         decides, as without either."""
+        mux = self._services.amqp_mux
+        reuse = self._services.amqp_reuse
+        if mux is None and reuse is None:
+            return None  # neither: every login is afresh
         if read_claims(op.password) is not None:
             # an OAuth 2.0 token: a connection of its own (docs/configuration.md, "OAuth 2.0
             # tokens"): update-secret changes a whole connection's rights
             return None
         # the configured order: attempt_order() would advance the round robin of fresh logins
         labels = (node.label for node in self._services.nodes.nodes)
-        mux = self._services.amqp_mux
         if mux is not None:
             return mux.admit(labels, op.user, op.vhost, op.password, events)
-        reuse = self._services.amqp_reuse
-        if reuse is None:
-            return None
+        assert reuse is not None
         return reuse.acquire(labels, op.user, op.vhost, op.password, events)
 
     async def open(

@@ -161,6 +161,11 @@ class AmqpMultiplex:
             self._clock(),
         )
         self._close(stale)
+        if self._closed:
+            # a login still under way when the shutdown began: its connection takes no other
+            # session and closes with this one, and the shutdown waits for it (``wait_closed``);
+            # kept idle, it would stay open after the shutdown, its socket left to the loop's end
+            self.shared.retire(connection)
         link = connection.new_link(events)
         link.on_left = self._left
         if self.probes is not None:

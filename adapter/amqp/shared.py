@@ -236,6 +236,10 @@ class SharedConnection:
         for link in links:
             link.connection_failed(error)
 
+    def socket_ended(self) -> None:
+        """Its sessions have been told (``connection_failed``); each detaches its channel as it
+        leaves (``ChannelLink._leave``)."""
+
     def backpressure(self, paused: bool) -> None:
         """connection.blocked (or unblocked), or the socket full: every session pauses."""
         self.events.on_broker_backpressure(paused)
@@ -355,7 +359,6 @@ class ChannelLink:
         self.ack = core.ack
         self.nack = core.nack
         self.call = self._channel.call
-        self.drop = self.close_nowait  # the carrier's socket is its neighbours' too
         self._carrier_lost = False  # the shared connection is gone
         self._reading_paused = False
         self._channel_gone = False  # the broker closed the channel (or the session's close was sent)
@@ -596,6 +599,11 @@ class ChannelLink:
         self._channel_gone = True
         self._leave(close_ok_due=False)
 
+    def drop(self) -> None:
+        """The end of a shutdown: the carrier's socket is its neighbours' too, so only this
+        channel goes (``close_nowait``)."""
+        self.close_nowait()
+
     def close_nowait(self) -> None:
         """Close the channel without waiting (the session is gone, or a call is pending)."""
         if self.left:
@@ -615,6 +623,7 @@ class ChannelLink:
         self.carrier.channel_closing(self, close_ok_due=close_ok_due or self._close_ok_pending)
         if self.on_left is not None:
             self.on_left(self)
+        self._channel.detach()  # nothing more comes on this channel for the session
 
     @property
     def is_open(self) -> bool:

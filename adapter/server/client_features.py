@@ -156,3 +156,24 @@ class ClientFeatures:
             glue.leave()
         if self.shared is not None:
             self.shared.leave_all()
+        # no runtime asks anything of this connection any more: let go of the shell (it refers
+        # to this object: dropped, the closed connection is freed by reference counting)
+        self._shell = _LEFT
+        self.flush = _left_flush
+
+
+class _LeftShell:
+    """The shell of a connection that left the runtimes: no socket, nothing to flush."""
+
+    peer = "?"
+    transport = None
+
+    def flush(self) -> None:
+        pass
+
+
+_LEFT: FeatureShell = _LeftShell()
+
+
+def _left_flush() -> None:
+    """A runtime's flush after the connection left it: nothing to write."""

@@ -121,6 +121,10 @@ class ClientLink:
         result = await self.glue.login.open(op, stomp, self._shell.peer, lambda: stomp.closed)
         if isinstance(result, ops.LoginResult):
             return result
+        if stomp.closed:  # by the login timeout or a server shutdown, while the broker answered
+            # given back in this task: a shutdown waits for it, and so for the link's close
+            await self.glue.give_back_late(result, session_failed=bool(stomp.session.errors_sent))
+            return ops.LoginResult(False, "other", "closed")
         return self._logged_in(result)
 
     def _logged_in(self, amqp: SessionLink) -> ops.LoginResult:
@@ -231,6 +235,26 @@ class ClientLink:
         else:
             failed = bool(self._shell.stomp.session.errors_sent)
             self.glue.close(amqp, self._shell.peer, session_failed=failed, done=done)
+        # let go of the shell (it refers to this link: dropped, the finished connection is
+        # freed by reference counting); a call still under way (a login the client did not
+        # wait for) and the link's late events find what they read, and nothing is pumped
+        self._shell = _FinishedShell(self._shell)
+
+
+class _FinishedShell:
+    """The shell as a finished link sees it: the STOMP connection (closed), its flow control,
+    features and peer; nothing more is pumped."""
+
+    __slots__ = ("features", "flow", "peer", "stomp")
+
+    def __init__(self, shell: LinkShell) -> None:
+        self.peer = shell.peer
+        self.stomp = shell.stomp
+        self.flow = shell.flow
+        self.features = shell.features
+
+    def pump_batch(self) -> None:
+        pass
 
 
 async def _handed_back(closing: Awaitable[None], link: ClientLink, op: ops.RequeueGot) -> object:

@@ -113,11 +113,15 @@ class ClientTimers:
             self._login_timer = None
 
     def stop(self) -> None:
+        """The connection is closed: the timers stop for good, and let go of the shell (it
+        refers to these timers: dropped, the closed connection is freed by reference counting;
+        a timer already under way finds a shell that does nothing)."""
         if self._login_timer is not None:
             self._login_timer.cancel()
             self._login_timer = None
-        self._token_expiry.cancel()
-        self._heartbeats.stop()
+        self._token_expiry.close()
+        self._heartbeats.close()
+        self._shell = _CLOSED_SHELL
 
     # an OAuth 2.0 token's expiry
     def token_expires(self, expires_at: float | None) -> None:
@@ -161,3 +165,16 @@ class ClientTimers:
             f"Nothing received from the client for {seconds:g} s and no heart-beats negotiated "
             "(adapter.idle_client_timeout)\n",
         )
+
+
+class _ClosedShell:
+    """The shell of stopped timers: the connection is closed already."""
+
+    def write_heartbeat(self) -> None:
+        pass
+
+    def login_timed_out(self) -> None:
+        pass
+
+
+_CLOSED_SHELL: TimedShell = _ClosedShell()

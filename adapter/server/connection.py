@@ -28,6 +28,7 @@ until the reply arrives, which keeps frames strictly in order.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import socket
@@ -232,7 +233,7 @@ class ClientConnection(asyncio.Protocol):
                 held = stomp.parser.buffered
                 if held > _MAX_BUFFERED_INPUT and stomp.busy:
                     self.flow.pause("input")
-                else:
+                elif "input" in self._pause_reasons:  # the usual read skips the call
                     self.flow.resume("input")
                 guard = self._guard
                 if held or guard.held:  # the common case, every byte read a whole frame, skips it
@@ -357,25 +358,71 @@ class ClientConnection(asyncio.Protocol):
         self.close("server shutdown")
 
     def _finish(self) -> None:
+        """Closed by either side: everything the connection holds goes, once (a close that
+        lingers finishes at once; its socket's end later finds it finished)."""
         stomp = self.stomp
+        if stomp.finished:
+            return
         self.timers.stop()
         self._guard.release()
         self.session.on_closed()  # activemq profile: frees its client-id
         if stomp.steps is not None:
             stomp.steps.close()
             stomp.steps = None
-        if stomp.finished:
-            return
         stomp.enter(Lifecycle.FINISHED)
         self.flow.stop_clocks()
         self._server.add_finished(self)
         connection_log.closed(self)
         self.link.finish(self._set_done)
+        # the parts have let go of this shell (timers, input guard, features, link); the STOMP
+        # connection lets go of it and of the link too, so nothing refers back and reference
+        # counting frees the finished connection; a late event finds no-ops
+        stomp.shell = stomp.broker = _Finished(self.peer)
 
     def _set_done(self) -> None:
         self._server.connections.discard(self)
         if not self.done.done():
             self.done.set_result(None)
+
+
+class _Finished:
+    """What a finished STOMP connection has as its shell and its broker side: nothing to
+    write, close, pump or call any more (its peer stays for a late log line)."""
+
+    __slots__ = ("peer",)
+
+    performed: dict[type, Callable[[Any, Any, bool], object]] = collections.defaultdict(lambda: _nothing)
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+
+    def flush(self) -> None:
+        pass
+
+    def flush_soon(self) -> None:
+        pass
+
+    def close(self, reason: str) -> None:
+        pass
+
+    def over_budget(self, error: BudgetExceeded, later: bool) -> None:
+        pass
+
+    def start_call(self, op: ops.Operation) -> None:
+        pass
+
+    def confirms_settled(self) -> None:
+        pass
+
+    def amqp_closed(self, error: Any) -> None:
+        pass
+
+    def broker_backpressure(self, paused: bool) -> None:
+        pass
+
+
+def _nothing(shell: object, op: object, in_frame: bool) -> None:
+    """An operation for the shell of a finished connection: there is none any more."""
 
 
 # ---------------------------------------------------------------------- the shell's operations

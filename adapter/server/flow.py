@@ -69,5 +69,6 @@ class FlowControl:
 
     def stop_clocks(self) -> None:
         """The connection finished: every running pause ends now."""
-        for reason in list(self.paused_since):
-            self.stop_clock(reason)
+        if self.paused_since:
+            for reason in list(self.paused_since):
+                self.stop_clock(reason)

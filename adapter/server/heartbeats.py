@@ -78,6 +78,13 @@ class HeartBeats:
             self._receive_timer.cancel()
             self._receive_timer = None
 
+    def close(self) -> None:
+        """The connection is closed: stop, and let go of the host (it refers back to these
+        timers: dropped, the closed connection is freed by reference counting; a tick already
+        under way finds a host that does nothing)."""
+        self.stop()
+        self._host = _CLOSED
+
     def send_tick(self, interval: float) -> None:
         host = self._host
         if self.liveness.send_tick(host.heartbeat_output_pending()):
@@ -103,3 +110,25 @@ class HeartBeats:
             host.idle_timed_out(idle)
             return
         self._receive_timer = self._loop.call_later(idle, self.idle_tick, idle)
+
+
+class _ClosedHost:
+    """The host of closed timers: nothing to write, nobody to give up."""
+
+    def heartbeat_output_pending(self) -> bool:
+        return False
+
+    def write_heartbeat(self) -> None:
+        pass
+
+    def reading_excused(self) -> bool:
+        return True
+
+    def heartbeat_timed_out(self, interval: float) -> None:
+        pass
+
+    def idle_timed_out(self, seconds: float) -> None:
+        pass
+
+
+_CLOSED: HeartBeatHost = _ClosedHost()

@@ -112,10 +112,22 @@ class InputGuard:
         self._fail("Frame timeout", f"A frame was not completed within {timeout:g} s\n")
 
     def release(self) -> None:
-        """The connection is closed: give its share back and stop the clock."""
+        """The connection is closed: give its share back, stop the clock, and let go of the
+        connection's callbacks (they refer back to it: dropped, the closed connection is freed
+        by reference counting; a late call finds no-ops)."""
         self._shared.incomplete_input -= self.held
         self.held = 0
         self.started = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._fail = _closed_fail
+        self._peer = _closed_peer
+
+
+def _closed_fail(message: str, detail: str) -> None:
+    """A verdict after ``release``: the connection is closed already."""
+
+
+def _closed_peer() -> str:
+    return "?"

@@ -231,30 +231,24 @@ class Server:
             server.close()
         await self.accept_pause.close()
         await self._tls.close()
-        connections = list(context.connections)
-        log.info("shutting down: closing %d connection(s)", len(connections))
-        # the client side first, all of it: each client gets its ERROR and its socket is closed
-        # now; their AMQP connections then close in turns (AMQP_CLOSES_AT_ONCE at once), as
-        # fast as the broker closes them
-        for connection in connections:
-            connection.shutdown()
-        pending = [c.done for c in connections if not c.done.done()]
-        if pending:
-            _, not_done = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
-            if not_done:
-                log.warning(
-                    "%d connection(s) did not close within %.1f s (adapter.shutdown_timeout): their"
-                    " AMQP connections are dropped, and the broker cleans them up itself (it requeues"
-                    " what was unacknowledged and deletes their exclusive and auto-delete queues)",
-                    len(not_done),
-                    self.operations.shutdown_timeout,
-                )
-        if context.tasks:
-            _, stuck = await asyncio.wait(list(context.tasks), timeout=max(0.0, deadline - loop.time()))
-            for task in stuck:
-                task.cancel()  # an AMQP close in progress or waiting for its turn: dropped
-            if stuck:
-                await asyncio.wait(stuck, timeout=1.0)
+        # rounds until nothing is left: a client accepted just before the listeners closed
+        # reaches ``connections`` two loop turns later (asyncio hands the socket over in a task),
+        # and may log in then; a task may start another (a link its login got too late is given
+        # back); each is closed and waited for as the first ones were, or the loop closed after
+        # the shutdown would free their sockets unclosed
+        told: set[ClientConnection] = set()
+        quiet_turns = 0
+        first = True
+        while quiet_turns < _QUIET_TURNS and loop.time() < deadline:
+            connections = [c for c in context.connections if c not in told]
+            if not connections and not context.tasks and not first:
+                quiet_turns += 1
+                await asyncio.sleep(0)
+                continue
+            quiet_turns = 0
+            first = False
+            told.update(connections)
+            await self._close_connections(connections, context.tasks, deadline)
         if context.amqp_mux is not None:
             # the shared connections the last of their sessions left: the broker's close-ok,
             # within what is left of the deadline
@@ -275,5 +269,38 @@ class Server:
         await asyncio.sleep(0)
         self._servers.clear()
 
+    async def _close_connections(
+        self, connections: list[ClientConnection], tasks: set[asyncio.Task[None]], deadline: float
+    ) -> None:
+        """One round of the shutdown: close ``connections`` and wait, until ``deadline``, for
+        them and for the server's tasks (logins, AMQP closes); what is stuck then is cancelled."""
+        loop = asyncio.get_running_loop()
+        log.info("shutting down: closing %d connection(s)", len(connections))
+        # the client side first, all of it: each client gets its ERROR and its socket is closed
+        # now; their AMQP connections then close in turns (AMQP_CLOSES_AT_ONCE at once), as
+        # fast as the broker closes them
+        for connection in connections:
+            connection.shutdown()
+        pending = [c.done for c in connections if not c.done.done()]
+        if pending:
+            _, not_done = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
+            if not_done:
+                log.warning(
+                    "%d connection(s) did not close within %.1f s (adapter.shutdown_timeout): their"
+                    " AMQP connections are dropped, and the broker cleans them up itself (it requeues"
+                    " what was unacknowledged and deletes their exclusive and auto-delete queues)",
+                    len(not_done),
+                    self.operations.shutdown_timeout,
+                )
+        if tasks:
+            _, stuck = await asyncio.wait(list(tasks), timeout=max(0.0, deadline - loop.time()))
+            for task in stuck:
+                task.cancel()  # an AMQP close in progress or waiting for its turn: dropped
+            if stuck:
+                await asyncio.wait(stuck, timeout=1.0)
+
 
 _HTTP = "HTTP metrics and health"
+# loop turns without a connection or task left that end the shutdown's rounds: an accepted socket
+# reaches ``connections`` within two (the accept's task, then connection_made)
+_QUIET_TURNS = 3

@@ -55,6 +55,14 @@ class TokenExpiryGuard:
             self._timer.cancel()
             self._timer = None
 
+    def close(self) -> None:
+        """The connection is closed: cancel, and let go of its callback (it refers back to
+        the connection: dropped, the closed connection is freed by reference counting)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._expired = _closed
+
 
 async def update_secret_call(link: SessionLink | None, token: str) -> str | None:
     """``UpdateSecret`` on the session's link: None once the broker took the token, else why
@@ -70,3 +78,7 @@ async def update_secret_call(link: SessionLink | None, token: str) -> str | None
             raise  # the broker closed the connection: on_amqp_closed sends the ERROR
         return error.text
     return None
+
+
+def _closed() -> None:
+    """The expiry after ``close``: the connection is closed already."""

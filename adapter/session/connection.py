@@ -234,9 +234,10 @@ class StompConnection(Generic[Link]):
                 f"connection lifecycle: {self.lifecycle.value} -> {state.value} is not allowed"
             )
         self.lifecycle = state
+        was_closed = self.closed
         self.closed = state is Lifecycle.CLOSED or state is Lifecycle.FINISHED
         self.finished = state is Lifecycle.FINISHED
-        if self.closed:
+        if self.closed and not was_closed:
             self.acks.close()  # nothing more is settled here: the record's room goes back
 
     # ------------------------------------------------------------------ bytes in, bytes out
@@ -481,7 +482,8 @@ class StompConnection(Generic[Link]):
             _by_shell(self, ops.LeaveDispatch(consumer_tag), False)
 
     def on_read_done(self) -> None:
-        self.shell.flush()  # the end of a broker read: its MESSAGEs and RECEIPTs go out
+        if self.output.out:  # the end of a broker read: its MESSAGEs and RECEIPTs go out
+            self.shell.flush()
 
     def on_amqp_closed(self, error: Any) -> None:
         self.broker.amqp_closed(error)

@@ -67,7 +67,7 @@ from .frames import Frames
 from .login import Identity, Login, LoginSteps, Refused
 from .parts import Parts
 from .publishing import Publishing
-from .quick import QuickPaths
+from .quick import QuickPaths, declined
 from .retries import Retries
 from .settings import RefusedWithReceipt, SessionSettings, State, Steps
 from .subscription import Subscription
@@ -105,7 +105,7 @@ class Session:
         # the parts; each owns its piece of the connection's state (see the module docstring)
         # the OAuth 2.0 token a session may log in with and refresh (token_session.py)
         self.tokens = TokenSession(settings.token_validator)
-        self.login = Login(settings, rules, self, peer_is_loopback, edition, self.tokens)
+        self.login = Login(settings, rules, None, peer_is_loopback, edition, self.tokens)
         by_tag: dict[str, Subscription] = {}  # consumer tag -> subscription, shared
         self.frames = frames = Frames(by_tag, session_id, settings.trailing_lf)
         confirms = Confirms()
@@ -122,12 +122,12 @@ class Session:
         parts.publishing = Publishing(
             settings, rules, targets, transactions, confirms, frames, extension, by_tag
         )
-        quick = self._quick = QuickPaths(self, parts)
+        self._quick = QuickPaths(parts)
         self.on_delivery = frames.render_message
         self.render_dispatched = frames.dispatched_message
         self.errors_sent = frames.errors_sent  # the ERRORs sent, by message (the one dict Frames keeps)
-        self.quick_send = quick.send
-        self.quick_ack = quick.ack
+        # the quick paths, bound while logged in (_connect), declined before and after
+        self.quick_send = self.quick_ack = declined
         self.on_server_cancel = subscriptions.server_cancel
         self.is_dispatched = subscriptions.is_dispatched
         self.dropped_delivery_ack = subscriptions.dropped_delivery_ack
@@ -236,11 +236,13 @@ class Session:
             return
         identity = self.parts.logged_in = outcome.identity
         self.state = State.CONNECTED
+        quick = self._quick
+        self.quick_send, self.quick_ack = quick.send, quick.ack
         version_12 = identity.version == "1.2"
         subscriptions = self.parts.subscriptions
         if self.tokens.claims is not None:
             subscriptions.without_sharing()  # a token session never shares
-        self._quick.ack_header = subscriptions.ack_header = "id" if version_12 else "message-id"
+        quick.ack_header = subscriptions.ack_header = "id" if version_12 else "message-id"
         subscriptions.client_id = identity.client_id
         self.frames.ack_lines = version_12
         yield Established(identity.version, outcome.send_ms, outcome.receive_ms)
@@ -258,6 +260,7 @@ class Session:
         yield CloseAmqp()
         yield from self.frames.receipt_of(frame)
         self.state = State.CLOSED
+        self.quick_send = self.quick_ack = declined
         yield CloseClient("client sent DISCONNECT")
 
     # ------------------------------------------------------------------ broker events
@@ -337,6 +340,7 @@ class Session:
         if also_receipt and receipt is not None:
             yield SendFrame(self.frames.receipt(receipt))
         self.state = State.CLOSED
+        self.quick_send = self.quick_ack = declined
         yield CloseClient(message)
 
 

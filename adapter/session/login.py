@@ -56,6 +56,11 @@ _FAILURES = {"auth": "access_refused", "vhost": "vhost"}
 
 
 class Login:
+    """CONNECT's checks and login for one session.  The session's stomp.max_connections slot
+    and client id are held by ``owner``; the session gives None, which makes the login itself
+    the holder (no reference back to the session: a closed session is freed by reference
+    counting)."""
+
     __slots__ = (
         "_settings",
         "_edition",
@@ -74,7 +79,7 @@ class Login:
         self,
         settings: SessionSettings,
         rules: RabbitMQRules,
-        owner: object,
+        owner: object | None,
         peer_is_loopback: bool,
         edition: Edition = LEGACY,
         tokens: TokenSession | None = None,
@@ -83,7 +88,7 @@ class Login:
         self._tokens = tokens  # an OAuth 2.0 token as passcode (adapter/session/token_session.py)
         self._edition = edition  # whose ERROR texts (adapter/session/edition.py)
         self._rules = rules
-        self._owner = owner  # who holds the connection slot and the client id (the session)
+        self._owner = owner  # who holds the connection slot and the client id (None: this login)
         self.peer_is_loopback = peer_is_loopback
         # login and passcode that replace CONNECT's (web_stomp.use_http_auth: the WebSocket
         # request's HTTP Basic credentials, else the default user, as the plugin forces them)
@@ -94,6 +99,12 @@ class Login:
         # why the login failed, for the metrics (None: it did not)
         self.failure: str | None = None
         self._client_id: str | None = None
+
+    @property
+    def _holder(self) -> object:
+        """Who holds the slot and the client id: ``owner``, else this login (a reference to
+        itself kept as an attribute would be a cycle)."""
+        return self if self._owner is None else self._owner
 
     def connect(self, frame: Frame) -> LoginSteps:
         """CONNECT or STOMP: stomp.max_connections, then the version, then the login."""
@@ -122,7 +133,7 @@ class Login:
         here (a login in progress counts, so the cap holds however many log in at once) and
         gives it back in close, whether the login succeeds or not."""
         cap = self._settings.registries.connection_cap
-        if cap is None or cap.acquire(self._owner):
+        if cap is None or cap.acquire(self._holder):
             return True
         self.failure = "max_connections"
         return False
@@ -187,7 +198,7 @@ class Login:
         self._rules.broker = result.broker  # the declare flags of this broker's plugin
         client_id = self._rules.client_id(headers)
         if client_id is not None:
-            if not self._settings.registries.client_ids.claim(client_id, self._owner):
+            if not self._settings.registries.client_ids.claim(client_id, self._holder):
                 return Refused(*client_id_in_use(client_id))
             self._client_id = client_id
         send_ms, receive_ms = heartbeat.negotiate(client_heart_beat, self._settings.min_client_heartbeat)
@@ -211,10 +222,10 @@ class Login:
     def close(self) -> None:
         """The connection is gone: give back its client id and its stomp.max_connections slot."""
         if self._client_id is not None:
-            self._settings.registries.client_ids.release(self._client_id, self._owner)
+            self._settings.registries.client_ids.release(self._client_id, self._holder)
         cap = self._settings.registries.connection_cap
         if cap is not None:
-            cap.release(self._owner)
+            cap.release(self._holder)
 
 
 def negotiate_version(accept: str | None) -> str | None:

@@ -3,36 +3,35 @@ plain call that reads the parts' state directly.
 
 Pure.  Owns nothing: it holds references to what the parts own, bound once per session (a call
 into a part per message is the cost these paths exist to avoid), and the ack header of the
-connection's STOMP version, which login sets.  Whatever a quick path declines (None) goes the
-general way (``Session.handle_frame``), which reports errors in the plugin's order; the quick
-paths agree with it because tests/unit/test_session.py says so frame by frame.
+connection's STOMP version, which login sets.  The session binds the two paths while it is logged
+in (``CONNECTED``) and ``declined`` otherwise, so they hold no reference back to it: a closed
+session is freed by reference counting, not left to the cyclic garbage collector.  Whatever a
+quick path declines (None) goes the general way (``Session.handle_frame``), which reports errors
+in the plugin's order; the quick paths agree with it because tests/unit/test_session.py says so
+frame by frame.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ..errors import StompError
 from ..mapping.operations import BasicAck, BasicPublish
 from ..stomp.frame import Frame
-from .settings import State
 from .subscriptions import parse_ack_id
 
 if TYPE_CHECKING:
     from .parts import Parts
 
-_CONNECTED = State.CONNECTED
 
-
-class HasState(Protocol):
-    """What the quick paths read of their session: its state (``Session`` has it)."""
-
-    state: State
+def declined(frame: Frame) -> None:
+    """Either quick path while the session is not logged in: the general way."""
+    return None
 
 
 class QuickPaths:
     """``send`` and ``ack`` of one session (the session binds them as its ``quick_send`` and
-    ``quick_ack``)."""
+    ``quick_ack`` while it is logged in)."""
 
     __slots__ = (
         "_by_tag",
@@ -43,13 +42,11 @@ class QuickPaths:
         "_retries",
         "_send_properties",
         "_send_targets",
-        "_session",
         "_temp_queues",
         "ack_header",
     )
 
-    def __init__(self, session: HasState, parts: Parts) -> None:
-        self._session = session  # whose state says whether the connection is logged in
+    def __init__(self, parts: Parts) -> None:
         rules, targets = parts.rules, parts.targets
         self._send_targets = targets.send_targets
         self._temp_queues = targets.temp_queues
@@ -74,8 +71,6 @@ class QuickPaths:
         else, errors included, goes the general way (``Publishing.send``), which reports them
         in the plugin's order.
         """
-        if self._session.state is not _CONNECTED:
-            return None
         headers = frame.headers
         destination = headers.get("destination", "")
         target = self._send_targets.get(destination)
@@ -109,7 +104,7 @@ class QuickPaths:
         subscription, as one plain call; None sends it the general way (see ``send``).
         The ack id is read by the general path's parser: any error declines."""
         headers = frame.headers
-        if self._session.state is not _CONNECTED or "transaction" in headers or "receipt" in headers:
+        if "transaction" in headers or "receipt" in headers:
             return None
         header = self.ack_header
         value = headers.get(header)
