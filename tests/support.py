@@ -81,10 +81,33 @@ class AdapterProcess:
             return
         try:
             self.run(self.server.shutdown(), timeout=30)
+            self.run(_transports_ended(self.loop), timeout=10)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
             self.loop.close()
+
+
+async def _transports_ended(loop: asyncio.AbstractEventLoop, timeout: float = 2.0) -> None:
+    """Let every socket transport of ``loop`` finish closing before the loop is closed: one
+    still closing (its last bytes or its connection_lost pending) would be freed with its
+    socket open once the loop is gone, and the ResourceWarning would land in whichever test
+    runs when the garbage collector finds it.  What has not ended within ``timeout`` is
+    aborted.  (asyncio's selector loops keep their transports by file descriptor; other loops
+    are left as they are.)"""
+    transports = getattr(loop, "_transports", None)
+    if transports is None:
+        return
+
+    def open_transports() -> list[asyncio.BaseTransport]:
+        return [t for t in list(transports.values()) if getattr(t, "_sock", None) is not None]
+
+    deadline = loop.time() + timeout
+    while open_transports() and loop.time() < deadline:
+        await asyncio.sleep(0.01)
+    for transport in open_transports():
+        transport.abort()  # type: ignore[attr-defined]
+    await asyncio.sleep(0)  # their connection_lost
 
 
 @dataclass
