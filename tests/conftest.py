@@ -48,10 +48,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # one worker, so that two of them never compete for the machine's two cores at once.
 _SERIAL_DIRECTORIES = ("spark", "cluster", "oauth2", "activemq", "legacy", "browser")
 # Files elsewhere that share a broker-wide name with those suites, so they run in the same group:
-# the replays of tests/recordings.py NACK into and read the activemq profile's one dead-letter
-# queue, ActiveMQ.DLQ, as tests/activemq and tests/spark/test_tap_on_activemq.py do (run at the
-# same time, one took the other's dead letter).
-_SERIAL_FILES = ("tests/integration/test_migrate_replay.py", "tests/integration/test_migrate_replay_fleet.py")
+# the activemq profile's one dead-letter queue, ActiveMQ.DLQ, which tests/activemq and
+# tests/spark/test_tap_on_activemq.py read (and delete at teardown).  The replays of
+# tests/recordings.py NACK into it and read it; the other files run the profile with NACKs or
+# rejections that can dead-letter a persistent message into it (run at the same time, one test
+# took the other's dead letter, or found one more).
+_SERIAL_FILES = tuple(
+    f"tests/integration/{name}.py"
+    for name in (
+        "test_migrate_replay",
+        "test_migrate_replay_fleet",
+        "test_activemq_queue_selectors",
+        "test_activemq_profile",
+        "test_fuzz_stomp",
+        "test_multiplexing",
+        "test_hostile_numbers",
+        "test_budgets",
+    )
+)
 
 
 def _xdist_groups(items: list[pytest.Item]) -> None:
