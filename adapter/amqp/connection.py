@@ -255,8 +255,7 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
         except wire.DecodeError as error:
             if self.core.handshake_step == Phase.CONNECT and not self._handshake.done():
                 # not one AMQP frame yet: no broker at all answers (no connection.close to send)
-                self.core.had_error = True
-                self._handshake.set_exception(NotAmqp(bytes(data[:24])))
+                self._node_failed(NotAmqp(bytes(data[:24])))
                 self.abort()
                 return
             # the broker sent bytes we cannot read: bad input, not a bug, so no traceback
@@ -337,7 +336,7 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
         """The core failed: before the handover the login's business, after it the owner's."""
         if not self._handshake.done():
             if error.code == 320:  # CONNECTION_FORCED: this node is shutting down, try another
-                self._node_failed(f"the node closed the connection: {error.text}")
+                self._node_failed(ConnectionResetError(f"the node closed the connection: {error.text}"))
             else:
                 self._handshake.set_exception(error)
             return
@@ -349,11 +348,11 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
             return
         self.owner.connection_failed(error)
 
-    def _node_failed(self, message: str) -> None:
+    def _node_failed(self, error: OSError) -> None:
         """End the handshake as a failure of this node (an OSError for connect()'s caller,
         which tries the next node), not as a refusal by the broker."""
         self.core.had_error = True
-        self._handshake.set_exception(ConnectionResetError(message))
+        self._handshake.set_exception(error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -375,7 +374,8 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
             else:
                 where = "before connection.start" if step == Phase.CONNECT else "opening the vhost"
                 how = "reset" if isinstance(exc, ConnectionResetError) else "closed"
-                self._node_failed(f"the node {how} the connection {where}" + (f": {exc}" if exc else ""))
+                text = f"the node {how} the connection {where}" + (f": {exc}" if exc else "")
+                self._node_failed(ConnectionResetError(text))
         else:
             reason = str(exc) if exc else "connection closed by the broker"
             self.core.fail(AmqpError(0, reason, phase=step))
