@@ -6,7 +6,7 @@ which binds it to the client's transport (``transport``: any object with ``write
 the STOMP connection (adapter/session/connection.py) adds what it has for the client with
 ``add``, ``add_message``, ``add_pieces`` and ``add_frames``, and the end of every read from
 either socket writes it with ``flush``: one write per read (a batch), whatever the number of
-frames.  Unit tests bind it to an in-memory transport.
+frames.  Unit tests leave it unbound and read what was added (``take``).
 
 How a transport takes frames (``FrameOutput``) is said by the transport's shell when it builds
 the output: a byte stream (TCP, TLS) takes the buffer as one write, joined, or unjoined with
