@@ -162,6 +162,10 @@ class BasicPublish:
     # the STOMP destination it was sent to, as the client wrote it (one element of a composite
     # destination): only the per-destination metrics read it; "" for the adapter's own publishes
     destination: str = field(default="", compare=False)
+    # the broker returns it (basic.return, before its confirm) when no queue takes it: the
+    # adapter's own copies of a message it settles once the copy is confirmed (a NACK's
+    # dead-letter or retry copy); a client's SEND is never mandatory, as the plugin's is not
+    mandatory: bool = False
 
 
 @dataclass(frozen=True, slots=True)

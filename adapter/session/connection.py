@@ -89,6 +89,8 @@ class AmqpCommands(Protocol):
 
     def publish(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None: ...
 
+    def publish_mandatory(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None: ...
+
     def ack(self, delivery_tag: int, multiple: bool) -> None: ...
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None: ...
@@ -470,6 +472,21 @@ class StompConnection(Generic[Link]):
         if self.awaiting_confirms and not session.confirms_outstanding:
             self.broker.confirms_settled()
 
+    def on_return(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        """basic.return: one of the session's mandatory copies routed nowhere (its confirm
+        follows); the frame that published it sees it once the confirm came."""
+        if self.closed:
+            return
+        log.info(
+            "peer=%s: the broker returned the copy of a NACKed message (exchange %r, routing key %r): %s %s",
+            self.shell.peer,
+            exchange,
+            routing_key,
+            code,
+            text,
+        )
+        self.session.on_return()
+
     def on_server_cancel(self, consumer_tag: str) -> None:
         if self.closed:
             return
@@ -535,7 +552,10 @@ _Entry = Callable[[StompConnection[Any], Any, bool], object]
 def _op_publish(connection: StompConnection[Any], op: ops.BasicPublish, in_frame: bool) -> None:
     amqp = connection.amqp
     assert amqp is not None
-    amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
+    if op.mandatory:  # the adapter's own copy of a message it settles (a NACK's)
+        amqp.publish_mandatory(op.exchange, op.routing_key, op.properties, op.body)
+    else:
+        amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
     connection.counters.messages_published += 1
     clocks = connection.clocks
     if not clocks.timed_publish:
