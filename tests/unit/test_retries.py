@@ -120,6 +120,22 @@ def test_a_refused_copy_is_an_error_and_the_original_is_not_acked() -> None:
         generator.send(True)
 
 
+def test_a_returned_copy_is_an_error_and_the_original_is_not_acked() -> None:
+    """The copy is mandatory and waited for (``outstanding``); the broker returned it (a delay
+    queue gone since its declare, a dead-letter exchange bound to no queue)."""
+    retries, confirms, subscription = setup()
+    retries.rendered(subscription, delivery(7), False)
+    generator = retries.settle(Frame("NACK", {"id": "x"}), subscription, 7, True)
+    steps = [next(generator), next(generator), next(generator), next(generator)]
+    publish, wait = steps[2:]
+    assert isinstance(publish, BasicPublish) and publish.mandatory and isinstance(wait, AwaitConfirms)
+    assert confirms.outstanding  # the shell's AwaitConfirms waits for the copy's confirm
+    confirms.returned += 1  # the broker's basic.return, then its basic.ack
+    confirms.settle(1, False, True)
+    with pytest.raises(StompError, match="could not route"):
+        generator.send(True)
+
+
 def test_after_the_last_delay_the_queue_dead_letters_it() -> None:
     retries, _, subscription = setup()
     back_twice = {
