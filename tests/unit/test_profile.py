@@ -612,6 +612,81 @@ def test_a_refused_or_missing_confirm_keeps_the_original() -> None:
         assert isinstance(out[-1], ops.CloseClient)
 
 
+def _returning(session: Session, returns: list[int]) -> Callable[[ops.Operation], object]:
+    """The broker's answers, with ``returns[n]`` copies of the n-th wait for confirms returned
+    (basic.return comes before the confirm of the publish it returns)."""
+    waits = iter(returns)
+
+    def answer(op: ops.Operation) -> object:
+        if isinstance(op, ops.AwaitConfirms):
+            for _ in range(next(waits)):
+                session.on_return()
+            return True
+        return op.queue if isinstance(op, ops.QueueDeclare) else None
+
+    return answer
+
+
+def test_a_copy_returned_because_the_queue_is_gone_is_copied_again_to_the_queue_declared_again() -> None:
+    """ActiveMQ.DLQ deleted since the session declared it: the mandatory copy comes back; the
+    queue is declared again and the message copied once more, and only then acknowledged."""
+    session = _nack_session()
+    _deliver(session, 1)
+    run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"}))  # declares ActiveMQ.DLQ
+    _deliver(session, 2)
+    out = run(
+        session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@2", "receipt": "n"}), _returning(session, [1, 0])
+    )
+    publish, wait, declare, again, wait_again, ack = out[:6]
+    assert (
+        isinstance(publish, ops.BasicPublish) and publish.mandatory and publish.routing_key == "ActiveMQ.DLQ"
+    )
+    assert isinstance(wait, ops.AwaitConfirms) and isinstance(wait_again, ops.AwaitConfirms)
+    assert declare == ops.QueueDeclare("ActiveMQ.DLQ", durable=True)
+    assert again == publish and again.body == b"body 2"
+    assert ack == ops.BasicAck(2, False)
+    assert command_of(frames_of(out)[-1]) == "RECEIPT"
+
+
+def test_a_return_that_came_before_the_nack_does_not_count_against_its_copy() -> None:
+    """A stray basic.return (none of this NACK's copies: the broker's, or one that came before)
+    does not fail a later NACK, nor declare the queue again."""
+    session = _nack_session()
+    _deliver(session, 1)
+    session.on_return()
+    out = run(
+        session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1", "receipt": "n"}), _returning(session, [0])
+    )
+    assert [type(op) for op in out if not isinstance(op, ops.SendFrame)] == [
+        ops.QueueDeclare,
+        ops.ConfirmSelect,
+        ops.BasicPublish,
+        ops.AwaitConfirms,
+        ops.BasicAck,
+    ]
+    assert command_of(frames_of(out)[-1]) == "RECEIPT"
+
+
+@pytest.mark.parametrize(("copies", "returns"), [(1, [1, 1]), (2, [1])])
+def test_a_copy_returned_again_or_only_some_of_a_nack_s_is_an_error_and_keeps_the_original(
+    copies: int, returns: list[int]
+) -> None:
+    """Returned once more after the queue was declared again, or a part of a cumulative NACK's
+    copies returned (which ones, the broker does not say): ERROR, the original not acked."""
+    session = _nack_session()
+    for tag in range(1, copies + 1):
+        _deliver(session, tag, consumer="T_c", queue="batch")
+    out = run(session, Frame("NACK", {"id": f"T_c@@{SESSION_ID}@@{copies}"}), _returning(session, returns))
+    assert not any(isinstance(op, (ops.BasicAck, ops.BasicNack)) for op in out)
+    declares = [op for op in out if isinstance(op, ops.QueueDeclare)]
+    assert len(declares) == len(returns)  # declared again only when every copy came back
+    assert all(op.mandatory for op in out if isinstance(op, ops.BasicPublish))
+    (error,) = [f for f in frames_of(out) if command_of(f) == "ERROR"]
+    assert header(error, "message") == "Message rejected by the broker"
+    assert b"could not route" in error
+    assert isinstance(out[-1], ops.CloseClient)
+
+
 def test_default_profile_nack_is_unchanged() -> None:
     session = Session(SessionSettings(), session_id=SESSION_ID, peer_is_loopback=True)
     run(session, Frame("CONNECT", {"accept-version": "1.2", "host": "/"}))
