@@ -162,10 +162,20 @@ class BasicPublish:
     # the STOMP destination it was sent to, as the client wrote it (one element of a composite
     # destination): only the per-destination metrics read it; "" for the adapter's own publishes
     destination: str = field(default="", compare=False)
-    # the broker returns it (basic.return, before its confirm) when no queue takes it: the
-    # adapter's own copies of a message it settles once the copy is confirmed (a NACK's
-    # dead-letter or retry copy); a client's SEND is never mandatory, as the plugin's is not
-    mandatory: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BasicPublishMandatory:
+    """basic.publish with the mandatory flag: the adapter's own copy of a message it settles
+    only once the copy is safe (a NACK's dead-letter or retry copy).  The broker returns one no
+    queue takes (basic.return, before its confirm) rather than confirming and dropping it.  A
+    type of its own, not a flag of ``BasicPublish``: a client's SEND is never mandatory (as the
+    plugin's is not), and its publish pays nothing for the copies."""
+
+    exchange: str
+    routing_key: str
+    properties: MessageProperties
+    body: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +364,7 @@ Operation = (
     | BasicCancel
     | BasicGet
     | BasicPublish
+    | BasicPublishMandatory
     | BasicAck
     | BasicNack
     | RequeueGot

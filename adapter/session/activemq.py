@@ -38,6 +38,7 @@ from ..mapping.operations import (
     BasicConsume,
     BasicGet,
     BasicPublish,
+    BasicPublishMandatory,
     BasicQos,
     Delivery,
     DispatchSettle,
@@ -460,7 +461,7 @@ class ActiveMQExtension(ProfileExtension):
         confirms = self._host.confirms
         returned_before = confirms.returned
         for delivery in deliveries:
-            yield BasicPublish("", queue, dead_letter_copy(delivery), delivery.body, mandatory=True)
+            yield BasicPublishMandatory("", queue, dead_letter_copy(delivery), delivery.body)
             confirms.count(None)
             self._dead_letter_seqs.add(confirms.seq)
         confirmed = yield AwaitConfirms()

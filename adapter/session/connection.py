@@ -552,16 +552,27 @@ _Entry = Callable[[StompConnection[Any], Any, bool], object]
 def _op_publish(connection: StompConnection[Any], op: ops.BasicPublish, in_frame: bool) -> None:
     amqp = connection.amqp
     assert amqp is not None
-    if op.mandatory:  # the adapter's own copy of a message it settles (a NACK's)
-        amqp.publish_mandatory(op.exchange, op.routing_key, op.properties, op.body)
-    else:
-        amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
+    amqp.publish(op.exchange, op.routing_key, op.properties, op.body)
     connection.counters.messages_published += 1
     clocks = connection.clocks
     if not clocks.timed_publish:
         clocks.time_publish(connection.session.publish_seq)
     if connection.destinations is not None and op.destination:  # "": a dead-letter copy
         connection.destinations.count_published(op.destination)
+
+
+def _op_publish_mandatory(
+    connection: StompConnection[Any], op: ops.BasicPublishMandatory, in_frame: bool
+) -> None:
+    """The adapter's own copy of a message it settles (a NACK's): counted and timed as a
+    publish (``_op_publish``), not per destination (a client names none)."""
+    amqp = connection.amqp
+    assert amqp is not None
+    amqp.publish_mandatory(op.exchange, op.routing_key, op.properties, op.body)
+    connection.counters.messages_published += 1
+    clocks = connection.clocks
+    if not clocks.timed_publish:
+        clocks.time_publish(connection.session.publish_seq)
 
 
 def _op_send_frame(connection: StompConnection[Any], op: ops.SendFrame, in_frame: bool) -> None:
@@ -612,6 +623,7 @@ def _by_shell(connection: StompConnection[Any], op: ops.Operation, in_frame: boo
 # every operation type has an entry).
 INTERPRETER: dict[type, _Entry] = {
     ops.BasicPublish: _op_publish,
+    ops.BasicPublishMandatory: _op_publish_mandatory,
     ops.SendFrame: _op_send_frame,
     ops.BasicAck: _op_ack,
     ops.BasicNack: _op_nack,

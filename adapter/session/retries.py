@@ -41,7 +41,7 @@ from ..mapping.operations import (
     AwaitConfirms,
     BasicAck,
     BasicNack,
-    BasicPublish,
+    BasicPublishMandatory,
     ConfirmSelect,
     Delivery,
     QueueDeclare,
@@ -201,16 +201,12 @@ class Retries:
             declare = retry_queue(plan.delays[attempt], plan.queue)
             yield declare  # nowait, every time: it keeps the queue from expiring
             yield from self._confirmed_copy(
-                BasicPublish("", declare.queue, _copy_properties(delivery), delivery.body, mandatory=True)
+                BasicPublishMandatory("", declare.queue, _copy_properties(delivery), delivery.body)
             )
         elif plan.dead_letter_exchange is not None:
             yield from self._confirmed_copy(
-                BasicPublish(
-                    plan.dead_letter_exchange,
-                    delivery.routing_key,
-                    delivery.properties,
-                    delivery.body,
-                    mandatory=True,
+                BasicPublishMandatory(
+                    plan.dead_letter_exchange, delivery.routing_key, delivery.properties, delivery.body
                 )
             )
         else:
@@ -220,7 +216,7 @@ class Retries:
         yield BasicAck(delivery_tag, False)
         yield from self._frames.receipt_of(frame)
 
-    def _confirmed_copy(self, publish: BasicPublish) -> Steps:
+    def _confirmed_copy(self, publish: BasicPublishMandatory) -> Steps:
         """Publish ``publish`` (mandatory) and wait for the broker's confirm; a refusal (or a
         refusal of any publish meanwhile, to be safe), a return (no queue took it: a dead-letter
         exchange bound to none, a delay queue deleted since its declare) or no confirm is a

@@ -204,6 +204,14 @@ def test_a_nack_after_the_dead_letter_queue_was_deleted_loses_nothing(
     broker.track_queue(queue, elsewhere, after)
     bystander = RawSession(adapter.port)
     session = RawSession(adapter.port)
+    if sessions_per_connection > 1:  # the two sessions on one AMQP connection, a channel each
+
+        async def shared() -> tuple[int, int]:
+            mux = adapter.server.context.amqp_mux
+            assert mux is not None
+            return len(mux.shared), mux.shared.sessions
+
+        assert adapter.run(shared()) == (1, 2)
     got = session.send(f"SUBSCRIBE\ndestination:/queue/{queue}\nid:1\nack:client-individual\nreceipt:s\n\n")
     assert got[-1][0] == "RECEIPT", got
     for n in range(2):

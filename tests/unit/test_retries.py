@@ -13,7 +13,7 @@ from adapter.mapping.operations import (
     AwaitConfirms,
     BasicAck,
     BasicNack,
-    BasicPublish,
+    BasicPublishMandatory,
     ConfirmSelect,
     Delivery,
     QueueDeclare,
@@ -104,7 +104,7 @@ def test_a_nack_publishes_the_copy_waits_for_its_confirm_then_acks() -> None:
     declare, select, publish, wait, ack = steps
     assert isinstance(declare, QueueDeclare) and declare.queue == "stomp-retry.100ms.work"
     assert isinstance(select, ConfirmSelect) and isinstance(wait, AwaitConfirms)
-    assert isinstance(publish, BasicPublish) and publish.routing_key == "stomp-retry.100ms.work"
+    assert isinstance(publish, BasicPublishMandatory) and publish.routing_key == "stomp-retry.100ms.work"
     assert publish.properties.expiration is None and publish.body == b"body"  # the delay is the queue's
     assert ack == BasicAck(7, False)
 
@@ -128,7 +128,7 @@ def test_a_returned_copy_is_an_error_and_the_original_is_not_acked() -> None:
     generator = retries.settle(Frame("NACK", {"id": "x"}), subscription, 7, True)
     steps = [next(generator), next(generator), next(generator), next(generator)]
     publish, wait = steps[2:]
-    assert isinstance(publish, BasicPublish) and publish.mandatory and isinstance(wait, AwaitConfirms)
+    assert isinstance(publish, BasicPublishMandatory) and isinstance(wait, AwaitConfirms)
     assert confirms.outstanding  # the shell's AwaitConfirms waits for the copy's confirm
     confirms.returned += 1  # the broker's basic.return, then its basic.ack
     confirms.settle(1, False, True)
