@@ -7,8 +7,8 @@ of its publishes (docs/behaviour.md#receipts).  ``settle`` turns a broker ``basi
 never as RECEIPT).
 
 It also counts what the broker refused or returned, for the adapter's own copies of a message
-it settles only once the copy is safe (a NACK's dead-letter or retry copy, adapter/session/
-activemq.py and retries.py): such a copy is published mandatory, and the broker returns one no
+it settles only once the copy is safe (a NACK's dead-letter or retry copy: activemq.py and
+retries.py in this package): such a copy is published mandatory, and the broker returns one no
 queue takes (basic.return) before it confirms it, so a copy whose confirm came with no new
 refusal and no new return is in a queue.  Client SENDs are never mandatory, so every return is
 one of those copies.

@@ -13,10 +13,10 @@ broker plugin.
 Never lost on the way: the copy is published mandatory with confirms, and the original is
 acknowledged only once the broker has confirmed the copy without returning it; a refused,
 returned (routed to no queue) or unconfirmed copy ends the session with an ERROR and the
-unacknowledged original goes back to its queue.  A receipted NACK means
-the message is in the delay queue (or the dead-letter exchange has it).  The attempt a message
-is at is read from its ``x-death`` history (the delay queues it came back from), so it needs no
-state of the adapter's and survives reconnects.
+unacknowledged original goes back to its queue.  A receipted NACK means the message is in the
+delay queue (or a queue bound to the dead-letter exchange has it).  The attempt a message is at
+is read from its ``x-death`` history (the delay queues it came back from), so it needs no state
+of the adapter's and survives reconnects.
 
 The bodies of a retry subscription's unsettled deliveries are kept for the NACK, against the
 per-connection and process bounds of ``adapter.max_unacked_bytes`` / ``adapter.unacked_bytes_budget``.
