@@ -4,7 +4,8 @@ Owns what belongs to one channel of a connection: its number and its lazy channe
 synchronous call at a time (which replies end it), delivery assembly (method, content header,
 body frames) and basic.get's message, publisher confirms, the broker's channel.close and
 basic.cancel, basic.return, and the encoding of publish / ack / nack / declare with the
-publish method frames cached per destination.  What is the connection's (the handshake, the
+publish method frames cached per destination (a mandatory publish's are not cached: only the
+adapter's own copies are mandatory, one per NACK).  What is the connection's (the handshake, the
 phases, frame_max, the broker's version, connection methods) it reads from the
 ``ConnectionCore`` it belongs to (adapter/amqp/client.py): nothing of it is copied here.
 
@@ -277,6 +278,26 @@ class ChannelCore(Generic[Events]):
                 if len(self._publish_methods) >= _PUBLISH_METHOD_CACHE_SIZE:
                     self._publish_methods.clear()
                 self._publish_methods[(exchange, routing_key)] = method
+            frames = wire.content_frames(self.channel, properties, body, self.connection.frame_max)
+        except wire.EncodeError as error:
+            raise self.owner.encode_failed(error) from error
+        out = self.out
+        out.append(method)
+        out += frames
+        if len(body) >= wire.ZERO_COPY_MIN:
+            self.out_large = True
+
+    def publish_mandatory(
+        self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes
+    ) -> None:
+        """``publish`` with the mandatory flag: a message no queue takes comes back as
+        basic.return (``ChannelOwner.returned``), ahead of its confirm.  Only the adapter's own
+        copies of a message it then settles (one per NACK, not per message sent), so its
+        method frame is encoded each time and ``publish`` stays as it was."""
+        if self.unopened:
+            self.open()
+        try:
+            method = wire.publish_method(self.channel, exchange, routing_key, mandatory=True)
             frames = wire.content_frames(self.channel, properties, body, self.connection.frame_max)
         except wire.EncodeError as error:
             raise self.owner.encode_failed(error) from error

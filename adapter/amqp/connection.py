@@ -469,6 +469,7 @@ class AmqpConnection:
         socket.core.carry(core)
         # per message: the channel core's own methods, no call in between
         self.publish = core.publish
+        self.publish_mandatory = core.publish_mandatory
         self.ack = core.ack
         self.nack = core.nack
         self.declare_nowait = core.declare_nowait

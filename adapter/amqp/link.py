@@ -49,6 +49,10 @@ class BrokerEvents(Protocol):
 
     def on_server_cancel(self, consumer_tag: str) -> None: ...
 
+    # basic.return: a mandatory publish of this session's channel could not be routed (it
+    # comes before that publish's confirm)
+    def on_return(self, code: int, text: str, exchange: str, routing_key: str) -> None: ...
+
     def on_amqp_closed(self, error: AmqpError) -> None: ...
 
     def on_broker_backpressure(self, paused: bool) -> None: ...
@@ -72,6 +76,12 @@ class SessionLink(Protocol):
 
     # per message: only buffered, written by flush (once per batch of frames)
     def publish(
+        self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes
+    ) -> None: ...
+
+    # the adapter's own copies of a message it settles once the copy is confirmed: an
+    # unroutable one comes back (BrokerEvents.on_return)
+    def publish_mandatory(
         self, exchange: str, routing_key: str, properties: MessageProperties, body: bytes
     ) -> None: ...
 
@@ -206,7 +216,10 @@ class AsyncChannel:
         self._failed(error)
 
     def returned(self, code: int, text: str, exchange: str, routing_key: str) -> None:
-        """basic.return: the adapter publishes nothing mandatory, so nothing comes back."""
+        """basic.return of a mandatory publish (the adapter's own copies): the session of this
+        channel hears it, and only that one (on a shared connection each channel has its own
+        core and owner)."""
+        self.core.events.on_return(code, text, exchange, routing_key)
 
     def encode_failed(self, error: wire.EncodeError) -> Exception:
         return stomp_error(error)

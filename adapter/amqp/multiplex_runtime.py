@@ -54,11 +54,12 @@ class _ConnectionEvents:
         self._mux = mux
         self._connection = connection
 
-    # deliveries, confirms, cancels and reads of a connection no session reads: dropped, as a
+    # deliveries, confirms, cancels, returns and reads of a connection no session reads: dropped, as a
     # probe's (the same no-ops, not a subclass)
     on_deliver = Unheard.on_deliver
     on_confirm = Unheard.on_confirm
     on_server_cancel = Unheard.on_server_cancel
+    on_return = Unheard.on_return
     on_read_done = Unheard.on_read_done
 
     def on_amqp_closed(self, error: AmqpError) -> None:

@@ -62,6 +62,9 @@ class Unheard:
     def on_server_cancel(self, consumer_tag: str) -> None:
         pass
 
+    def on_return(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        pass
+
     def on_amqp_closed(self, error: AmqpError) -> None:
         pass
 

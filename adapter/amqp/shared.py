@@ -319,6 +319,9 @@ class _WhilePaused:
     def on_server_cancel(self, consumer_tag: str) -> None:
         self.events.on_server_cancel(consumer_tag)
 
+    def on_return(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        self.events.on_return(code, text, exchange, routing_key)
+
     def on_amqp_closed(self, error: AmqpError) -> None:
         self.events.on_amqp_closed(error)
 
@@ -356,6 +359,7 @@ class ChannelLink:
         self.core = core
         # per message: the channel core's own methods, no call in between
         self.publish = core.publish
+        self.publish_mandatory = core.publish_mandatory
         self.ack = core.ack
         self.nack = core.nack
         self.call = self._channel.call

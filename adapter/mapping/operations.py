@@ -165,6 +165,20 @@ class BasicPublish:
 
 
 @dataclass(frozen=True, slots=True)
+class BasicPublishMandatory:
+    """basic.publish with the mandatory flag: the adapter's own copy of a message it settles
+    only once the copy is safe (a NACK's dead-letter or retry copy).  The broker returns one no
+    queue takes (basic.return, before its confirm) rather than confirming and dropping it.  A
+    type of its own, not a flag of ``BasicPublish``: a client's SEND is never mandatory (as the
+    plugin's is not), and its publish pays nothing for the copies."""
+
+    exchange: str
+    routing_key: str
+    properties: MessageProperties
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class BasicAck:
     delivery_tag: int
     multiple: bool
@@ -350,6 +364,7 @@ Operation = (
     | BasicCancel
     | BasicGet
     | BasicPublish
+    | BasicPublishMandatory
     | BasicAck
     | BasicNack
     | RequeueGot

@@ -6,7 +6,8 @@ Pure.  Plugs into the session through the hooks of ``ProfileExtension``
 
 * NACK to a dead-letter queue (docs/migration-activemq.md): the unsettled deliveries of
   client-ack subscriptions (their bodies are copied there on NACK), against the kept-bytes
-  budget (adapter/mapping/budget.py), and the confirms of those copies;
+  budget (adapter/mapping/budget.py), and the confirms of those copies (published mandatory:
+  one the broker returns is not in the queue, ``_dead_letter``);
 * selector subscriptions: on a topic, deliveries the selector does not match are withheld; on a
   queue, the subscription joins the process's dispatcher of the queue
   (adapter/dispatch/rules.py), which hands it messages, and its ACK/NACK settle there;
@@ -22,7 +23,7 @@ frames (receipts).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Generator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Protocol
 
 from ..dispatch import rules as dispatch
@@ -37,6 +38,7 @@ from ..mapping.operations import (
     BasicConsume,
     BasicGet,
     BasicPublish,
+    BasicPublishMandatory,
     BasicQos,
     Delivery,
     DispatchSettle,
@@ -420,11 +422,16 @@ class ActiveMQExtension(ProfileExtension):
         self, deliveries: list[Delivery], settle: BasicAck | DispatchSettle, frame: Frame
     ) -> Steps:
         """ActiveMQ's NACK: a persistent message moves to the dead-letter queue with
-        ``original-destination``; a non-persistent one is dropped.  The copy is published with
-        confirms and the original acknowledged only once the broker has confirmed the copy; if
-        it refuses it, or the confirm does not come, the connection closes with an ERROR and
-        the unacknowledged original goes back to its queue: a NACKed message is never lost.
-        Then the NACK's RECEIPT."""
+        ``original-destination``; a non-persistent one is dropped.  The copy is published
+        mandatory with confirms, and the original acknowledged only once the broker has
+        confirmed the copy without returning it.  If the broker returns every copy (no queue
+        took them: the dead-letter queue was deleted since this session declared it), the queue
+        is declared again and the copies published once more, as ActiveMQ creates its
+        dead-letter queue when it needs one.  If the broker refuses a copy, returns one after
+        that (or returns only some of a NACK's copies), or a confirm does not come, the
+        connection closes with an ERROR and the unacknowledged original goes back to its
+        queue: a NACKed message is never lost (a copy that did reach the queue stays there,
+        and the message may be copied again when it is NACKed again).  Then the NACK's RECEIPT."""
         host = self._host
         queue = self._dead_letter_queue
         persistent = [d for d in deliveries if d.properties.delivery_mode == 2]
@@ -433,20 +440,38 @@ class ActiveMQExtension(ProfileExtension):
                 yield QueueDeclare(queue, durable=True)
                 self._dead_letter_declared = True
             yield from host.publishing.confirm_mode()
-            confirms = host.confirms
-            for delivery in persistent:
-                yield BasicPublish("", queue, dead_letter_copy(delivery), delivery.body)
-                confirms.count(None)
-                self._dead_letter_seqs.add(confirms.seq)
-            confirmed = yield AwaitConfirms()
-            if confirmed is False or self._dead_letter_refused:
+            returned = yield from self._copied(persistent)
+            if returned == len(persistent):
+                yield QueueDeclare(queue, durable=True)  # deleted since: declared again
+                returned = yield from self._copied(persistent)
+            if returned:
                 raise StompError(
                     "Message rejected by the broker",
-                    f"The broker did not confirm the copy of the NACKed message on {queue!r}; "
+                    f"The broker could not route the copy of the NACKed message to {queue!r}; "
                     "the message stays on its queue\n",
                 )
         yield settle
         yield from host.frames.receipt_of(frame)
+
+    def _copied(self, deliveries: list[Delivery]) -> Generator[Operation, object, int]:
+        """Publish the dead-letter copies of ``deliveries`` (mandatory) and wait for their
+        confirms; how many the broker returned (a return comes before its publish's confirm).
+        A StompError when it refused one or a confirm did not come."""
+        queue = self._dead_letter_queue
+        confirms = self._host.confirms
+        returned_before = confirms.returned
+        for delivery in deliveries:
+            yield BasicPublishMandatory("", queue, dead_letter_copy(delivery), delivery.body)
+            confirms.count(None)
+            self._dead_letter_seqs.add(confirms.seq)
+        confirmed = yield AwaitConfirms()
+        if confirmed is False or self._dead_letter_refused:
+            raise StompError(
+                "Message rejected by the broker",
+                f"The broker did not confirm the copy of the NACKed message on {queue!r}; "
+                "the message stays on its queue\n",
+            )
+        return confirms.returned - returned_before
 
     # ------------------------------------------------------------------ confirm
     def confirm_hook(self) -> ConfirmHook | None:

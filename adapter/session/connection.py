@@ -89,6 +89,8 @@ class AmqpCommands(Protocol):
 
     def publish(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None: ...
 
+    def publish_mandatory(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None: ...
+
     def ack(self, delivery_tag: int, multiple: bool) -> None: ...
 
     def nack(self, delivery_tag: int, multiple: bool, requeue: bool) -> None: ...
@@ -470,6 +472,21 @@ class StompConnection(Generic[Link]):
         if self.awaiting_confirms and not session.confirms_outstanding:
             self.broker.confirms_settled()
 
+    def on_return(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        """basic.return: one of the session's mandatory copies routed nowhere (its confirm
+        follows); the frame that published it sees it once the confirm came."""
+        if self.closed:
+            return
+        log.info(
+            "peer=%s: the broker returned the copy of a NACKed message (exchange %r, routing key %r): %s %s",
+            self.shell.peer,
+            exchange,
+            routing_key,
+            code,
+            text,
+        )
+        self.session.on_return()
+
     def on_server_cancel(self, consumer_tag: str) -> None:
         if self.closed:
             return
@@ -544,6 +561,20 @@ def _op_publish(connection: StompConnection[Any], op: ops.BasicPublish, in_frame
         connection.destinations.count_published(op.destination)
 
 
+def _op_publish_mandatory(
+    connection: StompConnection[Any], op: ops.BasicPublishMandatory, in_frame: bool
+) -> None:
+    """The adapter's own copy of a message it settles (a NACK's): counted and timed as a
+    publish (``_op_publish``), not per destination (a client names none)."""
+    amqp = connection.amqp
+    assert amqp is not None
+    amqp.publish_mandatory(op.exchange, op.routing_key, op.properties, op.body)
+    connection.counters.messages_published += 1
+    clocks = connection.clocks
+    if not clocks.timed_publish:
+        clocks.time_publish(connection.session.publish_seq)
+
+
 def _op_send_frame(connection: StompConnection[Any], op: ops.SendFrame, in_frame: bool) -> None:
     connection.write(op.data)
 
@@ -592,6 +623,7 @@ def _by_shell(connection: StompConnection[Any], op: ops.Operation, in_frame: boo
 # every operation type has an entry).
 INTERPRETER: dict[type, _Entry] = {
     ops.BasicPublish: _op_publish,
+    ops.BasicPublishMandatory: _op_publish_mandatory,
     ops.SendFrame: _op_send_frame,
     ops.BasicAck: _op_ack,
     ops.BasicNack: _op_nack,

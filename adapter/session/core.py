@@ -275,6 +275,12 @@ class Session:
             return []
         return self.frames.confirmed(receipts, ack)
 
+    def on_return(self) -> None:
+        """The broker returned a mandatory publish (basic.return): one of the adapter's own
+        copies routed nowhere.  Counted; the frame that published it reads the count once the
+        copy's confirm (which follows the return) has come."""
+        self._confirms.returned += 1
+
     @property
     def publish_seq(self) -> int:
         """The confirm sequence number of the last publish (0: confirms are off)."""

@@ -10,12 +10,13 @@ with ``x-retry-dead-letter-exchange``, a copy published there.  Built from what 
 subscription queue's name as routing key), as the activemq profile's scheduled delivery is; no
 broker plugin.
 
-Never lost on the way: the copy is published with confirms, and the original is acknowledged
-only once the broker has confirmed the copy; a refused or unconfirmed copy ends the session
-with an ERROR and the unacknowledged original goes back to its queue.  A receipted NACK means
-the message is in the delay queue (or the dead-letter exchange has it).  The attempt a message
-is at is read from its ``x-death`` history (the delay queues it came back from), so it needs no
-state of the adapter's and survives reconnects.
+Never lost on the way: the copy is published mandatory with confirms, and the original is
+acknowledged only once the broker has confirmed the copy without returning it; a refused,
+returned (routed to no queue) or unconfirmed copy ends the session with an ERROR and the
+unacknowledged original goes back to its queue.  A receipted NACK means the message is in the
+delay queue (or a queue bound to the dead-letter exchange has it).  The attempt a message is at
+is read from its ``x-death`` history (the delay queues it came back from), so it needs no state
+of the adapter's and survives reconnects.
 
 The bodies of a retry subscription's unsettled deliveries are kept for the NACK, against the
 per-connection and process bounds of ``adapter.max_unacked_bytes`` / ``adapter.unacked_bytes_budget``.
@@ -40,7 +41,7 @@ from ..mapping.operations import (
     AwaitConfirms,
     BasicAck,
     BasicNack,
-    BasicPublish,
+    BasicPublishMandatory,
     ConfirmSelect,
     Delivery,
     QueueDeclare,
@@ -200,11 +201,11 @@ class Retries:
             declare = retry_queue(plan.delays[attempt], plan.queue)
             yield declare  # nowait, every time: it keeps the queue from expiring
             yield from self._confirmed_copy(
-                BasicPublish("", declare.queue, _copy_properties(delivery), delivery.body)
+                BasicPublishMandatory("", declare.queue, _copy_properties(delivery), delivery.body)
             )
         elif plan.dead_letter_exchange is not None:
             yield from self._confirmed_copy(
-                BasicPublish(
+                BasicPublishMandatory(
                     plan.dead_letter_exchange, delivery.routing_key, delivery.properties, delivery.body
                 )
             )
@@ -215,23 +216,32 @@ class Retries:
         yield BasicAck(delivery_tag, False)
         yield from self._frames.receipt_of(frame)
 
-    def _confirmed_copy(self, publish: BasicPublish) -> Steps:
-        """Publish ``publish`` and wait for the broker's confirm; a refusal (or a refusal of any
-        publish meanwhile, to be safe) or no confirm is a StompError: the original stays
-        unacknowledged and goes back to its queue when the connection closes."""
+    def _confirmed_copy(self, publish: BasicPublishMandatory) -> Steps:
+        """Publish ``publish`` (mandatory) and wait for the broker's confirm; a refusal (or a
+        refusal of any publish meanwhile, to be safe), a return (no queue took it: a dead-letter
+        exchange bound to none, a delay queue deleted since its declare) or no confirm is a
+        StompError: the original stays unacknowledged and goes back to its queue when the
+        connection closes."""
         confirms = self._confirms
         if not confirms.on:
             yield ConfirmSelect()
             confirms.on = True
         refused_before = confirms.refused
+        returned_before = confirms.returned
         yield publish
-        confirms.count(None)
+        confirms.count_copy()  # AwaitConfirms waits for it
         confirmed = yield AwaitConfirms()
         if confirmed is False or confirms.refused != refused_before:
             raise StompError(
                 "Message rejected by the broker",
                 f"The broker did not confirm the retry copy of the NACKed message on "
                 f"{publish.exchange or publish.routing_key!r}; the message stays on its queue\n",
+            )
+        if confirms.returned != returned_before:
+            raise StompError(
+                "Message rejected by the broker",
+                f"The broker could not route the retry copy of the NACKed message to any queue "
+                f"through {publish.exchange or publish.routing_key!r}; the message stays on its queue\n",
             )
 
     def close(self) -> None:

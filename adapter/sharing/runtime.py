@@ -257,6 +257,9 @@ class SharedHub:
     def on_broker_backpressure(self, paused: bool) -> None:
         pass  # nor is it ever blocked as a publisher
 
+    def on_return(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        pass  # nor anything mandatory
+
     def on_server_cancel(self, consumer_tag: str) -> None:
         """The broker cancelled the consumer (its queue was deleted): each member gets the ERROR
         a plain subscription gets, and stays connected."""

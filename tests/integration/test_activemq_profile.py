@@ -8,7 +8,9 @@ import socket
 import time
 from collections.abc import Callable
 
-from tests.support import AdapterProcess, BrokerProbe, frame_headers, read_frames, unique
+import pytest
+
+from tests.support import AdapterProcess, BrokerProbe, Frame, RawSession, frame_headers, read_frames, unique
 
 
 def stomp(port: int, *frames: str, count: int) -> list[tuple[str, dict[str, str], bytes]]:
@@ -177,3 +179,58 @@ def test_an_activemq_listener_beside_the_default_ones(start_adapter) -> None:
             frames, _closed = read_frames(sock, timeout=5, count=2)
             answers[name] = [f.split(b"\n", 1)[0] for f in frames]
     assert answers == {"default": [b"CONNECTED", b"ERROR"], "activemq": [b"CONNECTED", b"RECEIPT"]}
+
+
+def _received(session: RawSession, sent: list[Frame]) -> Frame:
+    """The MESSAGE among ``sent`` (what came with a RECEIPT), or the next one."""
+    messages = [frame for frame in sent if frame[0] == "MESSAGE"]
+    while not messages:
+        messages = [frame for frame in session.frames_until(("MESSAGE",)) if frame[0] == "MESSAGE"]
+    return messages[0]
+
+
+@pytest.mark.parametrize("sessions_per_connection", [1, 2])
+def test_a_nack_after_the_dead_letter_queue_was_deleted_loses_nothing(
+    start_adapter: Callable[..., AdapterProcess], broker: BrokerProbe, sessions_per_connection: int
+) -> None:
+    """ActiveMQ.DLQ deleted after the session declared it (by an operator, a policy, another
+    tool): the copy of the next NACKed message routes nowhere.  It is published mandatory, so
+    the broker returns it; the adapter declares the queue again and copies the message once
+    more, and the NACK's RECEIPT means the copy is in ActiveMQ.DLQ and the original gone from
+    its queue.  A bystander session (on the same AMQP connection when sessions share one) is
+    served throughout, and the NACKing session goes on."""
+    adapter = start_adapter(profile="activemq", amqp_sessions_per_connection=sessions_per_connection)
+    queue, elsewhere, after = unique("amq-dlq-gone-"), unique("amq-dlq-bystander-"), unique("amq-dlq-after-")
+    broker.track_queue(queue, elsewhere, after)
+    bystander = RawSession(adapter.port)
+    session = RawSession(adapter.port)
+    if sessions_per_connection > 1:  # the two sessions on one AMQP connection, a channel each
+
+        async def shared() -> tuple[int, int]:
+            mux = adapter.server.context.amqp_mux
+            assert mux is not None
+            return len(mux.shared), mux.shared.sessions
+
+        assert adapter.run(shared()) == (1, 2)
+    got = session.send(f"SUBSCRIBE\ndestination:/queue/{queue}\nid:1\nack:client-individual\nreceipt:s\n\n")
+    assert got[-1][0] == "RECEIPT", got
+    for n in range(2):
+        got = session.send(f"SEND\ndestination:/queue/{queue}\npersistent:true\nreceipt:p{n}\n\nnacked {n}")
+        assert got[-1][0] == "RECEIPT", got
+        message = _received(session, got)
+        assert message[2] == f"nacked {n}".encode()
+        got = session.send(f"NACK\nid:{message[1]['ack']}\nreceipt:n{n}\n\n")
+        assert got[-1][0] == "RECEIPT", got
+        if n == 0:  # the session has declared ActiveMQ.DLQ; now it goes
+            broker.delete_queue("ActiveMQ.DLQ")
+            assert not broker.queue_exists("ActiveMQ.DLQ")
+            bystander.round_trip(elsewhere)
+    copy = broker.get("ActiveMQ.DLQ")
+    assert copy is not None and copy.body == b"nacked 1"
+    assert copy.headers["original-destination"] == f"/queue/{queue}"
+    assert broker.get("ActiveMQ.DLQ") is None
+    bystander.round_trip(elsewhere)
+    session.round_trip(after)
+    bystander.disconnect()
+    session.disconnect()
+    assert broker.idle_depth(queue) == 0  # the original was acknowledged: nothing requeued

@@ -81,6 +81,32 @@ def test_after_the_last_delay_a_named_exchange_gets_it(adapter: AdapterProcess, 
     session.disconnect()
 
 
+def test_a_dead_letter_exchange_that_routes_it_nowhere_keeps_the_message(
+    adapter: AdapterProcess, broker: BrokerProbe
+) -> None:
+    """After the last delay the copy goes to ``x-retry-dead-letter-exchange``; an exchange that
+    routes it to no queue returns it (the copy is mandatory), so the NACK is an ERROR and the
+    original goes back to its queue rather than being acknowledged and lost.  Another session
+    of the adapter is served meanwhile."""
+    work, exchange, elsewhere = unique("retry-work"), unique("retry-nowhere"), unique("retry-other")
+    broker.declare_exchange(exchange, "fanout")  # no queue bound
+    broker.declare_queue(work)
+    broker.track_queue(elsewhere, retry_queue(50, work).queue)
+    bystander = RawSession(adapter.port)
+    session = retry_subscriber(adapter, work, "50", f"x-retry-dead-letter-exchange:{exchange}\n")
+    broker.publish("", work, b"poison")
+    settle(session, "NACK", next_message(session))
+    message = next_message(session)
+    assert message[1]["x-delivery-count"] == "1"
+    got = session.send(f"NACK\nid:{message[1]['ack']}\nreceipt:n\n\n")
+    assert got[-1][0] == "ERROR" and got[-1][1]["message"] == "Message rejected by the broker", got
+    assert broker.idle_depth(work) == 1
+    kept = broker.get(work)
+    assert kept is not None and kept.body == b"poison"
+    bystander.round_trip(elsewhere)
+    bystander.disconnect()
+
+
 def test_an_ack_settles_as_usual(adapter: AdapterProcess, broker: BrokerProbe) -> None:
     work = unique("retry-work")
     broker.declare_queue(work)

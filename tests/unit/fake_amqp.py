@@ -18,6 +18,7 @@ class FakeAmqp:
         self.events = events
         self.options = options
         self.published: list[tuple[str, str, Any, bytes]] = []
+        self.mandatory: list[int] = []  # which of them went out mandatory (by index)
         self.acks: list[tuple[int, bool]] = []
         self.nacks: list[tuple[int, bool, bool]] = []
         self.calls: list[Any] = []
@@ -40,6 +41,10 @@ class FakeAmqp:
         if self.publish_error is not None:
             raise self.publish_error
         self.published.append((exchange, routing_key, properties, body))
+
+    def publish_mandatory(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None:
+        self.publish(exchange, routing_key, properties, body)
+        self.mandatory.append(len(self.published) - 1)
 
     def ack(self, delivery_tag: int, multiple: bool) -> None:
         self.acks.append((delivery_tag, multiple))

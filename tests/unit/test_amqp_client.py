@@ -446,6 +446,25 @@ def test_the_channel_opens_with_its_first_frame_and_its_open_ok_is_swallowed() -
     assert client.log == []  # nobody waits for the lazy open's reply
 
 
+def test_a_mandatory_publish_carries_the_flag_and_a_plain_one_does_not() -> None:
+    """The adapter's own copies go out mandatory; a client's publish to the same destination,
+    before and after, keeps its cached plain method frame."""
+    client = opened()
+    properties = MessageProperties(delivery_mode=2)
+    client.publish("", "ActiveMQ.DLQ", properties, b"plain")
+    client.publish_mandatory("", "ActiveMQ.DLQ", properties, b"copy")
+    client.publish("", "ActiveMQ.DLQ", properties, b"plain again")
+    publishes = [value for _, value in client.take() if isinstance(value, commands.Basic.Publish)]
+    assert [(p.exchange, p.routing_key, p.mandatory, p.immediate) for p in publishes] == [
+        ("", "ActiveMQ.DLQ", False, False),
+        ("", "ActiveMQ.DLQ", True, False),
+        ("", "ActiveMQ.DLQ", False, False),
+    ]
+    with pytest.raises(wire.EncodeError, match="longer than 255"):  # as the owner's error makes it
+        client.publish_mandatory("", "k" * 256, properties, b"copy")
+    assert client.take() == []  # nothing of it was written
+
+
 def test_a_call_ends_with_its_reply_only() -> None:
     client = opened()
     frame_bytes, reply = client.operation_call(BasicQos(prefetch_count=10))

@@ -43,6 +43,7 @@ class Events:
         self.deliveries: list[Delivery] = []
         self.confirms: list[tuple[int, bool, bool]] = []
         self.cancels: list[str] = []
+        self.returns: list[tuple[int, str, str, str]] = []
         self.closed: list[AmqpError] = []
         self.backpressure: list[bool] = []
         self.reads = 0
@@ -55,6 +56,9 @@ class Events:
 
     def on_server_cancel(self, consumer_tag: str) -> None:
         self.cancels.append(consumer_tag)
+
+    def on_return(self, code: int, text: str, exchange: str, routing_key: str) -> None:
+        self.returns.append((code, text, exchange, routing_key))
 
     def on_amqp_closed(self, error: AmqpError) -> None:
         self.closed.append(error)
@@ -359,6 +363,24 @@ async def test_confirms_and_server_cancel() -> None:
     assert events.cancels == ["T_2"]
     ((_, cancel_ok),) = transport.take_frames()
     assert isinstance(cancel_ok, commands.Basic.CancelOk) and cancel_ok.consumer_tag == "T_2"
+
+
+async def test_a_return_goes_to_the_session_before_the_confirm_that_follows_it() -> None:
+    connection, transport, events = await open_connection()
+    connection.publish_mandatory("", "gone", MessageProperties(delivery_mode=2), b"copy")
+    connection.flush()
+    (_, publish), _header, _body = transport.take_frames()
+    assert isinstance(publish, commands.Basic.Publish) and publish.mandatory
+    connection.socket.data_received(
+        broker(
+            (commands.Basic.Return(312, "NO_ROUTE", "", "gone"), 1),
+            (header.ContentHeader(0, 4, commands.Basic.Properties()), 1),
+            (body.ContentBody(b"copy"), 1),
+            (commands.Basic.Ack(delivery_tag=1), 1),
+        )
+    )
+    assert events.returns == [(312, "NO_ROUTE", "", "gone")]
+    assert events.confirms == [(1, False, True)] and events.deliveries == []
 
 
 async def test_synchronous_call_waits_for_its_reply() -> None:

@@ -85,6 +85,38 @@ async def test_deliveries_and_confirms_reach_the_session_of_their_channel_even_i
     assert events_one.reads == 2 and events_two.reads == 3
 
 
+def returned(channel: int, routing_key: str, data: bytes) -> list[tuple[Any, int]]:
+    return [
+        (commands.Basic.Return(312, "NO_ROUTE", "", routing_key), channel),
+        (header.ContentHeader(0, len(data), commands.Basic.Properties()), channel),
+        (body.ContentBody(data), channel),
+    ]
+
+
+async def test_a_return_reaches_the_session_of_its_channel_only_and_is_no_delivery() -> None:
+    """A mandatory copy that routed nowhere comes back (basic.return, then its content) on the
+    channel it was published on: that session hears it, its neighbour does not, and neither
+    takes the returned content for a delivery, even with a neighbour's delivery between."""
+    connection, _transport, (one, two), (events_one, events_two) = await two_sessions()
+    one.publish_mandatory("", "ActiveMQ.DLQ", MessageProperties(delivery_mode=2), b"copy")
+    back, other = returned(one.channel, "ActiveMQ.DLQ", b"copy"), deliver(two.channel, 1, b"for two")
+    connection.socket.data_received(broker(back[0], other[0], back[1], other[1], back[2], other[2]))
+    connection.socket.data_received(broker((commands.Basic.Ack(delivery_tag=1), one.channel)))
+    assert events_one.returns == [(312, "NO_ROUTE", "", "ActiveMQ.DLQ")]
+    assert events_two.returns == []
+    assert events_one.deliveries == [] and [d.body for d in events_two.deliveries] == [b"for two"]
+    assert events_one.confirms == [(1, False, True)] and events_two.confirms == []
+
+
+async def test_a_return_passes_a_paused_session_s_account_by() -> None:
+    connection, _transport, (slow, _), (slow_events, _) = await two_sessions()
+    connection.paused_bytes = PausedBytes(limit=500, budget=10_000)
+    slow.pause_reading()
+    connection.socket.data_received(broker(*returned(slow.channel, "gone", b"x" * 2000)))
+    assert slow_events.returns == [(312, "NO_ROUTE", "", "gone")] and slow_events.closed == []
+    assert connection.paused_bytes.pool.used == 0  # not a delivery: nothing charged
+
+
 class FlushingEvents(Events):
     """A session as ``ClientConnection`` is one: it writes the MESSAGEs of its deliveries to
     its client only at ``on_read_done``; ``written`` is what reached the client so far."""

@@ -558,7 +558,7 @@ def test_nack_moves_a_persistent_message_to_the_dead_letter_queue_after_its_conf
     declare, confirm_select, publish, wait, ack = out[:5]
     assert declare == ops.QueueDeclare("ActiveMQ.DLQ", durable=True)
     assert isinstance(confirm_select, ops.ConfirmSelect)
-    assert isinstance(publish, ops.BasicPublish) and (publish.exchange, publish.routing_key) == (
+    assert isinstance(publish, ops.BasicPublishMandatory) and (publish.exchange, publish.routing_key) == (
         "",
         "ActiveMQ.DLQ",
     )
@@ -570,7 +570,7 @@ def test_nack_moves_a_persistent_message_to_the_dead_letter_queue_after_its_conf
     # the second NACK needs neither the declare nor confirm mode again
     _deliver(session, 2)
     out = run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@2"}))
-    assert [type(op) for op in out] == [ops.BasicPublish, ops.AwaitConfirms, ops.BasicAck]
+    assert [type(op) for op in out] == [ops.BasicPublishMandatory, ops.AwaitConfirms, ops.BasicAck]
 
 
 def test_a_non_persistent_message_nacked_is_dropped_as_activemq_does() -> None:
@@ -584,7 +584,7 @@ def test_client_mode_nack_covers_every_earlier_delivery() -> None:
     for tag in (4, 5, 6):
         _deliver(session, tag, consumer="T_c", queue="batch")
     out = run(session, Frame("NACK", {"id": f"T_c@@{SESSION_ID}@@5"}))
-    publishes = [op for op in out if isinstance(op, ops.BasicPublish)]
+    publishes = [op for op in out if isinstance(op, ops.BasicPublishMandatory)]
     assert [p.body for p in publishes] == [b"body 4", b"body 5"]
     assert out[-1] == ops.BasicAck(5, True)
     # 6 is still unsettled; an ACK forgets it, so a NACK of it afterwards is the broker's business
@@ -610,6 +610,79 @@ def test_a_refused_or_missing_confirm_keeps_the_original() -> None:
         (error,) = [f for f in frames_of(out) if command_of(f) == "ERROR"]
         assert header(error, "message") == "Message rejected by the broker"
         assert isinstance(out[-1], ops.CloseClient)
+
+
+def _returning(session: Session, returns: list[int]) -> Callable[[ops.Operation], object]:
+    """The broker's answers, with ``returns[n]`` copies of the n-th wait for confirms returned
+    (basic.return comes before the confirm of the publish it returns)."""
+    waits = iter(returns)
+
+    def answer(op: ops.Operation) -> object:
+        if isinstance(op, ops.AwaitConfirms):
+            for _ in range(next(waits)):
+                session.on_return()
+            return True
+        return op.queue if isinstance(op, ops.QueueDeclare) else None
+
+    return answer
+
+
+def test_a_copy_returned_because_the_queue_is_gone_is_copied_again_to_the_queue_declared_again() -> None:
+    """ActiveMQ.DLQ deleted since the session declared it: the mandatory copy comes back; the
+    queue is declared again and the message copied once more, and only then acknowledged."""
+    session = _nack_session()
+    _deliver(session, 1)
+    run(session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1"}))  # declares ActiveMQ.DLQ
+    _deliver(session, 2)
+    out = run(
+        session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@2", "receipt": "n"}), _returning(session, [1, 0])
+    )
+    publish, wait, declare, again, wait_again, ack = out[:6]
+    assert isinstance(publish, ops.BasicPublishMandatory) and publish.routing_key == "ActiveMQ.DLQ"
+    assert isinstance(wait, ops.AwaitConfirms) and isinstance(wait_again, ops.AwaitConfirms)
+    assert declare == ops.QueueDeclare("ActiveMQ.DLQ", durable=True)
+    assert again == publish and again.body == b"body 2"
+    assert ack == ops.BasicAck(2, False)
+    assert command_of(frames_of(out)[-1]) == "RECEIPT"
+
+
+def test_a_return_that_came_before_the_nack_does_not_count_against_its_copy() -> None:
+    """A stray basic.return (none of this NACK's copies: the broker's, or one that came before)
+    does not fail a later NACK, nor declare the queue again."""
+    session = _nack_session()
+    _deliver(session, 1)
+    session.on_return()
+    out = run(
+        session, Frame("NACK", {"id": f"T_s@@{SESSION_ID}@@1", "receipt": "n"}), _returning(session, [0])
+    )
+    assert [type(op) for op in out if not isinstance(op, ops.SendFrame)] == [
+        ops.QueueDeclare,
+        ops.ConfirmSelect,
+        ops.BasicPublishMandatory,
+        ops.AwaitConfirms,
+        ops.BasicAck,
+    ]
+    assert command_of(frames_of(out)[-1]) == "RECEIPT"
+
+
+@pytest.mark.parametrize(("copies", "returns"), [(1, [1, 1]), (2, [1])])
+def test_a_copy_returned_again_or_only_some_of_a_nack_s_is_an_error_and_keeps_the_original(
+    copies: int, returns: list[int]
+) -> None:
+    """Returned once more after the queue was declared again, or a part of a cumulative NACK's
+    copies returned (which ones, the broker does not say): ERROR, the original not acked."""
+    session = _nack_session()
+    for tag in range(1, copies + 1):
+        _deliver(session, tag, consumer="T_c", queue="batch")
+    out = run(session, Frame("NACK", {"id": f"T_c@@{SESSION_ID}@@{copies}"}), _returning(session, returns))
+    assert not any(isinstance(op, (ops.BasicAck, ops.BasicNack)) for op in out)
+    declares = [op for op in out if isinstance(op, ops.QueueDeclare)]
+    assert len(declares) == len(returns)  # declared again only when every copy came back
+    assert not any(isinstance(op, ops.BasicPublish) for op in out)  # every copy mandatory
+    (error,) = [f for f in frames_of(out) if command_of(f) == "ERROR"]
+    assert header(error, "message") == "Message rejected by the broker"
+    assert b"could not route" in error
+    assert isinstance(out[-1], ops.CloseClient)
 
 
 def test_default_profile_nack_is_unchanged() -> None:
@@ -761,7 +834,7 @@ def test_dispatched_client_ack_is_cumulative_and_nack_goes_to_the_dead_letter_qu
     for number in (1, 2):
         session.render_dispatched(ops.Delivery("T_1", number, False, "", "q", props, b"x"))
     out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@2"}), _confirmed)
-    publishes = [op for op in out if isinstance(op, ops.BasicPublish)]
+    publishes = [op for op in out if isinstance(op, ops.BasicPublishMandatory)]
     assert [p.routing_key for p in publishes] == ["ActiveMQ.DLQ", "ActiveMQ.DLQ"]
     assert out[-1] == ops.DispatchSettle("T_1", 2, True, ack=True)
 
@@ -800,7 +873,7 @@ def test_an_ack_committed_in_a_transaction_is_not_dead_lettered_by_a_later_nack(
         ops.DispatchSettle("T_1", 1, True, ack=True)
     ]
     out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@2"}), _confirmed)
-    copies = [op for op in out if isinstance(op, ops.BasicPublish)]
+    copies = [op for op in out if isinstance(op, ops.BasicPublishMandatory)]
     assert len(copies) == 1  # message 2 only: message 1 was acknowledged at the COMMIT
 
 
@@ -820,7 +893,7 @@ def test_a_server_cancelled_dispatched_subscription_forgets_its_messages() -> No
     )
     assert any(isinstance(op, ops.JoinDispatch) for op in out)
     out = run(session, Frame("NACK", {"id": f"T_1@@{SESSION_ID}@@1"}), _confirmed)
-    assert not any(isinstance(op, ops.BasicPublish) for op in out)
+    assert not any(isinstance(op, ops.BasicPublishMandatory) for op in out)
 
 
 def delivery_of(consumer_tag: str, tag: int, body: bytes) -> ops.Delivery:

@@ -13,7 +13,7 @@ from adapter.mapping.operations import (
     AwaitConfirms,
     BasicAck,
     BasicNack,
-    BasicPublish,
+    BasicPublishMandatory,
     ConfirmSelect,
     Delivery,
     QueueDeclare,
@@ -104,7 +104,7 @@ def test_a_nack_publishes_the_copy_waits_for_its_confirm_then_acks() -> None:
     declare, select, publish, wait, ack = steps
     assert isinstance(declare, QueueDeclare) and declare.queue == "stomp-retry.100ms.work"
     assert isinstance(select, ConfirmSelect) and isinstance(wait, AwaitConfirms)
-    assert isinstance(publish, BasicPublish) and publish.routing_key == "stomp-retry.100ms.work"
+    assert isinstance(publish, BasicPublishMandatory) and publish.routing_key == "stomp-retry.100ms.work"
     assert publish.properties.expiration is None and publish.body == b"body"  # the delay is the queue's
     assert ack == BasicAck(7, False)
 
@@ -117,6 +117,22 @@ def test_a_refused_copy_is_an_error_and_the_original_is_not_acked() -> None:
     assert isinstance(steps[-1], AwaitConfirms)
     confirms.settle(1, False, False)  # the broker's basic.nack of the copy
     with pytest.raises(StompError, match="did not confirm"):
+        generator.send(True)
+
+
+def test_a_returned_copy_is_an_error_and_the_original_is_not_acked() -> None:
+    """The copy is mandatory and waited for (``outstanding``); the broker returned it (a delay
+    queue gone since its declare, a dead-letter exchange bound to no queue)."""
+    retries, confirms, subscription = setup()
+    retries.rendered(subscription, delivery(7), False)
+    generator = retries.settle(Frame("NACK", {"id": "x"}), subscription, 7, True)
+    steps = [next(generator), next(generator), next(generator), next(generator)]
+    publish, wait = steps[2:]
+    assert isinstance(publish, BasicPublishMandatory) and isinstance(wait, AwaitConfirms)
+    assert confirms.outstanding  # the shell's AwaitConfirms waits for the copy's confirm
+    confirms.returned += 1  # the broker's basic.return, then its basic.ack
+    confirms.settle(1, False, True)
+    with pytest.raises(StompError, match="could not route"):
         generator.send(True)
 
 

@@ -258,6 +258,20 @@ def test_a_commit_receipt_waits_for_all_and_a_nack_completes_it_at_once():
     assert not confirms.outstanding
 
 
+def test_an_own_copy_is_outstanding_until_its_confirm_and_refusals_and_returns_are_counted():
+    """A NACK's copy (retries.py) has no receipt, yet AwaitConfirms must wait for it."""
+    confirms = Confirms()
+    confirms.on = True
+    confirms.count(None)  # a client's SEND without a receipt: nobody waits for it
+    assert not confirms.outstanding
+    confirms.count_copy()
+    confirms.count_copy()
+    assert confirms.outstanding
+    assert confirms.settle(2, False, True) == [] and confirms.outstanding
+    assert confirms.settle(3, True, False) == [] and not confirms.outstanding
+    assert (confirms.refused, confirms.returned) == (1, 0)  # returns: the session core counts them
+
+
 # --- frames out ---------------------------------------------------------------------------------------
 class Watch:
     """A DeliveryHook that withholds deliveries with odd tags and keeps within a bound."""

@@ -44,6 +44,9 @@ class Link:
         self.published.append((exchange, routing_key, body))
         self.commands.append(("publish", exchange, routing_key, properties, body))
 
+    def publish_mandatory(self, exchange: str, routing_key: str, properties: Any, body: bytes) -> None:
+        self.commands.append(("publish_mandatory", exchange, routing_key, properties, body))
+
     def ack(self, delivery_tag: int, multiple: bool) -> None:
         self.acks.append((delivery_tag, multiple))
         self.commands.append(("ack", delivery_tag, multiple))
@@ -367,3 +370,36 @@ def test_the_pump_with_its_quick_paths_does_what_the_general_path_does(
         stomp.on_deliver(delivery(1))  # nothing subscribed yet: dropped alike; a tag to ACK later
         stomp.output.take()
     assert run_frames(quick, quick_broker, data) == run_frames(general, general_broker, data)
+
+
+@pytest.mark.parametrize("returned", [False, True])
+def test_a_retry_copy_is_mandatory_and_a_return_keeps_the_original(returned: bool) -> None:
+    """A NACK's own copy goes out through the link's mandatory publish; the broker's
+    basic.return of it (ahead of its confirm) turns the NACK into an ERROR, without the ack."""
+    stomp, shell, broker = connected()
+    feed(stomp, b"SUBSCRIBE\ndestination:/queue/a\nid:0\nack:client-individual\nx-retry-delays:100\n\n\0")
+    answer(stomp, broker)
+    stomp.on_deliver(delivery(7))
+    frames(stomp)
+    feed(stomp, b"NACK\nid:T_0@@sess-1@@7\nreceipt:n\n\n\0")
+    assert isinstance(broker.calls[-1], ops.ConfirmSelect)
+    stomp.call_returned(None)
+    feed(stomp, b"")
+    assert isinstance(broker.calls[-1], ops.AwaitConfirms)
+    link = stomp.amqp
+    assert link is not None
+    (copy,) = [command for command in link.commands if command[0].startswith("publish")]
+    assert copy[:3] == ("publish_mandatory", "", "stomp-retry.100ms.a") and copy[4] == b"m"
+    assert stomp.session.confirms_outstanding  # the shell's AwaitConfirms waits for its confirm
+    if returned:
+        stomp.on_return(312, "NO_ROUTE", "", "stomp-retry.100ms.a")
+    stomp.on_confirm(1, False, True)
+    assert not stomp.session.confirms_outstanding and broker.settled == 0  # nobody was waiting here
+    stomp.call_returned(True)
+    feed(stomp, b"")
+    (answered,) = frames(stomp)
+    if returned:
+        assert answered.startswith(b"ERROR\n") and b"could not route" in answered
+        assert link.acks == [] and shell.closed
+    else:
+        assert answered.startswith(b"RECEIPT\nreceipt-id:n\n") and link.acks == [(7, False)]
