@@ -76,11 +76,18 @@ def spark_job(spark: Any, amqp_url: str, checkpoint: str, stream: str = STREAM) 
     )
 
 
+SETTLE = 12.0  # at most this long after the last reading for the last windows' averages
+QUIET = 4.0  # averages stopped coming: none for this long after the last reading and the last one
+
+
 def stomp_clients(port: int, seconds: float, stop: threading.Event) -> None:
     import stomp
 
     class Printer(stomp.ConnectionListener):  # type: ignore[misc]
+        last: float | None = None  # when the latest average arrived (monotonic)
+
         def on_message(self, frame: Any) -> None:
+            self.last = time.monotonic()
             headers = frame.headers
             print(
                 f"{headers['destination']}: {frame.body} (window {headers.get('window-start')},"
@@ -89,7 +96,8 @@ def stomp_clients(port: int, seconds: float, stop: threading.Event) -> None:
             )
 
     subscriber = stomp.Connection12([("127.0.0.1", port)], vhost="/")
-    subscriber.set_listener("printer", Printer())
+    printer = Printer()
+    subscriber.set_listener("printer", printer)
     subscriber.connect("guest", "guest", wait=True)
     subscriber.subscribe("/topic/averages.*", id="averages", ack="auto")
     sender = stomp.Connection12([("127.0.0.1", port)], vhost="/")
@@ -105,7 +113,15 @@ def stomp_clients(port: int, seconds: float, stop: threading.Event) -> None:
             )
         time.sleep(0.2)
     sender.disconnect()
-    time.sleep(12)  # windows are published once the watermark (newest reading - 5 s) passes them
+    # windows are published once the watermark (newest reading - 5 s) passes them: the last ones
+    # a trigger or two after the last reading.  Wait until averages stop coming (QUIET seconds
+    # without one, the first one included), at most SETTLE seconds.
+    stopped = time.monotonic()
+    while not stop.is_set() and time.monotonic() < stopped + SETTLE:
+        last = printer.last
+        if last is not None and time.monotonic() > max(last, stopped) + QUIET:
+            break
+        time.sleep(0.2)
     subscriber.disconnect()
 
 
