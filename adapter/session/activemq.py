@@ -23,7 +23,7 @@ frames (receipts).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Protocol
 
 from ..dispatch import rules as dispatch
@@ -440,10 +440,24 @@ class ActiveMQExtension(ProfileExtension):
                 yield QueueDeclare(queue, durable=True)
                 self._dead_letter_declared = True
             yield from host.publishing.confirm_mode()
-            returned = yield from self._copied(persistent)
-            if returned == len(persistent):
+            confirms = host.confirms
+            for attempt in (1, 2):
+                returned_before = confirms.returned  # a return comes before its publish's confirm
+                for delivery in persistent:
+                    yield BasicPublishMandatory("", queue, dead_letter_copy(delivery), delivery.body)
+                    confirms.count(None)
+                    self._dead_letter_seqs.add(confirms.seq)
+                confirmed = yield AwaitConfirms()
+                if confirmed is False or self._dead_letter_refused:
+                    raise StompError(
+                        "Message rejected by the broker",
+                        f"The broker did not confirm the copy of the NACKed message on {queue!r}; "
+                        "the message stays on its queue\n",
+                    )
+                returned = confirms.returned - returned_before
+                if returned != len(persistent) or attempt == 2:
+                    break
                 yield QueueDeclare(queue, durable=True)  # deleted since: declared again
-                returned = yield from self._copied(persistent)
             if returned:
                 raise StompError(
                     "Message rejected by the broker",
@@ -452,26 +466,6 @@ class ActiveMQExtension(ProfileExtension):
                 )
         yield settle
         yield from host.frames.receipt_of(frame)
-
-    def _copied(self, deliveries: list[Delivery]) -> Generator[Operation, object, int]:
-        """Publish the dead-letter copies of ``deliveries`` (mandatory) and wait for their
-        confirms; how many the broker returned (a return comes before its publish's confirm).
-        A StompError when it refused one or a confirm did not come."""
-        queue = self._dead_letter_queue
-        confirms = self._host.confirms
-        returned_before = confirms.returned
-        for delivery in deliveries:
-            yield BasicPublishMandatory("", queue, dead_letter_copy(delivery), delivery.body)
-            confirms.count(None)
-            self._dead_letter_seqs.add(confirms.seq)
-        confirmed = yield AwaitConfirms()
-        if confirmed is False or self._dead_letter_refused:
-            raise StompError(
-                "Message rejected by the broker",
-                f"The broker did not confirm the copy of the NACKed message on {queue!r}; "
-                "the message stays on its queue\n",
-            )
-        return confirms.returned - returned_before
 
     # ------------------------------------------------------------------ confirm
     def confirm_hook(self) -> ConfirmHook | None:

@@ -45,6 +45,12 @@ class Confirms:
         self.count(None)
         self._copies.add(self.seq)
 
+    def on_return(self) -> None:
+        """The broker returned a mandatory publish (basic.return): one of the adapter's own
+        copies routed nowhere.  Counted; the frame that published it reads the count once the
+        copy's confirm (which follows the return) has come."""
+        self.returned += 1
+
     def wait_for_all(self, receipt: str, first_seq: int) -> None:
         """``receipt`` waits for every publish from ``first_seq`` to the last one."""
         self._commits.append((receipt, set(range(first_seq, self.seq + 1))))

@@ -135,6 +135,8 @@ class Session:
         # bound once: the shell asks them per publish and per confirm
         self._confirms = confirms
         self._confirm_hook = extension.confirm_hook()
+        # basic.return of one of the adapter's own mandatory copies: counted by the confirms part
+        self.on_return = confirms.on_return
 
     # ------------------------------------------------------------------ identity and figures
     @property
@@ -274,12 +276,6 @@ class Session:
         if not receipts:
             return []
         return self.frames.confirmed(receipts, ack)
-
-    def on_return(self) -> None:
-        """The broker returned a mandatory publish (basic.return): one of the adapter's own
-        copies routed nowhere.  Counted; the frame that published it reads the count once the
-        copy's confirm (which follows the return) has come."""
-        self._confirms.returned += 1
 
     @property
     def publish_seq(self) -> int:
