@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable
 from typing import Generic, Protocol, TypeVar, cast
 
+from ..busy_poll import poller_of
 from ..liveness import Liveness
 from ..mapping.destinations import BrokerGeneration
 from . import wire
@@ -163,6 +164,7 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
     ) -> None:
         self.owner = owner
         self.loop = asyncio.get_running_loop()
+        self.busy_poll = poller_of(self.loop)  # the loop's spin after a read (adapter/busy_poll.py)
         self.name = connection_name
         self.core = ConnectionCore(
             self,
@@ -247,6 +249,7 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
 
     # --------------------------------------------------------------------- reading
     def data_received(self, data: bytes) -> None:
+        self.busy_poll.touch()
         self.liveness.read = True
         try:
             self.core.reader.feed(data)

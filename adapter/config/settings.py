@@ -595,6 +595,16 @@ class Settings(BaseSettings):
     shutdown_timeout: Annotated[
         float, Setting(_OPS, _float_converter(0, inclusive=True), "adapter.shutdown_timeout")
     ] = 10.0
+    # microseconds the event loop keeps polling its sockets after a read instead of sleeping, while
+    # this process is not kept waiting for a CPU (adapter/busy_poll.py); 0: it sleeps at once
+    busy_poll_microseconds: Annotated[
+        int,
+        Setting(
+            _OPS,
+            _int_converter(0, 10_000, what="an integer from 0 to 10000 (microseconds, 0 disables)"),
+            "adapter.busy_poll_microseconds",
+        ),
+    ] = 50
 
 
 # Every setting, in declaration order (the order of the groups above).

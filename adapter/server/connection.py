@@ -39,6 +39,7 @@ from typing import Any
 from ..amqp import wire
 from ..amqp.connection import SessionLink
 from ..amqp.login import BrokerSettings, tls_failure
+from ..busy_poll import poller_of
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..session import Session, SessionSettings, new_session_id
@@ -103,6 +104,7 @@ class ClientConnection(asyncio.Protocol):
         self.label = label  # the transport's name in the log
         self.listener = listener
         self._loop = loop = asyncio.get_running_loop()
+        self._busy_poll = poller_of(loop)  # the loop's spin after a read (adapter/busy_poll.py)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         # a listener may give its clients other settings (adapter.activemq_listeners: the profile);
@@ -193,6 +195,7 @@ class ClientConnection(asyncio.Protocol):
         self._finish()
 
     def data_received(self, data: bytes) -> None:
+        self._busy_poll.touch()
         self._liveness.read = True
         self.counters.bytes_received += len(data)
         stomp = self.stomp

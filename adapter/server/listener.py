@@ -23,6 +23,8 @@ from collections.abc import Callable
 from ..amqp.admission import LOGINS_WAITING_PER_PLACE
 from ..amqp.login import probe_login
 from ..amqp.probe_runtime import Probes
+from ..busy_poll import install as install_busy_poll
+from ..busy_poll import uninstall as uninstall_busy_poll
 from ..mapping.profile import Profile
 from ..session import SessionSettings
 from .accept_pause import AcceptPause
@@ -97,6 +99,8 @@ class Server:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # before any protocol is made: each takes the loop's poller when it is (adapter/busy_poll.py)
+        install_busy_poll(loop, self.operations.busy_poll_microseconds)
         context = self.context
         report_accept_exhaustion(loop, context.descriptors)
         listening = self.listening
@@ -268,6 +272,7 @@ class Server:
         # after the shutdown (tests stop their in-process adapter so) would leave it open
         await asyncio.sleep(0)
         self._servers.clear()
+        uninstall_busy_poll(loop)
 
     async def _close_connections(
         self, connections: list[ClientConnection], tasks: set[asyncio.Task[None]], deadline: float

@@ -114,8 +114,10 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class Operations:
     """Group "operations": the graceful shutdown's wait, the HTTP listener of /metrics, /healthz
-    and /readyz (None: none), and the per-destination metric series."""
+    and /readyz (None: none), the per-destination metric series, and the event loop's busy
+    polling after a read (adapter/busy_poll.py; 0: none)."""
 
     shutdown_timeout: float
     http_listen: Address | None
     metrics_destinations: int
+    busy_poll_microseconds: int

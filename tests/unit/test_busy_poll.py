@@ -1,0 +1,155 @@
+"""The event loop's spin after a read (adapter/busy_poll.py): when the pure core polls again, and
+the shell on a real asyncio loop: it spins only after reads, stops after its window, never while
+its thread waits for a CPU, and not at all where it is off or cannot read schedstat."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from adapter import busy_poll
+from adapter.busy_poll import NO_POLL, BusyPollCore, BusyPoller
+
+WINDOW = 50e-6
+SECOND = 1_000_000_000  # nanoseconds
+
+
+def test_it_polls_until_the_window_after_the_last_read_has_passed() -> None:
+    core = BusyPollCore(WINDOW)
+    assert core.poll_again(10.0, read_since=True)
+    assert core.poll_again(10.0 + 40e-6, read_since=False)
+    assert not core.poll_again(10.0 + 60e-6, read_since=False)
+    # a read during the spin moves the end
+    assert core.poll_again(10.0 + 40e-6, read_since=True)
+    assert core.poll_again(10.0 + 80e-6, read_since=False)
+    assert not core.poll_again(10.0 + 91e-6, read_since=False)
+
+
+def test_without_a_read_it_never_polls() -> None:
+    core = BusyPollCore(WINDOW)
+    assert not core.poll_again(0.0, read_since=False)
+    assert not core.poll_again(123.0, read_since=False)
+
+
+def test_a_thread_kept_waiting_for_a_cpu_stops_polling_until_the_cpus_are_free_again() -> None:
+    core = BusyPollCore(WINDOW)
+    core.sample(1.0, 5 * SECOND)  # the first reading is only a baseline, whatever its total
+    assert core.cpus_free
+    assert core.next_sample == pytest.approx(1.0 + busy_poll.SAMPLE_SECONDS)
+    # 20 ms of run-queue wait in 50 ms: 40 % of the time runnable but not running
+    core.sample(1.05, 5 * SECOND + 20_000_000)
+    assert not core.cpus_free
+    assert not core.poll_again(1.05, read_since=True)  # a read does not override it
+    # 1 ms in the next 50 ms: 2 %, under MAX_WAIT_SHARE
+    core.sample(1.10, 5 * SECOND + 21_000_000)
+    assert core.cpus_free
+    assert core.poll_again(1.10, read_since=True)
+
+
+def test_the_share_is_taken_against_the_bound_exactly() -> None:
+    core = BusyPollCore(WINDOW, max_wait_share=0.10)
+    core.sample(0.0, 0)
+    core.sample(0.1, 10_000_000)  # exactly 10 %: still free
+    assert core.cpus_free
+    core.sample(0.2, 20_000_001)  # just over
+    assert not core.cpus_free
+
+
+def test_a_sample_at_the_same_instant_changes_nothing() -> None:
+    core = BusyPollCore(WINDOW)
+    core.sample(2.0, 0)
+    core.sample(2.0, 10 * SECOND)  # no time passed: no share to take (no division by zero)
+    assert core.cpus_free
+
+
+def _run(coroutine_function):  # type: ignore[no-untyped-def]
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine_function(loop))
+    finally:
+        busy_poll.uninstall(loop)
+        loop.close()
+
+
+def test_a_loop_polls_after_a_read_and_then_sleeps_again() -> None:
+    async def check(loop: asyncio.AbstractEventLoop) -> tuple[int, bool]:
+        poller = busy_poll.install(loop, 2000)  # 2 ms: long enough to count turns on a slow machine
+        assert isinstance(poller, BusyPoller)
+        assert busy_poll.poller_of(loop) is poller
+        turns = 0
+        original = BusyPoller._turn  # noqa: SLF001
+
+        def counted(self: BusyPoller) -> None:
+            nonlocal turns
+            turns += 1
+            original(self)
+
+        BusyPoller._turn = counted  # type: ignore[method-assign]  # noqa: SLF001
+        try:
+            poller.touch()
+            poller.touch()  # a second read while spinning schedules no second spin
+            await asyncio.sleep(0.05)
+            spinning_after = poller._spinning  # noqa: SLF001
+            turns_then = turns
+            await asyncio.sleep(0.02)  # idle: no turn at all
+            assert turns == turns_then
+        finally:
+            BusyPoller._turn = original  # type: ignore[method-assign]  # noqa: SLF001
+        return turns, spinning_after
+
+    turns, spinning_after = _run(check)
+    assert turns >= 2  # it polled more than once before sleeping
+    assert not spinning_after
+
+
+def test_off_or_without_schedstat_there_is_no_poller(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    async def off(loop: asyncio.AbstractEventLoop) -> None:
+        assert busy_poll.install(loop, 0) is None
+        assert busy_poll.poller_of(loop) is NO_POLL
+        NO_POLL.touch()  # does nothing, and costs a call
+
+    _run(off)
+    monkeypatch.setattr(busy_poll, "_SCHEDSTAT", str(tmp_path / "missing"))
+
+    async def unreadable(loop: asyncio.AbstractEventLoop) -> None:
+        assert busy_poll.install(loop, 50) is None
+        assert busy_poll.poller_of(loop) is NO_POLL
+
+    _run(unreadable)
+    garbage = tmp_path / "schedstat"
+    garbage.write_text("not numbers\n")
+    monkeypatch.setattr(busy_poll, "_SCHEDSTAT", str(garbage))
+    _run(unreadable)
+
+
+def test_uninstalled_a_poller_stops_spinning_and_later_reads_start_nothing() -> None:
+    async def check(loop: asyncio.AbstractEventLoop) -> None:
+        poller = busy_poll.install(loop, 10_000)
+        assert poller is not None
+        poller.touch()
+        await asyncio.sleep(0)
+        busy_poll.uninstall(loop)  # the server's shutdown: the spin in progress ends at its next turn
+        assert busy_poll.poller_of(loop) is NO_POLL
+        await asyncio.sleep(0.001)
+        assert not poller._spinning  # noqa: SLF001
+        poller.touch()  # a protocol made earlier still holds it: one turn, which ends at once
+        await asyncio.sleep(0.001)
+        assert not poller._spinning  # noqa: SLF001
+
+    _run(check)
+
+
+def test_a_second_install_replaces_the_first() -> None:
+    async def check(loop: asyncio.AbstractEventLoop) -> None:
+        first = busy_poll.install(loop, 50)
+        second = busy_poll.install(loop, 100)
+        assert first is not None and second is not None
+        assert busy_poll.poller_of(loop) is second
+        assert second.core.window == pytest.approx(100e-6)
+        first.touch()
+        await asyncio.sleep(0.001)
+        assert not first._spinning  # noqa: SLF001
+
+    _run(check)
