@@ -8,12 +8,14 @@ responder, reply in, reply out), and each crossing used to begin with waking the
 idle vCPU halts, and the wake-up goes through the hypervisor): the plugin, inside the broker,
 pays none of these.  The broker's answer to what the adapter just wrote usually comes back
 within tens of microseconds, so a short spin after each read catches it (docs/performance.md,
-"Busy polling").
+"Measured design choices").
 
-How.  ``BusyPoller.touch`` (one call per read, from the STOMP, WebSocket and AMQP protocols)
-marks the loop active and, if it is not spinning yet, schedules a turn; a turn re-schedules
-itself with ``call_soon`` until ``window`` has passed since the last read, so the loop polls
-its sockets with a zero timeout instead of sleeping.  Each turn gives the CPU away
+How.  ``BusyPoller.touch`` (one call per read, from a STOMP session's connection once it
+has logged in, a WebSocket's through it, and an AMQP connection once its handshake is done: a
+login's steps wait for the broker's work, not for a wake-up) marks the loop active and, if it
+is not spinning yet, schedules a turn; a turn re-schedules itself with ``call_soon`` until
+``window`` has passed since the last read, so the loop polls its sockets with a zero timeout
+instead of sleeping.  Each turn gives the CPU away
 (``sched_yield``) to any process waiting for it on this CPU, and the spinning stops while this
 thread itself has to wait for a CPU: ``BusyPollCore`` samples the thread's run-queue wait
 (``/proc/thread-self/schedstat``) every ``SAMPLE_SECONDS`` and, when the thread spent more than
@@ -23,7 +25,8 @@ the adapter) nothing is spun, and an idle adapter never spins at all.  Where sch
 read, nothing is spun either.
 
 One poller per event loop (``install`` / ``poller_of``): the protocols take it when they are
-made; a loop without one gets ``NO_POLL``, whose ``touch`` does nothing.
+logged in; until then, and on a loop without one, they hold ``NO_POLL``, whose ``touch`` does
+nothing.
 
 Owns: ``BusyPollCore`` (pure: when to spin, from the clock and the wait samples), ``BusyPoller``
 (the shell on one loop), the per-loop registry.
@@ -40,6 +43,7 @@ from dataclasses import dataclass
 __all__ = [
     "MAX_WAIT_SHARE",
     "NO_POLL",
+    "NoPoll",
     "SAMPLE_SECONDS",
     "BusyPollCore",
     "BusyPoller",
@@ -86,7 +90,7 @@ class BusyPollCore:
         self.next_sample = now + self.sample_seconds
 
 
-class _NoPoll:
+class NoPoll:
     """The poller of a loop without busy polling."""
 
     __slots__ = ()
@@ -95,7 +99,7 @@ class _NoPoll:
         pass
 
 
-NO_POLL = _NoPoll()
+NO_POLL = NoPoll()
 
 
 def _read_wait(descriptor: int) -> int:
@@ -167,6 +171,6 @@ def uninstall(loop: asyncio.AbstractEventLoop) -> None:
         poller.close()
 
 
-def poller_of(loop: asyncio.AbstractEventLoop) -> BusyPoller | _NoPoll:
+def poller_of(loop: asyncio.AbstractEventLoop) -> BusyPoller | NoPoll:
     """The poller the protocols of ``loop`` touch on each read."""
     return _POLLERS.get(loop, NO_POLL)

@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable
 from typing import Generic, Protocol, TypeVar, cast
 
-from ..busy_poll import poller_of
+from ..busy_poll import NO_POLL, BusyPoller, NoPoll, poller_of
 from ..liveness import Liveness
 from ..mapping.destinations import BrokerGeneration
 from . import wire
@@ -164,7 +164,8 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
     ) -> None:
         self.owner = owner
         self.loop = asyncio.get_running_loop()
-        self.busy_poll = poller_of(self.loop)  # the loop's spin after a read (adapter/busy_poll.py)
+        # the loop's spin after a read (adapter/busy_poll.py), once the handshake is done
+        self.busy_poll: BusyPoller | NoPoll = NO_POLL
         self.name = connection_name
         self.core = ConnectionCore(
             self,
@@ -242,6 +243,7 @@ class AmqpSocket(asyncio.Protocol, Generic[Owner]):
         self.flush()  # the protocol header
 
     def handshake_done(self) -> None:
+        self.busy_poll = poller_of(self.loop)
         if self.core.heartbeat:
             self._schedule_heartbeat()
         if not self._handshake.done():

@@ -39,7 +39,7 @@ from typing import Any
 from ..amqp import wire
 from ..amqp.connection import SessionLink
 from ..amqp.login import BrokerSettings, tls_failure
-from ..busy_poll import poller_of
+from ..busy_poll import NO_POLL, BusyPoller, NoPoll, poller_of
 from ..mapping import operations as ops
 from ..mapping.budget import BudgetExceeded
 from ..session import Session, SessionSettings, new_session_id
@@ -104,7 +104,8 @@ class ClientConnection(asyncio.Protocol):
         self.label = label  # the transport's name in the log
         self.listener = listener
         self._loop = loop = asyncio.get_running_loop()
-        self._busy_poll = poller_of(loop)  # the loop's spin after a read (adapter/busy_poll.py)
+        # the loop's spin after a read (adapter/busy_poll.py), from the login on: not for a login's steps
+        self.busy_poll: BusyPoller | NoPoll = NO_POLL
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         # a listener may give its clients other settings (adapter.activemq_listeners: the profile);
@@ -195,7 +196,7 @@ class ClientConnection(asyncio.Protocol):
         self._finish()
 
     def data_received(self, data: bytes) -> None:
-        self._busy_poll.touch()
+        self.busy_poll.touch()
         self._liveness.read = True
         self.counters.bytes_received += len(data)
         stomp = self.stomp
@@ -432,6 +433,7 @@ def _nothing(shell: object, op: object, in_frame: bool) -> None:
 def _established(shell: ClientConnection, op: ops.Established, in_frame: bool) -> None:
     connection_log.logged_in(shell, op)
     shell.timers.logged_in(op)
+    shell.busy_poll = poller_of(asyncio.get_running_loop())
 
 
 def _close_client(shell: ClientConnection, op: ops.CloseClient, in_frame: bool) -> None:

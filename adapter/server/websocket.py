@@ -57,7 +57,6 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import LocalProtocolError
 
-from ..busy_poll import poller_of
 from ..caps import ConnectionCap
 from ..stomp.output import MESSAGE_FRAMES
 from .connection import ClientConnection
@@ -271,7 +270,6 @@ class WebSocketConnection(asyncio.Protocol):
         self._client_address = client_address
         self._settings = settings
         self._loop = asyncio.get_running_loop()
-        self._busy_poll = poller_of(self._loop)  # the loop's spin after a read (adapter/busy_poll.py)
         self.raw: asyncio.Transport | None = None
         self.peer = "?"
         self._peername: tuple[str, int] | None = None
@@ -314,7 +312,6 @@ class WebSocketConnection(asyncio.Protocol):
             self.abort()
 
     def data_received(self, data: bytes) -> None:
-        self._busy_poll.touch()
         if self._phase in ("websocket", "closing"):
             self._websocket_input(data)
         elif self._phase == "http":

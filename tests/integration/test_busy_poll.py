@@ -106,3 +106,36 @@ def test_a_client_trickling_bytes_keeps_no_one_waiting_and_the_spin_ends_with_it
         trickler.join(5)
     # with no more reads, the loop goes back to sleep within its window
     assert wait_until(lambda: not poller._spinning, timeout=5)  # noqa: SLF001
+
+
+def test_only_a_logged_in_session_and_an_open_amqp_connection_start_a_spin(start_adapter) -> None:  # type: ignore[no-untyped-def]
+    """A login's steps wait for the broker's work, not for a wake-up: a client that has not
+    logged in, and an AMQP connection in its handshake, never start a spin."""
+    adapter = start_adapter(event_loop=uvloop.new_event_loop)
+    poller = _poller(adapter)
+    assert isinstance(poller, BusyPoller)
+
+    async def pollers():  # type: ignore[no-untyped-def]
+        return [connection.busy_poll for connection in adapter.server.context.connections]
+
+    anonymous = socket.create_connection(("127.0.0.1", adapter.port), timeout=5)
+    try:
+        anonymous.sendall(b"CONN")  # the start of a CONNECT: read, but not logged in
+        assert wait_until(lambda: adapter.run(pollers()) == [NO_POLL], timeout=5)
+        session = RawSession(adapter.port)
+        assert session.command == "CONNECTED"
+        both = sorted([id(NO_POLL), id(poller)])
+        assert wait_until(lambda: sorted(map(id, adapter.run(pollers()))) == both, 5)
+        session.round_trip(unique("logged-in"))  # its AMQP connection is open: it spins too
+
+        async def amqp_pollers():  # type: ignore[no-untyped-def]
+            return [
+                connection.stomp.amqp.socket.busy_poll
+                for connection in adapter.server.context.connections
+                if connection.stomp.amqp is not None
+            ]
+
+        assert adapter.run(amqp_pollers()) == [poller]
+        session.disconnect()
+    finally:
+        anonymous.close()
