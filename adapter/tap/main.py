@@ -57,6 +57,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _microseconds(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError("must be an integer from 0 to 10000 (microseconds)")
+    return value
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -161,6 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
         "acknowledged, more throughput and a longer tail latency)",
     )
     parser.add_argument(
+        "--busy-poll-microseconds",
+        metavar="N",
+        type=_microseconds,
+        default=50,
+        help="after a read, poll the sockets this long before sleeping, while a CPU is free "
+        "(default 50: a round trip's answer finds the tap awake; 0: sleep at once)",
+    )
+    parser.add_argument(
         "--connect-timeout",
         metavar="S",
         type=_seconds,
@@ -253,6 +268,7 @@ def settings_from(args: argparse.Namespace) -> TapSettings:
         max_record_bytes=args.max_record_bytes,
         connect_timeout=args.connect_timeout,
         tcp_nodelay=args.tcp_nodelay,
+        busy_poll_microseconds=args.busy_poll_microseconds,
     )
 
 

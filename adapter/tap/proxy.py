@@ -34,6 +34,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..busy_poll import NO_POLL, BusyPoller, NoPoll
+from ..busy_poll import install as install_busy_poll
+from ..busy_poll import uninstall as uninstall_busy_poll
 from ..stomp.codec import FrameLimits
 from .recorder import MAX_RECORD_BYTES, Batches, ConnectionRecorder, DirectionRecorder, Emit, ParseBudget
 
@@ -63,6 +66,8 @@ class TapSettings:
     connect_timeout: float = 10.0
     # TCP_NODELAY on both sockets of a connection; off, the kernel coalesces small writes (Nagle)
     tcp_nodelay: bool = True
+    # microseconds the loop polls after a read before it sleeps (adapter/busy_poll.py; 0: none)
+    busy_poll_microseconds: int = 50
 
 
 def host_port(host: str, port: int) -> str:
@@ -322,12 +327,14 @@ class ClientSide(asyncio.Protocol):
     def __init__(self, tap: Tap, listen: str) -> None:
         self._tap = tap
         self._listen = listen
+        self._busy_poll = tap.busy_poll
         self.link: TappedConnection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.link = TappedConnection(self._tap, transport, self._listen)  # type: ignore[arg-type]  # a stream transport
 
     def data_received(self, data: bytes) -> None:
+        self._busy_poll.touch()
         assert self.link is not None
         self.link.from_client(data)
 
@@ -351,8 +358,10 @@ class ClientSide(asyncio.Protocol):
 class UpstreamSide(asyncio.Protocol):
     def __init__(self, link: TappedConnection) -> None:
         self.link = link
+        self._busy_poll = link.tap.busy_poll
 
     def data_received(self, data: bytes) -> None:
+        self._busy_poll.touch()
         self.link.from_upstream(data)
 
     def eof_received(self) -> bool:
@@ -383,6 +392,7 @@ class Tap:
         self.instance = secrets.token_hex(3)
         self.upstream_label = host_port(*settings.upstream)
         self.budget = ParseBudget(settings.parse_buffer_bytes)
+        self.busy_poll: BusyPoller | NoPoll = NO_POLL  # the loop's, from start() on
         self.batches = Batches(self._wake, limit=WAITING, direction_limit=DIRECTION_WAITING)
         self._flushing: asyncio.TimerHandle | None = None
         self.links: set[TappedConnection] = set()
@@ -449,6 +459,9 @@ class Tap:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # a round trip through the tap crosses it twice: the loop polls after a read instead of
+        # sleeping, so the answer finds it awake (adapter/busy_poll.py)
+        self.busy_poll = install_busy_poll(loop, self.settings.busy_poll_microseconds) or NO_POLL
         for host, port in self.settings.listeners:
             label = host_port(host, port)
             server = await loop.create_server(
@@ -491,3 +504,6 @@ class Tap:
         if self._flushing is not None:
             self._flushing.cancel()
         self._flush()
+        if self.busy_poll is not NO_POLL:
+            uninstall_busy_poll(asyncio.get_running_loop())
+            self.busy_poll = NO_POLL

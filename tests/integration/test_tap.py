@@ -504,3 +504,48 @@ def test_tcp_nodelay_is_set_as_asked_on_both_sockets_of_a_connection(nodelay):
         return options
 
     assert asyncio.run(run()) == [int(nodelay)] * 2
+
+
+@pytest.mark.parametrize("microseconds", [0, 50])
+def test_the_tap_polls_after_reads_while_it_runs_and_not_after(microseconds):
+    """--busy-poll-microseconds (adapter/busy_poll.py): the tap's loop has a poller from start()
+    to stop() (none with 0), and both sides of a connection touch it: a round trip through the
+    tap crosses it twice.  The bytes go through unchanged either way."""
+    import asyncio
+
+    from adapter.busy_poll import NO_POLL, BusyPoller, poller_of
+    from adapter.tap.proxy import Tap, TapSettings
+
+    async def run() -> None:
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while data := await reader.read(65536):
+                writer.write(data)
+            writer.close()
+
+        upstream = await asyncio.start_server(echo, "127.0.0.1", 0)
+        upstream_port = upstream.sockets[0].getsockname()[1]
+        settings = TapSettings(
+            listeners=[("127.0.0.1", 0)],
+            upstream=("127.0.0.1", upstream_port),
+            busy_poll_microseconds=microseconds,
+        )
+        tap = Tap(settings, None)
+        await tap.start()
+        loop = asyncio.get_running_loop()
+        if microseconds:
+            assert isinstance(poller_of(loop), BusyPoller) and tap.busy_poll is poller_of(loop)
+        else:
+            assert poller_of(loop) is NO_POLL and tap.busy_poll is NO_POLL
+        port = int(tap.addresses[0].rpartition(":")[2])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for number in range(20):
+            frame = f"SEND\ndestination:/queue/q\n\nbody {number}\0".encode()
+            writer.write(frame)
+            assert await asyncio.wait_for(reader.readexactly(len(frame)), 5) == frame
+        writer.close()
+        await tap.stop()
+        assert poller_of(loop) is NO_POLL and tap.busy_poll is NO_POLL
+        upstream.close()
+        await upstream.wait_closed()
+
+    asyncio.run(run())
