@@ -224,6 +224,7 @@ class Server:
     async def shutdown(self) -> None:
         self.shutting_down = True  # /healthz and /readyz answer 503 from now on
         loop = asyncio.get_running_loop()
+        uninstall_busy_poll(loop)  # first, before anything can cut the shutdown short
         # one deadline for all of it, from the signal: what is still closing then is dropped
         deadline = loop.time() + self.operations.shutdown_timeout
         context = self.context
@@ -272,7 +273,6 @@ class Server:
         # after the shutdown (tests stop their in-process adapter so) would leave it open
         await asyncio.sleep(0)
         self._servers.clear()
-        uninstall_busy_poll(loop)
 
     async def _close_connections(
         self, connections: list[ClientConnection], tasks: set[asyncio.Task[None]], deadline: float

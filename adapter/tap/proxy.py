@@ -481,6 +481,9 @@ class Tap:
     async def stop(self, grace: float = 5.0) -> None:
         """Stop listening, close every connection (``by`` tap), abort those that take longer
         than ``grace`` seconds to flush."""
+        if self.busy_poll is not NO_POLL:
+            uninstall_busy_poll(asyncio.get_running_loop())
+            self.busy_poll = NO_POLL
         for server in self.servers:
             server.close()
         if self.links:
@@ -504,6 +507,3 @@ class Tap:
         if self._flushing is not None:
             self._flushing.cancel()
         self._flush()
-        if self.busy_poll is not NO_POLL:
-            uninstall_busy_poll(asyncio.get_running_loop())
-            self.busy_poll = NO_POLL

@@ -5,6 +5,7 @@ its thread waits for a CPU, and not at all where it is off or cannot read scheds
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,123 @@ def test_a_second_install_replaces_the_first() -> None:
         assert not first._spinning  # noqa: SLF001
 
     _run(check)
+
+
+def _files(**texts: str):  # type: ignore[no-untyped-def]
+    """A ``read`` over fake cgroup files: keyword names with ``__`` for ``/``."""
+    table = {"/" + name.replace("__", "/"): text for name, text in texts.items()}
+    return lambda path: table.get(path)
+
+
+def test_a_cpu_quota_on_the_cgroup_or_an_ancestor_is_found_in_v2_and_v1() -> None:
+    v2 = "0::/kubepods/pod1/c1\n"
+    assert busy_poll.cpu_quota(v2, _files()) is None  # no files: no quota known
+    read = _files(sys__fs__cgroup__kubepods__pod1__c1__cpu_max="max 100000\n")
+    assert busy_poll.cpu_quota(v2.replace("cpu_max", "cpu.max"), read) is None
+    table = {
+        "/sys/fs/cgroup/kubepods/pod1/c1/cpu.max": "max 100000\n",
+        "/sys/fs/cgroup/kubepods/pod1/cpu.max": "50000 100000\n",  # the pod's limit
+    }
+    assert busy_poll.cpu_quota(v2, table.get) == "/sys/fs/cgroup/kubepods/pod1/cpu.max"
+    # a container in its own cgroup namespace sees its cgroup as the root
+    assert (
+        busy_poll.cpu_quota("0::/\n", {"/sys/fs/cgroup/cpu.max": "200000 100000"}.get)
+        == "/sys/fs/cgroup/cpu.max"
+    )
+    # hybrid mode: v2 under unified/
+    hybrid = {"/sys/fs/cgroup/unified/svc/cpu.max": "10000 100000"}
+    assert busy_poll.cpu_quota("0::/svc\n", hybrid.get) == "/sys/fs/cgroup/unified/svc/cpu.max"
+    # v1: the cpu controller's directory, alone or joined with cpuacct
+    v1 = "12:memory:/x\n3:cpu,cpuacct:/docker/abc\n0::/\n"
+    unlimited = {"/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "-1\n"}
+    assert busy_poll.cpu_quota(v1, unlimited.get) is None
+    limited = {"/sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_quota_us": "150000\n"}
+    assert busy_poll.cpu_quota(v1, limited.get) == "/sys/fs/cgroup/cpu,cpuacct/docker/cpu.cfs_quota_us"
+
+
+def test_odd_cgroup_text_is_no_quota() -> None:
+    for text in ("", "garbage", "1:cpu", "::", "0::/a/../b\n", "2:cpu:/\n"):
+        assert busy_poll.cpu_quota(text, {"/sys/fs/cgroup/cpu/x": ""}.get) is None
+    assert busy_poll.cpu_quota("0::/\n", {"/sys/fs/cgroup/cpu.max": "\n"}.get) is None  # empty file
+
+
+def test_under_a_cpu_quota_it_stays_off_and_says_so(monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    files = {"/proc/self/cgroup": "0::/limited\n", "/sys/fs/cgroup/limited/cpu.max": "100000 100000\n"}
+    monkeypatch.setattr(busy_poll, "_read_text", files.get)
+
+    async def check(loop: asyncio.AbstractEventLoop) -> None:
+        assert busy_poll.install(loop, 50) is None
+        assert busy_poll.poller_of(loop) is NO_POLL
+
+    with caplog.at_level("INFO", logger="adapter.server"):
+        _run(check)
+    assert "busy polling off" in caplog.text and "/sys/fs/cgroup/limited/cpu.max" in caplog.text
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_schedstat_that_counts_nothing_stops_it_at_the_first_sample_and_leaks_no_descriptor(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    silent = tmp_path / "schedstat"
+    silent.write_text("0 0 0\n")  # a kernel without scheduler statistics or delay accounting
+    monkeypatch.setattr(busy_poll, "_SCHEDSTAT", str(silent))
+    before = _open_descriptors()
+
+    async def check(loop: asyncio.AbstractEventLoop) -> None:
+        poller = busy_poll.install(loop, 10_000)
+        assert poller is not None  # a young thread may show 0 too: install cannot tell
+        poller.touch()
+        await asyncio.sleep(0.005)
+        assert not poller._spinning  # noqa: SLF001
+        assert not poller.core.cpus_free
+
+    with caplog.at_level("WARNING", logger="adapter.server"):
+        _run(check)
+    assert "keeps no scheduler statistics" in caplog.text
+    assert _open_descriptors() == before
+
+
+def test_a_failing_read_stops_it_for_good_with_a_warning(monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    async def check(loop: asyncio.AbstractEventLoop) -> BusyPoller:
+        poller = busy_poll.install(loop, 10_000)
+        assert poller is not None
+
+        def gone(descriptor: int) -> int:
+            raise OSError(3, "No such process")
+
+        monkeypatch.setattr(busy_poll, "_read_wait", gone)
+        poller.core.next_sample = 0.0  # the next turn samples
+        poller.touch()
+        await asyncio.sleep(0.005)
+        assert not poller._spinning  # noqa: SLF001
+        poller.touch()  # later reads: one turn each, which ends at once
+        await asyncio.sleep(0.005)
+        assert not poller._spinning  # noqa: SLF001
+        return poller
+
+    with caplog.at_level("WARNING", logger="adapter.server"):
+        _run(check)
+    assert caplog.text.count("busy polling stopped") == 1
+
+
+def test_a_loop_dropped_without_uninstall_frees_its_descriptor_and_entry() -> None:
+    import gc
+
+    loop = asyncio.new_event_loop()
+
+    async def start(target: asyncio.AbstractEventLoop) -> int:
+        poller = busy_poll.install(target, 50)
+        assert poller is not None
+        return poller._schedstat  # noqa: SLF001
+
+    descriptor = loop.run_until_complete(start(loop))
+    os.fstat(descriptor)  # open
+    loop.close()  # no uninstall: a start that failed after the install, a shutdown cut short
+    del loop
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(descriptor)
+    assert len(busy_poll._POLLERS) == 0  # noqa: SLF001
