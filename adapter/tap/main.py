@@ -171,9 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--busy-poll-microseconds",
         metavar="N",
         type=_microseconds,
-        default=50,
-        help="after a read, poll the sockets this long before sleeping, while a CPU is free "
-        "(default 50: a round trip's answer finds the tap awake; 0: sleep at once)",
+        default=0,
+        help="after a read, poll the sockets this long before sleeping, while a CPU is free, as "
+        "adapter.busy_poll_microseconds does (default 0: sleep at once; 50 cut the added p99 by "
+        "a third and cost about 7 %% of throughput and 20 %% more CPU per message)",
     )
     parser.add_argument(
         "--connect-timeout",

@@ -67,7 +67,7 @@ class TapSettings:
     # TCP_NODELAY on both sockets of a connection; off, the kernel coalesces small writes (Nagle)
     tcp_nodelay: bool = True
     # microseconds the loop polls after a read before it sleeps (adapter/busy_poll.py; 0: none)
-    busy_poll_microseconds: int = 50
+    busy_poll_microseconds: int = 0
 
 
 def host_port(host: str, port: int) -> str:
