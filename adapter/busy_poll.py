@@ -100,6 +100,11 @@ class BusyPollCore:
         self._waited = waited
         self.next_sample = now + self.sample_seconds
 
+    def stop(self) -> None:
+        """No more polling, and no more samples, for good."""
+        self.cpus_free = False
+        self.next_sample = float("inf")
+
 
 class NoPoll:
     """The poller of a loop without busy polling."""
@@ -113,16 +118,22 @@ class NoPoll:
 NO_POLL = NoPoll()
 
 
-def _read_wait(descriptor: int) -> int:
-    """This thread's total run-queue wait in nanoseconds (the second field of schedstat).
-    Raises ValueError where the kernel counts nothing: its time on a CPU (the first field) is
-    still 0 although the thread has run (a kernel without scheduler statistics or delay
-    accounting prints "0 0 0"; a thread younger than a scheduler tick may show 0 too, which is
-    why ``install`` does not ask this)."""
+def _read_counts(descriptor: int) -> tuple[int, int]:
+    """The thread's time on a CPU and its run-queue wait, in nanoseconds (schedstat's first two
+    fields).  Raises OSError, ValueError or IndexError where it cannot be read as such."""
     fields = os.pread(descriptor, 128, 0).split()
-    if int(fields[0]) <= 0:
+    return int(fields[0]), int(fields[1])
+
+
+def _read_wait(descriptor: int) -> int:
+    """This thread's total run-queue wait in nanoseconds.  Raises ValueError where the kernel
+    counts nothing: its time on a CPU is still 0 although the thread has run (a kernel without
+    scheduler statistics or delay accounting prints "0 0 0"; a thread younger than a scheduler
+    tick may show 0 too, which is why ``install`` does not ask this)."""
+    ran, waited = _read_counts(descriptor)
+    if ran <= 0:
         raise ValueError("the kernel keeps no scheduler statistics for this thread")
-    return int(fields[1])
+    return waited
 
 
 def cpu_quota(cgroups: str, read: Callable[[str], str | None], root: str = "/sys/fs/cgroup") -> str | None:
@@ -213,8 +224,7 @@ class BusyPoller:
     def close(self) -> None:
         """No more polling: a turn already scheduled ends the spin (and a later read's turn ends
         at once)."""
-        self.core.cpus_free = False
-        self.core.next_sample = float("inf")
+        self.core.stop()
         self._release()
 
 
@@ -237,9 +247,8 @@ def install(loop: asyncio.AbstractEventLoop, microseconds: int) -> BusyPoller | 
     except OSError:
         return None
     try:
-        if len([int(field) for field in os.pread(schedstat, 128, 0).split()[:2]]) < 2:
-            raise ValueError("not schedstat")
-    except (OSError, ValueError):
+        _read_counts(schedstat)
+    except (OSError, ValueError, IndexError):
         os.close(schedstat)
         return None
     poller = _POLLERS[loop] = BusyPoller(loop, BusyPollCore(microseconds / 1e6), schedstat)

@@ -278,3 +278,10 @@ def test_a_loop_dropped_without_uninstall_frees_its_descriptor_and_entry() -> No
         os.fstat(descriptor)
     assert gone() is None  # the registry did not keep the loop alive
     assert len(busy_poll._POLLERS) == entries  # noqa: SLF001
+
+
+def test_a_stopped_core_never_polls_or_samples_again() -> None:
+    core = BusyPollCore(WINDOW)
+    core.stop()
+    assert not core.poll_again(1.0, read_since=True)
+    assert core.next_sample == float("inf")
